@@ -1,0 +1,157 @@
+"""Load group_data/ the way pyinfra does, and validate it before any host is contacted.
+
+pyinfra merges group data by top-level name: a class file's `readiness` replaces
+all.py's `readiness` whole. We merge the same way, so what `make check` validates is
+exactly what deploy.py sees on a host.
+"""
+
+from __future__ import annotations
+
+import runpy
+import types
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, ClassSpec
+
+ALL = "all"
+# pyinfra's own per-host data (connector settings) may sit beside the spec.
+CONNECTOR_PREFIXES = ("ssh_", "_")
+
+
+class SpecError(Exception):
+    """One or more group_data problems, each naming file, field, value and what is allowed."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def read_group_file(path: Path) -> dict[str, Any]:
+    """The public names a group_data file defines, as pyinfra would take them."""
+    names = runpy.run_path(str(path))
+    return {
+        k: v
+        for k, v in names.items()
+        if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))
+    }
+
+
+def class_files(group_dir: Path) -> dict[str, Path]:
+    return {p.stem: p for p in sorted(group_dir.glob("*.py")) if p.stem != ALL}
+
+
+def load_group_data(group_dir: Path) -> dict[str, dict[str, Any]]:
+    """group -> all.py's data with the class file's names laid over it."""
+    base = read_group_file(group_dir / f"{ALL}.py") if (group_dir / f"{ALL}.py").exists() else {}
+    return {group: {**base, **read_group_file(path)} for group, path in class_files(group_dir).items()}
+
+
+def spec_data(data: dict[str, Any]) -> dict[str, Any]:
+    """The spec's part of a host's (or group's) data: connector settings left out."""
+    return {k: v for k, v in data.items() if not k.startswith(CONNECTOR_PREFIXES)}
+
+
+def _show(loc: tuple, value: Any) -> str:
+    if "api_key" in loc:
+        return "'***'"  # never print a secret, not even a malformed one
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _allowed(loc: tuple) -> str:
+    """The keys a model at `loc` accepts, to tell an operator what a typo should have been."""
+    model: type[BaseModel] | None = ClassSpec
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model else None
+        ann = getattr(field, "annotation", None)
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        if model is None:
+            return ""
+    return ", ".join(model.model_fields) if model else ""
+
+
+def _without_union_tag(loc: tuple) -> tuple:
+    # pydantic puts the matched `algorithm` tag into the path: speculative.DFLASH.block_size
+    if len(loc) > 1 and loc[0] == "speculative" and loc[1] in ALGORITHM_TAGS:
+        return loc[:1] + loc[2:]
+    return loc
+
+
+def explain(source: str, err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc = _without_union_tag(e["loc"])
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed(loc)
+            problems.append(
+                f"{source}: {field}: unknown key (value {_show(loc, e['input'])})"
+                + (f"; allowed keys: {allowed}" if allowed else "")
+            )
+        elif e["type"] == "missing":
+            problems.append(f"{source}: {field}: required, not given")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            problems.append(f"{source}: {field} = {_show(loc, e['input'])}: {msg}")
+    return problems
+
+
+def validate_class(source: str, data: dict[str, Any]) -> ClassSpec:
+    try:
+        return ClassSpec.model_validate(spec_data(data))
+    except ValidationError as err:
+        raise SpecError(explain(source, err)) from None
+
+
+def load_class_specs(group_dir: Path) -> dict[str, ClassSpec]:
+    """Every GPU class, validated; all problems of all files reported together."""
+    specs, problems = {}, []
+    for group, data in load_group_data(group_dir).items():
+        try:
+            specs[group] = validate_class(str(group_dir / f"{group}.py"), data)
+        except SpecError as e:
+            problems += e.problems
+    if problems:
+        raise SpecError(problems)
+    return specs
+
+
+def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], group_dir: Path) -> dict[str, ClassSpec]:
+    """Validate group_data and the inventory's use of it, before anything connects.
+
+    groups: inventory group -> host names; hosts_data: host name -> its inventory data.
+    A host belongs to exactly one GPU class (two would mean two services, possibly on
+    one port), and host data may not override the spec (group_data is the one place).
+    """
+    specs = load_class_specs(group_dir)
+    problems = []
+    classes_of: dict[str, list[str]] = {}
+    for group, hosts in groups.items():
+        if group not in specs:
+            continue
+        for h in hosts:
+            classes_of.setdefault(h, []).append(group)
+    for h, classes in sorted(classes_of.items()):
+        if len(classes) > 1:
+            ports = ", ".join(f"{c} (service.port {specs[c].service.port})" for c in classes)
+            same = len({specs[c].service.port for c in classes}) < len(classes)
+            problems.append(
+                f"inventory: host {h} is filed under {len(classes)} GPU classes: {ports}; "
+                f"expected exactly one" + ("; two services on one port" if same else "")
+            )
+    for h, data in sorted(hosts_data.items()):
+        overrides = sorted(set(spec_data(data)) & set(SPEC_KEYS))
+        if overrides:
+            problems.append(
+                f"inventory: host {h} sets {', '.join(overrides)}; the service is declared per GPU class "
+                f"in group_data/, not per host"
+            )
+    unfiled = sorted(set(hosts_data) - set(classes_of))
+    for h in unfiled:
+        problems.append(f"inventory: host {h} is in no GPU class group; expected one of {', '.join(specs)}")
+    if problems:
+        raise SpecError(problems)
+    return specs

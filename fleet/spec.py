@@ -1,0 +1,270 @@
+"""The declared service of one GPU class: the single source of truth.
+
+group_data/<class>.py holds plain data; these models validate it. The unit file,
+the dry-run diff, the preflight guards, `make verify` and the README's spec
+reference all come from here. Every default is documented where it is declared.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+# SGLang 0.5.23's built-in speculative algorithms (its --help lists them); DDTREE is
+# not among them: it is upstream PR 29907, provisional, and needs an engine that has it.
+SGLANG_0523_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError("an absolute path")
+    return path
+
+
+AbsPath = Annotated[str, AfterValidator(_absolute)]
+
+UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:-]+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Strict(BaseModel):
+    # Typos must not pass silently: every unknown key is an error.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuClass(Strict):
+    """What a host of this class must have, as nvidia-smi reports it."""
+
+    accepted_models: list[str] = Field(
+        min_length=1,
+        description="Exact nvidia-smi `name` values this class accepts. No substring match: "
+        "'NVIDIA RTX 6000 Ada Generation' is not an RTX PRO 6000.",
+    )
+    gpu_count: int = Field(ge=1, le=16, description="GPUs the host must have (at least).")
+    min_memory_mib: int = Field(ge=1, description="Memory each GPU must have, in MiB (memory.total).")
+    shared: bool = Field(
+        False,
+        description="True if other GPU processes may run beside the service; "
+        "False refuses a host whose GPUs are held by anything undeclared.",
+    )
+
+    @field_validator("accepted_models")
+    @classmethod
+    def _no_blank_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name != name.strip() or not name:
+                raise ValueError(f"model name {name!r} must be an exact nvidia-smi name (no padding)")
+        return names
+
+
+class Service(Strict):
+    """The SGLang server: one systemd unit per host."""
+
+    unit: str = Field("sglang", description="systemd unit name, without `.service`.")
+    launcher: AbsPath = Field(
+        "/opt/sglang/bin/python",
+        description="Interpreter of the SGLang environment; runs `-m sglang.launch_server`.",
+    )
+    model_path: AbsPath = Field(description="Target model directory on the host.")
+    served_model_name: str = Field(description="Name clients use in the OpenAI API (`model`).")
+    host: str = Field("127.0.0.1", description="Bind address (SGLang's default is 127.0.0.1).")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port (SGLang's default is 30000).")
+    tp_size: int = Field(1, ge=1, description="Tensor parallel size; must divide the class's GPU count.")
+    mem_fraction: float = Field(
+        0.85, gt=0, lt=1, description="--mem-fraction-static: share of GPU memory for weights and KV cache."
+    )
+    context_length: int | None = Field(None, ge=1, description="--context-length; unset = the model's own.")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code.")
+    enable_metrics: bool = Field(True, description="--enable-metrics (Prometheus /metrics).")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Further SGLang flags, verbatim, appended to ExecStart."
+    )
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the unit (written to its environment file)."
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="API key for /v1/*. Never written into the unit: it goes to a 0600 file "
+        "the unit reads, and is never printed. Read it from the operator's environment.",
+    )
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_name(cls, v: str) -> str:
+        if v.endswith(".service") or not UNIT_NAME.match(v):
+            raise ValueError("a systemd unit name without '.service', letters, digits and @_.:- only")
+        return v
+
+    @field_validator("environment")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not a valid name")
+            if "\n" in value:
+                raise ValueError(f"environment variable {name} holds a newline")
+        return env
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args(cls, args: list[str]) -> list[str]:
+        owned = {"--api-key", "--speculative-algorithm", "--model-path", "--port", "--host"}
+        for a in args:
+            if a.split("=", 1)[0] in owned:
+                raise ValueError(f"{a.split('=', 1)[0]} is set by its own field, not extra_args")
+        return args
+
+
+
+
+class NoSpeculation(Strict):
+    """Plain decoding."""
+
+    algorithm: Literal["none"]
+
+
+class EagleFamily(Strict):
+    """EAGLE, EAGLE3, NEXTN (alias of EAGLE) and STANDALONE draft-model speculation."""
+
+    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"]
+    draft_model_path: AbsPath | None = Field(
+        None,
+        description="Draft model directory. Required for EAGLE3 and STANDALONE: without it SGLang "
+        "loads the target as its own draft and crashes later (sglang issue 36528). EAGLE/NEXTN "
+        "may omit it only if the target has built-in draft (MTP) layers; preflight checks.",
+    )
+    num_steps: int | None = Field(None, ge=1, le=64, description="--speculative-num-steps.")
+    topk: int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk.")
+    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens.")
+
+    @model_validator(mode="after")
+    def _sglang_rules(self) -> EagleFamily:
+        if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path:
+            raise ValueError(
+                f"{self.algorithm} needs draft_model_path: without it SGLang loads the target "
+                "as its own draft (sglang issue 36528)"
+            )
+        if self.num_steps is None and (self.topk is not None or self.num_draft_tokens is not None):
+            raise ValueError("topk and num_draft_tokens need num_steps (SGLang refuses them alone)")
+        if self.topk == 1 and self.num_steps is not None and self.num_draft_tokens is not None:
+            if self.num_draft_tokens != self.num_steps + 1:
+                raise ValueError("with topk 1, num_draft_tokens must be num_steps + 1")
+        return self
+
+
+class Ngram(Strict):
+    """N-gram lookup speculation (no draft model)."""
+
+    algorithm: Literal["NGRAM"]
+    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Draft tokens; SGLang's default is 12.")
+    topk: int | None = Field(None, ge=1, le=64, description="Maximum BFS breadth of the n-gram tree.")
+
+
+class DFlash(Strict):
+    """Linear DFlash (block diffusion draft, z-lab/dflash): SGLang 0.5.23's DFLASH."""
+
+    algorithm: Literal["DFLASH"]
+    draft_model_path: AbsPath = Field(description="DFlash draft directory (required by SGLang).")
+    block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
+
+
+class DDTree(Strict):
+    """DDTree: DFlash draft tree verified in one target pass. PROVISIONAL: rendered as
+    sglang PR 29907 proposes; SGLang 0.5.23 has no DDTree and preflight refuses it there.
+    It is never served as linear DFLASH."""
+
+    algorithm: Literal["DDTREE"]
+    draft_model_path: AbsPath = Field(description="DFlash draft directory the tree is built from.")
+    block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
+    tree_budget: int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step.")
+
+
+Speculative = Annotated[
+    Union[NoSpeculation, EagleFamily, Ngram, DFlash, DDTree],
+    Field(discriminator="algorithm"),
+]
+
+
+class Readiness(Strict):
+    """How long and how often the rollout waits for the new service."""
+
+    load_timeout_s: float = Field(
+        1200, gt=0, description="Give up (and roll back) if /health is not 200 by then. "
+        "Sized for a 27B model load from local NVMe plus CUDA graph capture."
+    )
+    poll_interval_s: float = Field(1.0, gt=0, le=2, description="Seconds between polls; a crash is seen within one.")
+    progress_every_s: float = Field(15, gt=0, description="Print elapsed time and state this often while waiting.")
+    workload_release_timeout_s: float = Field(
+        120, gt=0, description="How long stopped workloads get to release GPU memory."
+    )
+
+
+class Smoke(Strict):
+    """The OpenAI-API chat completion that must succeed after a rollout."""
+
+    prompt: str = Field("Say hello in one short sentence.", min_length=1)
+    max_tokens: int = Field(16, ge=1, le=512)
+    timeout_s: float = Field(120, gt=0)
+
+
+class ClassSpec(Strict):
+    """Everything declared for one GPU class (one group_data file over all.py)."""
+
+    gpu_class: GpuClass
+    service: Service
+    speculative: Speculative = Field(
+        default_factory=lambda: NoSpeculation(algorithm="none"),
+        description="Discriminated on `algorithm`: none, EAGLE/EAGLE3/NEXTN/STANDALONE, NGRAM, DFLASH, DDTREE.",
+    )
+    workloads: list[str] = Field(
+        default_factory=list,
+        description="systemd units that hold the GPUs and must be stopped first (e.g. dflash-train.service).",
+    )
+    readiness: Readiness = Field(default_factory=Readiness)
+    smoke: Smoke = Field(default_factory=Smoke)
+
+    @field_validator("workloads")
+    @classmethod
+    def _workload_units(cls, units: list[str]) -> list[str]:
+        for u in units:
+            if not UNIT_NAME.match(u):
+                raise ValueError(f"{u!r} is not a systemd unit name")
+        return [u if "." in u else f"{u}.service" for u in units]
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ClassSpec:
+        if self.gpu_class.gpu_count % self.service.tp_size:
+            raise ValueError(
+                f"service.tp_size {self.service.tp_size} does not divide gpu_class.gpu_count "
+                f"{self.gpu_class.gpu_count}"
+            )
+        if self.service.unit + ".service" in self.workloads:
+            raise ValueError(f"workloads lists the service's own unit {self.service.unit}.service")
+        return self
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.service.unit}.service"
+
+    @property
+    def env_file(self) -> str:
+        return f"/etc/sglang/{self.service.unit}.env"
+
+    @property
+    def secret_file(self) -> str:
+        return f"/etc/sglang/{self.service.unit}.secret"
+
+
+ALGORITHM_TAGS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DDTREE")
+
+# The top-level names a group_data file may define (pyinfra merges them per host).
+SPEC_KEYS = tuple(ClassSpec.model_fields)
