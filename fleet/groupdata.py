@@ -8,6 +8,7 @@ exactly what deploy.py sees on a host.
 from __future__ import annotations
 
 import runpy
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,27 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     if problems:
         raise SpecError(problems)
     return specs
+
+
+def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> None:
+    """Called at the end of an inventory file: refuse to connect anywhere if the data is wrong.
+
+    inventory_namespace is the inventory module's globals(); groups are its public lists,
+    as pyinfra reads them.
+    """
+    groups: dict[str, list[str]] = {}
+    hosts_data: dict[str, dict] = {}
+    for name, value in inventory_namespace.items():
+        if name.startswith("_") or not isinstance(value, list):
+            continue
+        for entry in value:
+            host, data = entry if isinstance(entry, tuple) else (entry, {})
+            groups.setdefault(name, []).append(host)
+            hosts_data.setdefault(host, {}).update(data)
+    try:
+        check_inventory(groups, hosts_data, group_dir)
+    except SpecError as e:
+        print("group_data / inventory check failed; no host was contacted:", file=sys.stderr)
+        for problem in e.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        raise SystemExit(2) from None

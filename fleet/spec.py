@@ -33,6 +33,7 @@ def _absolute(path: str) -> str:
 AbsPath = Annotated[str, AfterValidator(_absolute)]
 
 UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:-]+$")
+API_KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{8,}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -96,6 +97,14 @@ class Service(Strict):
         description="API key for /v1/*. Never written into the unit: it goes to a 0600 file "
         "the unit reads, and is never printed. Read it from the operator's environment.",
     )
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_chars(cls, v: SecretStr | None) -> SecretStr | None:
+        # Plain characters only: the key is read back by systemd and by a shell on the host.
+        if v is not None and not API_KEY.match(v.get_secret_value()):
+            raise ValueError("8 or more of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)")
+        return v
 
     @field_validator("unit")
     @classmethod
@@ -219,8 +228,8 @@ class Smoke(Strict):
 class ClassSpec(Strict):
     """Everything declared for one GPU class (one group_data file over all.py)."""
 
-    gpu_class: GpuClass
-    service: Service
+    gpu_class: GpuClass = Field(description="Which GPUs a host of this class must have (preflight refuses others).")
+    service: Service = Field(description="The SGLang server unit.")
     speculative: Speculative = Field(
         default_factory=lambda: NoSpeculation(algorithm="none"),
         description="Discriminated on `algorithm`: none, EAGLE/EAGLE3/NEXTN/STANDALONE, NGRAM, DFLASH, DDTREE.",
@@ -229,8 +238,8 @@ class ClassSpec(Strict):
         default_factory=list,
         description="systemd units that hold the GPUs and must be stopped first (e.g. dflash-train.service).",
     )
-    readiness: Readiness = Field(default_factory=Readiness)
-    smoke: Smoke = Field(default_factory=Smoke)
+    readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
+    smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
 
     @field_validator("workloads")
     @classmethod
@@ -250,6 +259,12 @@ class ClassSpec(Strict):
         if self.service.unit + ".service" in self.workloads:
             raise ValueError(f"workloads lists the service's own unit {self.service.unit}.service")
         return self
+
+    @property
+    def model_paths(self) -> list[str]:
+        """Target first, then the draft if the algorithm has one."""
+        draft = getattr(self.speculative, "draft_model_path", None)
+        return [self.service.model_path] + ([draft] if draft else [])
 
     @property
     def unit_file(self) -> str:

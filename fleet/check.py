@@ -1,0 +1,30 @@
+"""`make check`: validate every group_data file (and an inventory) offline; exit 2 naming each problem."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from fleet.groupdata import SpecError, load_class_specs
+
+
+def main(argv: list[str]) -> int:
+    group_dir = Path("group_data")
+    try:
+        specs = load_class_specs(group_dir)
+    except SpecError as e:
+        print(f"{len(e.problems)} problem(s) in {group_dir}/:", file=sys.stderr)
+        for p in e.problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 2
+    for inventory in argv:
+        runpy.run_path(inventory)  # the inventory validates itself (check_or_exit) before anything connects
+    for group, spec in specs.items():
+        print(f"ok  {group_dir}/{group}.py: {spec.service.served_model_name} on {spec.gpu_class.gpu_count}x "
+              f"{spec.gpu_class.accepted_models[0]}, speculative {spec.speculative.algorithm}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

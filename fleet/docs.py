@@ -1,0 +1,81 @@
+"""The README's spec reference, generated from the pydantic models (one source of truth).
+
+    python -m fleet.docs          # print it
+    python -m fleet.docs --write  # rewrite README.md between the markers
+tests/unit/test_docs.py fails when README.md is out of date.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, GpuClass, Ngram, NoSpeculation, Readiness, Service, Smoke
+
+START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
+SECTIONS: list[tuple[str, type[BaseModel]]] = [
+    ("gpu_class", GpuClass),
+    ("service", Service),
+    ("speculative (algorithm = none)", NoSpeculation),
+    ("speculative (algorithm = EAGLE | EAGLE3 | NEXTN | STANDALONE)", EagleFamily),
+    ("speculative (algorithm = NGRAM)", Ngram),
+    ("speculative (algorithm = DFLASH)", DFlash),
+    ("speculative (algorithm = DDTREE, provisional)", DDTree),
+    ("readiness", Readiness),
+    ("smoke", Smoke),
+]
+
+
+def _type(annotation) -> str:
+    text = getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else None
+    return text or str(annotation).replace("typing.", "")
+
+
+def _default(field) -> str:
+    if field.default is not PydanticUndefined:
+        return f"`{field.default!r}`" if field.default is not None else "unset"
+    if field.default_factory is not None:
+        value = field.default_factory()
+        return "`[]`" if value == [] else "`{}`" if value == {} else "see its table"
+    return "**required**"
+
+
+def reference() -> str:
+    out = [
+        "Each group_data file defines these top-level names (all.py gives defaults; a class file's name "
+        f"replaces all.py's whole): {', '.join(f'`{k}`' for k in ClassSpec.model_fields)}. "
+        "Unknown keys are errors.",
+        "",
+        "| top-level name | default | meaning |",
+        "|---|---|---|",
+    ]
+    for name, field in ClassSpec.model_fields.items():
+        out.append(f"| `{name}` | {_default(field)} | {field.description or ''} |")
+    for title, model in SECTIONS:
+        out += ["", f"#### `{title}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            desc = (field.description or (model.__doc__ or "").strip().splitlines()[0]).replace("|", "\\|")
+            kind = _type(field.annotation).replace("|", "\\|")
+            out.append(f"| `{name}` | {kind} | {_default(field)} | {desc} |")
+    return "\n".join(out) + "\n"
+
+
+def rewrite(readme: Path) -> bool:
+    text = readme.read_text()
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    new = f"{head}{START}\n{reference()}{END}{tail}"
+    changed = new != text
+    readme.write_text(new)
+    return changed
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        rewrite(Path(__file__).resolve().parent.parent / "README.md")
+    else:
+        print(reference())

@@ -1,0 +1,173 @@
+"""The readiness gate and the smoke test, as plain functions over what the host answered.
+
+Only `/health` == 200 means serving: systemd's "active" does not (the model load can
+die minutes later) and neither does `/v1/models` (it answers before warm-up ends).
+A crash or a restart of the unit ends the wait at the next poll, not at the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from fleet.spec import ClassSpec
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll: the unit as systemd sees it, and the HTTP status of /health (0 = no answer)."""
+
+    active_state: str
+    sub_state: str
+    main_pid: int
+    n_restarts: int
+    result: str
+    health: int
+
+    def describe(self) -> str:
+        port = "port closed" if self.health == 0 else f"/health {self.health}"
+        return f"unit {self.active_state} ({self.sub_state}), pid {self.main_pid or '-'}, {port}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    done: bool
+    ready: bool
+    reason: str
+    elapsed_s: float = 0.0
+
+
+WAITING = Verdict(False, False, "")
+
+
+def local_address(spec: ClassSpec) -> str:
+    """Where the gate reaches the service from the host itself (it may bind 127.0.0.1 only)."""
+    host = spec.service.host
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def base_url(spec: ClassSpec) -> str:
+    return f"http://{local_address(spec)}:{spec.service.port}"
+
+
+def poll_command(spec: ClassSpec) -> str:
+    unit = shlex.quote(spec.service.unit + ".service")
+    return (
+        f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result {unit}; "
+        f"echo health=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 2 {base_url(spec)}/health)"
+    )
+
+
+def parse_observation(stdout: str) -> Observation:
+    kv = dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+    health = kv.get("health", "").strip()
+    return Observation(
+        active_state=kv.get("ActiveState", "unknown"),
+        sub_state=kv.get("SubState", "unknown"),
+        main_pid=int(kv.get("MainPID") or 0),
+        n_restarts=int(kv.get("NRestarts") or 0),
+        result=kv.get("Result", ""),
+        health=int(health) if health.isdigit() else 0,
+    )
+
+
+def judge(start: Observation, now: Observation, elapsed: float, timeout: float) -> Verdict:
+    """start: the first poll after (re)starting the unit; now: the latest one."""
+    if now.active_state in ("failed", "inactive") or now.sub_state in ("auto-restart", "dead"):
+        return Verdict(
+            True, False, f"the unit stopped: {now.active_state} ({now.sub_state}, result {now.result})", elapsed
+        )
+    if now.n_restarts > start.n_restarts or (start.main_pid and now.main_pid != start.main_pid):
+        return Verdict(
+            True, False, f"the unit restarted (pid {start.main_pid} -> {now.main_pid}): the server died", elapsed
+        )
+    if now.health == 200 and now.active_state == "active":
+        return Verdict(True, True, f"/health 200 after {elapsed:.1f}s", elapsed)
+    if elapsed >= timeout:
+        return Verdict(True, False, f"not ready after {timeout:g}s (load_timeout_s): {now.describe()}", elapsed)
+    return WAITING
+
+
+# --- smoke test -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SmokeResult:
+    ok: bool
+    reason: str
+    latency_s: float = 0.0
+    completion_tokens: int = 0
+    tokens_per_s: float = 0.0
+    accept_length: float | None = None
+    text: str = ""
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"FAILED: {self.reason}"
+        accept = f", accept length {self.accept_length:.2f}" if self.accept_length is not None else ""
+        return f"{self.latency_s * 1000:.0f} ms, {self.tokens_per_s:.1f} tok/s{accept}"
+
+
+SERVER_INFO_MARK = "---server_info---"
+
+
+def smoke_command(spec: ClassSpec) -> str:
+    """Chat completion then /server_info, run on the host; the API key is read there, never sent from here."""
+    body = json.dumps(
+        {
+            "model": spec.service.served_model_name,
+            "messages": [{"role": "user", "content": spec.smoke.prompt}],
+            "temperature": 0,
+            "max_tokens": spec.smoke.max_tokens,
+        }
+    )
+    auth = ""
+    if spec.service.api_key is not None:
+        auth = f'set -a; . {shlex.quote(spec.secret_file)}; set +a; '
+        auth_header = '-H "Authorization: Bearer $SGLANG_API_KEY" '
+    else:
+        auth_header = ""
+    url = base_url(spec)
+    return (
+        f"{auth}curl -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
+        f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url}/v1/chat/completions; "
+        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {url}/server_info"
+    )
+
+
+def parse_smoke(stdout: str) -> SmokeResult:
+    chat, _, info = stdout.partition(SERVER_INFO_MARK)
+    lines = chat.strip().splitlines()
+    status = dict(kv.split("=", 1) for kv in (lines[-1].split() if lines else []) if "=" in kv)
+    body = "\n".join(lines[:-1])
+    if status.get("http") != "200":
+        return SmokeResult(False, f"chat completion answered HTTP {status.get('http', 'nothing')}: {body[:200]}")
+    try:
+        reply = json.loads(body)
+        text = reply["choices"][0]["message"]["content"] or ""
+        tokens = int(reply.get("usage", {}).get("completion_tokens", 0))
+    except (ValueError, KeyError, IndexError, TypeError):
+        return SmokeResult(False, f"chat completion is not OpenAI-shaped JSON: {body[:200]}")
+    if not text.strip():
+        return SmokeResult(False, "chat completion returned empty text")
+    latency = float(status.get("time", "0") or 0)
+    accept = None
+    try:
+        states = json.loads(info).get("internal_states") or []
+        values = [s["avg_spec_accept_length"] for s in states if s.get("avg_spec_accept_length") is not None]
+        accept = float(values[0]) if values else None
+    except (ValueError, AttributeError, TypeError):
+        pass
+    return SmokeResult(
+        True,
+        "ok",
+        latency_s=latency,
+        completion_tokens=tokens,
+        tokens_per_s=tokens / latency if latency > 0 else 0.0,
+        accept_length=accept,
+        text=text.strip(),
+    )

@@ -1,0 +1,74 @@
+"""The per-host table a run ends with: class, GPUs found, action, verdict, reasons."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass
+class HostReport:
+    host: str
+    gpu_class: str = "-"
+    gpus: str = "-"
+    action: str = "-"
+    verdict: str = "pending"
+    ready_s: float | None = None
+    smoke: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+
+def describe_gpus(names: list[str]) -> str:
+    """['NVIDIA RTX A6000', 'NVIDIA RTX A6000'] -> '2x NVIDIA RTX A6000'."""
+    if not names:
+        return "none"
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(f"{c}x {n}" for n, c in counts.items())
+
+
+def table(reports: list[HostReport]) -> str:
+    head = ("host", "class", "GPUs found", "action", "verdict", "ready", "smoke")
+    rows = [
+        (
+            r.host,
+            r.gpu_class,
+            r.gpus,
+            r.action,
+            r.verdict,
+            f"{r.ready_s:.1f}s" if r.ready_s is not None else "-",
+            r.smoke or "-",
+        )
+        for r in sorted(reports, key=lambda r: r.host)
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    for r, row in zip(sorted(reports, key=lambda r: r.host), rows):
+        out.append(fmt.format(*row))
+        out += [f"    - {reason}" for reason in r.reasons]
+    return "\n".join(out)
+
+
+class RunReport:
+    """One per pyinfra run: deploy.py is executed once per host in one process."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.hosts: dict[str, HostReport] = {}
+        self._registered = False
+
+    def host(self, name: str) -> HostReport:
+        if not self._registered:
+            atexit.register(self.print)
+            self._registered = True
+        return self.hosts.setdefault(name, HostReport(name))
+
+    def print(self) -> None:
+        if self.hosts:
+            print(f"\n--> {self.title}\n{table(list(self.hosts.values()))}", file=sys.stderr, flush=True)
+
+
+RUN = RunReport("SGLang fleet rollout summary")

@@ -1,0 +1,25 @@
+"""Example fleet: hosts grouped by GPU class, one pyinfra group per group_data file.
+
+These hosts are examples (the reserved .example domain): no test ever contacts them.
+Use your own file with INVENTORY=path, or the lab's: `make deploy INVENTORY=.lab/inventory.py`.
+"""
+
+from fleet.groupdata import check_or_exit
+
+_ssh = {"ssh_user": "root", "ssh_key": "~/.ssh/id_ed25519"}
+
+pro6000 = [
+    ("gpu-pro6000-01.fleet.example", {**_ssh}),
+    ("gpu-pro6000-02.fleet.example", {**_ssh}),
+]
+
+a6000 = [
+    ("gpu-a6000-01.fleet.example", {**_ssh}),
+]
+
+h200 = [
+    ("gpu-h200-01.fleet.example", {**_ssh, "ssh_port": 2222}),
+]
+
+# Validate group_data and this file before pyinfra connects to anything.
+check_or_exit(globals())

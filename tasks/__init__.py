@@ -1,0 +1,1 @@
+"""pyinfra task files: one per stage of the runbook that deploy.py reads as."""

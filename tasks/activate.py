@@ -1,0 +1,141 @@
+"""Activate: restart only if a file changed, wait for real readiness, smoke-test, or roll back.
+
+Runs at execution time inside one python.call, so the gate sees the unit as it is
+after the restart: a crash or a restart ends the wait at the next poll.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyinfra.operations import python
+
+from fleet import gate, rollout
+from fleet.report import RUN
+from fleet.spec import ClassSpec
+from tasks.common import run
+from tasks.preflight import Preflight
+
+
+def service(pf: Preflight, file_ops: list, backup_stamp: str | None, lock: bool) -> None:
+    python.call(
+        name=f"Activate {pf.spec.service.unit}.service (restart if changed, wait for /health, smoke test)",
+        function=_activate,
+        pf=pf,
+        file_ops=file_ops,
+        backup_stamp=backup_stamp,
+        lock=lock,
+    )
+
+
+def take_lock(pf: Preflight) -> None:
+    python.call(name="Take the deploy lock", function=_take_lock, pf=pf)
+
+
+def _take_lock(state, host, pf: Preflight) -> bool:
+    ok, out = run(host, rollout.lock_command(pf.spec, rollout.lock_owner(), pf.take_over_stale_lock))
+    if not ok:
+        host.log_styled(f"{host.name}: deploy lock: expected none, found {out.strip()}", fg="red")
+        RUN.host(host.name).verdict = "REFUSED"
+        RUN.host(host.name).reasons.append(f"another deploy holds the lock: {out.strip()}")
+    return ok
+
+
+def wait_ready(host, spec: ClassSpec) -> gate.Verdict:
+    """Poll the unit and /health from the host until ready, failed, or the load timeout."""
+    r = spec.readiness
+    started = time.monotonic()
+    command = gate.poll_command(spec)
+    _, out = run(host, command)
+    first = gate.parse_observation(out)
+    last_progress = started
+    while True:
+        _, out = run(host, command)
+        now = gate.parse_observation(out)
+        elapsed = time.monotonic() - started
+        verdict = gate.judge(first, now, elapsed, r.load_timeout_s)
+        if verdict.done:
+            return verdict
+        if time.monotonic() - last_progress >= r.progress_every_s:
+            host.log(f"waiting for /health: {elapsed:.0f}s of {r.load_timeout_s:g}s, {now.describe()}")
+            last_progress = time.monotonic()
+        time.sleep(r.poll_interval_s)
+
+
+def _restart(host, spec: ClassSpec) -> bool:
+    unit = spec.service.unit + ".service"
+    ok, out = run(host, f"systemctl daemon-reload && systemctl enable --quiet {unit} && systemctl restart {unit}")
+    if not ok:
+        host.log_styled(f"systemctl could not start {unit}: {out}", fg="red")
+    return ok
+
+
+def _journal(host, spec: ClassSpec) -> None:
+    _, out = run(host, rollout.journal_command(spec))
+    host.log_styled(f"last journal lines of {spec.service.unit}.service:", fg="yellow")
+    for line in out.splitlines():
+        host.log(f"  | {line}")
+
+
+def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | None, lock: bool) -> bool:
+    spec, report = pf.spec, RUN.host(host.name)
+    record = {"time": int(time.time()), "by": rollout.lock_owner()["holder"], "group": pf.group,
+              "algorithm": spec.speculative.algorithm}
+    try:
+        changed = any(op.did_change() for op in file_ops)
+        active = pf.facts.units.get(spec.service.unit + ".service")
+        if not changed and active is not None and active.active_state == "active":
+            report.action = "no restart (nothing changed)"
+            report.verdict = "OK"
+            return True
+        report.action = "restart" if changed else "start"
+        host.log(f"{report.action} {spec.service.unit}.service: waiting for /health (not 'active', not /v1/models)")
+        verdict = wait_ready(host, spec) if _restart(host, spec) else gate.Verdict(True, False, "systemctl failed")
+        if verdict.ready:
+            report.ready_s = verdict.elapsed_s
+            _, out = run(host, gate.smoke_command(spec), timeout=spec.smoke.timeout_s + 15)
+            smoke = gate.parse_smoke(out)
+            report.smoke = smoke.summary()
+            record.update(result="ok" if smoke.ok else "smoke-failed", ready=verdict.reason, smoke=smoke.summary())
+            if smoke.ok:
+                host.log_styled(f"serving: {verdict.reason}; smoke test {smoke.summary()}: {smoke.text!r}", fg="green")
+                report.verdict = "OK"
+                return True
+            verdict = gate.Verdict(True, False, f"smoke test failed: {smoke.reason}")
+        host.log_styled(f"{spec.service.unit}.service did not become ready: {verdict.reason}", fg="red")
+        record.update(result="failed", reason=verdict.reason)
+        _journal(host, spec)
+        report.reasons.append(verdict.reason)
+        report.verdict = _roll_back(host, pf, backup_stamp, report)
+        record["rollback"] = report.verdict
+        return False
+    finally:
+        run(host, rollout.record_command(spec, record))
+        if lock:
+            run(host, rollout.unlock_command(spec))
+
+
+def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
+    spec = pf.spec
+    unit = spec.service.unit + ".service"
+    backup = f"{rollout.state_dir(spec)}/backups/{backup_stamp}" if backup_stamp else None
+    has_backup = backup is not None and run(host, f"test -e {backup}/{unit}")[0]
+    if not has_backup:
+        # First install: nothing to return to. Free the GPUs, keep the files for inspection.
+        run(host, f"systemctl stop {unit}; systemctl disable --quiet {unit}")
+        host.log_styled(f"first install failed: {unit} stopped and disabled, GPUs released", fg="red")
+        report.action = "install failed, stopped"
+        return "FAILED (stopped)"
+    host.log_styled(f"rolling back to {backup}", fg="yellow")
+    ok, out = run(host, rollout.restore_command(spec, backup))
+    if ok and _restart(host, spec):
+        verdict = wait_ready(host, spec)
+        if verdict.ready:
+            host.log_styled(f"rolled back: the previous service is serving again ({verdict.reason})", fg="yellow")
+            report.action = f"rolled back to {backup_stamp}"
+            return "FAILED (rolled back)"
+        report.reasons.append(f"the restored service did not come back either: {verdict.reason}")
+    else:
+        report.reasons.append(f"restore failed: {out}")
+    host.log_styled("ROLLBACK FAILED: the previous service is not serving", fg="red")
+    return "FAILED (rollback failed)"

@@ -1,0 +1,103 @@
+"""Preflight: every read-only check, before any change. A refused host gets no change at all."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.facts.server import Command
+from pyinfra.operations import python
+
+from facts.preflight import HostSnapshot
+from fleet import guards, rollout
+from fleet.groupdata import SpecError, class_files, validate_class
+from fleet.parse import HostFacts
+from fleet.report import RUN, describe_gpus
+from fleet.spec import ClassSpec
+
+
+@dataclass
+class Preflight:
+    group: str
+    spec: ClassSpec
+    facts: HostFacts
+    take_over_stale_lock: bool
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _refuse(state, host, reasons):
+    # Returning False fails the host cleanly: pyinfra runs nothing after it there.
+    host.log_styled(f"refused, nothing changed ({len(reasons)} failed checks)", fg="red")
+    return False
+
+
+def check(group_dir: str = "group_data") -> Preflight | None:
+    """Gather the host's facts in one round trip, judge them, and refuse the host if anything fails."""
+    report = RUN.host(host.name)
+    classes = [g for g in host.groups if g in class_files(Path(group_dir))]
+    report.gpu_class = ",".join(classes) or "-"
+    try:
+        if len(classes) != 1:
+            raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
+        group = classes[0]
+        spec = validate_class(f"{group_dir}/{group}.py", host.data.dict())
+    except SpecError as e:
+        return _refused(report, e.problems)
+
+    facts = host.get_fact(
+        HostSnapshot,
+        launcher=spec.service.launcher,
+        model_paths=spec.model_paths,
+        units=[spec.service.unit + ".service", *spec.workloads],
+    )
+    report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.gpus else facts.gpus.status
+    violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
+
+    lock = rollout.judge_lock(
+        host.get_fact(Command, command=rollout.lock_read_command(spec)) or "",
+        time.time(),
+        rollout.stale_after(spec),
+        _pid_alive,
+    )
+    if lock.held and not lock.stale:
+        violations.append(f"{host.name}: deploy lock: expected no other deploy, found {lock.message}")
+    elif lock.stale:
+        host.log_styled(f"{lock.message}; taking it over", fg="yellow")
+
+    if violations:
+        return _refused(report, violations)
+    report.verdict = "passed preflight"
+    return Preflight(group, spec, facts, take_over_stale_lock=lock.stale)
+
+
+def _refused(report, reasons: list[str]) -> None:
+    report.verdict = "REFUSED"
+    report.action = "none"
+    report.reasons = reasons
+    for r in reasons:
+        host.log_styled(r, fg="red", log_func=logger.error)
+    python.call(name="Refuse host (preflight failed)", function=_refuse, reasons=reasons)
+    return None
+
+
+def serving(pf: Preflight) -> bool:
+    unit = pf.facts.units.get(pf.spec.service.unit + ".service")
+    return unit is not None and unit.active_state == "active" and unit.unit_file_state == "enabled"
+
+
+def nothing_to_do(pf: Preflight) -> None:
+    report = RUN.host(host.name)
+    report.action = "none (already as declared)"
+    report.verdict = "OK"

@@ -1,0 +1,82 @@
+"""Per host: the service is what group_data declares, and it really serves."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from facts.gpu import GpuInventory
+from fleet import guards
+from fleet.gate import base_url
+from fleet.parse import parse_gpu_inventory
+from fleet.render import API_KEY_REF, render_env, render_unit, server_argv
+
+
+def _curl(node, target, path: str) -> tuple[int, str]:
+    spec = target.spec
+    auth = ""
+    if spec.service.api_key is not None and path.startswith("/v1/"):
+        auth = f'set -a; . {shlex.quote(spec.secret_file)}; set +a; '
+        header = '-H "Authorization: Bearer $SGLANG_API_KEY" '
+    else:
+        header = ""
+    out = node.check_output(
+        f"{auth}curl -s --max-time 10 {header}-w '\\n%{{http_code}}' {base_url(spec)}{path} || true"
+    )
+    body, _, code = out.rpartition("\n")
+    return int(code) if code.isdigit() else 0, body
+
+
+def test_gpus_match_the_class(node, target):
+    out = node.run(GpuInventory().command()).stdout
+    violations = guards.gpu_violations(target.name, target.spec, parse_gpu_inventory(out))
+    assert not violations, "\n".join(map(str, violations))
+
+
+def test_unit_enabled_and_active(node, target):
+    svc = node.service(target.spec.service.unit)
+    assert svc.is_enabled, f"{target.spec.service.unit}.service is not enabled"
+    assert svc.is_running, f"{target.spec.service.unit}.service is not active"
+
+
+def test_port_listening_on_configured_address(node, target):
+    s = target.spec.service
+    assert node.socket(f"tcp://{s.host}:{s.port}").is_listening, f"nothing listens on {s.host}:{s.port}"
+
+
+def test_health_is_200(node, target):
+    code, body = _curl(node, target, "/health")
+    assert code == 200, f"/health answered {code}: {body[:200]}"
+
+
+def test_models_lists_served_model_name(node, target):
+    code, body = _curl(node, target, "/v1/models")
+    assert code == 200, f"/v1/models answered {code}"
+    ids = [m["id"] for m in json.loads(body)["data"]]
+    assert target.spec.service.served_model_name in ids
+
+
+def test_deployed_unit_and_command_match_spec(node, target):
+    spec = target.spec
+    assert node.file(spec.unit_file).content_string == render_unit(spec, target.group)
+    assert node.file(spec.env_file).content_string == render_env(spec)
+    pid = node.check_output(f"systemctl show -p MainPID --value {spec.service.unit}.service")
+    # argv[0] is whatever the interpreter's symlink chain leaves; the flags must match exactly.
+    argv = node.file(f"/proc/{pid}/cmdline").content_string.split("\0")[1:-1]
+    expected = server_argv(spec)[1:]
+    masked = [("<api key>" if e == API_KEY_REF else a) for a, e in zip(argv, expected)]
+    assert masked == [("<api key>" if e == API_KEY_REF else e) for e in expected]
+
+
+def test_declared_workloads_stopped(node, target):
+    for unit in target.spec.workloads:
+        assert not node.service(unit).is_running, f"workload {unit} is still running"
+
+
+def test_secret_file_is_0600(node, target):
+    spec = target.spec
+    f = node.file(spec.secret_file)
+    if spec.service.api_key is None:
+        assert not f.exists, f"{spec.secret_file} exists but the spec has no API key"
+    else:
+        assert f.exists and f.mode == 0o600 and f.user == "root"
