@@ -7,6 +7,7 @@ tests/unit/test_docs.py fails when README.md is out of date.
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from pathlib import Path
@@ -32,7 +33,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 
 def _type(annotation) -> str:
     text = getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else None
-    return text or str(annotation).replace("typing.", "")
+    text = text or str(annotation).replace("typing.", "").replace("pydantic.types.", "")
+    return re.sub(r"Annotated\[str, AfterValidator\(func=<function _absolute[^>]*>\)\]", "absolute path", text)
 
 
 def _default(field) -> str:
