@@ -1,0 +1,66 @@
+"""Helpers for end-to-end tests: run the real pyinfra deploy against the running lab."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+CODE = ("deploy.py", "tasks", "fleet", "facts", "templates")
+
+
+def workdir(tmp: Path, **overrides: str) -> Path:
+    """A copy of the deploy whose group_data/<class>.py gets extra lines (e.g. a short timeout)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in CODE:
+        (tmp / name).symlink_to(REPO / name)
+    shutil.copytree(REPO / "group_data", tmp / "group_data")
+    for group, text in overrides.items():
+        with open(tmp / "group_data" / f"{group}.py", "a") as f:
+            f.write("\n" + text + "\n")
+    return tmp
+
+
+def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`pyinfra -y <lab inventory> deploy.py`, as an operator runs it; output kept for the assertions."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+    p = subprocess.run(
+        [str(BIN / "pyinfra"), "-y", *args, str(lab.inventory), "deploy.py"],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )
+    p.out = p.stdout + p.stderr
+    return p
+
+
+def sh(lab, host: str, command: str) -> str:
+    p = lab.ssh(host, command, timeout=30)
+    return p.stdout.strip()
+
+
+def main_pid(lab, host: str, unit: str = "sglang.service") -> int:
+    return int(sh(lab, host, f"systemctl show -p MainPID --value {unit}") or 0)
+
+
+def health(lab, host: str, port: int = 30000) -> str:
+    return sh(lab, host, f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://127.0.0.1:{port}/health")
+
+
+def gpu_apps(lab, host: str) -> list[str]:
+    out = sh(lab, host, "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits")
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def records(lab, host: str) -> list[dict]:
+    out = sh(lab, host, "cat /var/lib/sglang-fleet/sglang/deploys.jsonl 2>/dev/null")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def summary_row(output: str, host: str) -> str:
+    """The host's row of the closing table."""
+    table = output.rsplit("SGLang fleet rollout summary", 1)[-1]
+    return next((line for line in table.splitlines() if line.startswith(host + " ")), "")

@@ -1,0 +1,67 @@
+"""Rollout in the lab: a crash or a hang rolls back to the service that was serving."""
+
+from __future__ import annotations
+
+import pytest
+from e2e import deploy, gpu_apps, health, records, sh, summary_row, workdir
+
+COMMON = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
+          'gpu_count = 1\ngpu_memory_mib = 97887\ndriver_version = "580.95.05"\n')
+NEXTN = 'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n'
+
+LAB = f"""
+[lab]
+name = "rolab"
+
+[[hosts]]
+name = "crash"
+{COMMON}{NEXTN}load = "crash"
+load_seconds = 2
+
+[[hosts]]
+name = "hang"
+{COMMON}{NEXTN}load = "hang"
+
+[[hosts]]
+name = "first-crash"
+{COMMON}load = "crash"
+load_seconds = 1
+"""
+
+SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "progress_every_s": 3, '
+                 '"workload_release_timeout_s": 30}')
+
+
+@pytest.fixture(scope="module")
+def rolled(lab_up, tmp_path_factory):
+    lab = lab_up(LAB)
+    return lab, deploy(lab, workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT))
+
+
+def test_run_fails_and_says_so(rolled):
+    _, run = rolled
+    assert run.returncode != 0
+    assert "rolled back" in summary_row(run.out, "crash"), run.out
+    assert "rolled back" in summary_row(run.out, "hang"), run.out
+
+
+def test_crash_rolls_back_and_nextn_answers_again(rolled):
+    lab, run = rolled
+    assert "the unit" in run.out and "Traceback" in run.out  # the journal excerpt is shown
+    assert "NEXTN" in sh(lab, "crash", "cat /etc/systemd/system/sglang.service")
+    assert health(lab, "crash") == "200"
+    assert records(lab, "crash")[-1]["result"] == "failed"
+
+
+def test_hang_ends_at_the_load_timeout_and_rolls_back(rolled):
+    lab, run = rolled
+    assert "not ready after 8s" in run.out
+    assert "NEXTN" in sh(lab, "hang", "cat /etc/systemd/system/sglang.service")
+    assert health(lab, "hang") == "200"
+
+
+def test_first_install_that_crashes_is_stopped_and_frees_the_gpu(rolled):
+    lab, run = rolled
+    assert "FAILED (stopped)" in summary_row(run.out, "first-crash"), run.out
+    assert sh(lab, "first-crash", "systemctl is-active sglang.service") != "active"
+    assert gpu_apps(lab, "first-crash") == []
