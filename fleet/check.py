@@ -6,11 +6,15 @@ import runpy
 import sys
 from pathlib import Path
 
-from fleet.groupdata import SpecError, load_class_specs
+from fleet.groupdata import SpecError, class_files, load_class_specs
 
 
 def main(argv: list[str]) -> int:
     group_dir = Path("group_data")
+    if not class_files(group_dir):
+        print(f"no GPU class files in {group_dir.resolve()}/: expected group_data/<class>.py "
+              "(run from the repo root)", file=sys.stderr)
+        return 2
     try:
         specs = load_class_specs(group_dir)
     except SpecError as e:

@@ -13,9 +13,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, ClassSpec
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -55,16 +55,29 @@ def spec_data(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith(CONNECTOR_PREFIXES)}
 
 
+def _redact(value: Any) -> Any:
+    """Any api_key, at any depth, shown as '***': a secret is never printed, not even a malformed one."""
+    if isinstance(value, dict):
+        return {k: "***" if k == "api_key" else _redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redact(v) for v in value)
+    if isinstance(value, SecretStr):
+        return "***"
+    return value
+
+
 def _show(loc: tuple, value: Any) -> str:
-    if "api_key" in loc:
-        return "'***'"  # never print a secret, not even a malformed one
-    text = repr(value)
+    text = repr("***" if "api_key" in loc else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _allowed(loc: tuple) -> str:
-    """The keys a model at `loc` accepts, to tell an operator what a typo should have been."""
+def _allowed(raw_loc: tuple) -> str:
+    """The keys a model at `raw_loc` (pydantic's path, union tag included) accepts, to tell an
+    operator what a typo should have been."""
     model: type[BaseModel] | None = ClassSpec
+    loc = raw_loc
+    if len(loc) > 2 and loc[0] == "speculative" and loc[1] in SPECULATIVE_MODELS:
+        model, loc = SPECULATIVE_MODELS[loc[1]], loc[2:]
     for part in loc[:-1]:
         field = model.model_fields.get(part) if model else None
         ann = getattr(field, "annotation", None)
@@ -87,7 +100,7 @@ def explain(source: str, err: ValidationError) -> list[str]:
         loc = _without_union_tag(e["loc"])
         field = ".".join(str(p) for p in loc) or "(top level)"
         if e["type"] == "extra_forbidden":
-            allowed = _allowed(loc)
+            allowed = _allowed(e["loc"])
             problems.append(
                 f"{source}: {field}: unknown key (value {_show(loc, e['input'])})"
                 + (f"; allowed keys: {allowed}" if allowed else "")

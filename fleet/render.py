@@ -34,8 +34,10 @@ def speculative_args(spec: ClassSpec) -> list[tuple[str, ...]]:
         args.append(("--speculative-draft-model-path", s.draft_model_path))
     if isinstance(s, EagleFamily) and s.num_steps is not None:
         args.append(("--speculative-num-steps", _num(s.num_steps)))
-    if isinstance(s, (EagleFamily, Ngram)) and s.topk is not None:
+    if isinstance(s, EagleFamily) and s.topk is not None:
         args.append(("--speculative-eagle-topk", _num(s.topk)))
+    if isinstance(s, Ngram) and s.max_bfs_breadth is not None:
+        args.append(("--speculative-ngram-max-bfs-breadth", _num(s.max_bfs_breadth)))
     if isinstance(s, (EagleFamily, Ngram)) and s.num_draft_tokens is not None:
         args.append(("--speculative-num-draft-tokens", _num(s.num_draft_tokens)))
     if isinstance(s, (DFlash, DDTree)):
@@ -84,7 +86,8 @@ def systemd_quote(token: str) -> str:
     escaped = token.replace("%", "%%").replace("$", "$$")
     if _PLAIN.match(escaped):
         return escaped
-    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    quoted = escaped.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{quoted}"'
 
 
 def env_quote(value: str) -> str:

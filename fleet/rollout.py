@@ -54,7 +54,7 @@ def backup_command(spec: ClassSpec, stamp: str) -> str:
     files = " ".join(shlex.quote(f) for f in managed_files(spec))
     root = shlex.quote(f"{state_dir(spec)}/backups")
     return (
-        f"set -e; umask 077; mkdir -p {d}; for f in {files}; do [ -e \"$f\" ] && cp -p \"$f\" {d}/ || true; done; "
+        f"set -e; umask 077; mkdir -p {d}; for f in {files}; do if [ -e \"$f\" ]; then cp -p \"$f\" {d}/; fi; done; "
         f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi; "
         f"ls -1d {root}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
     )
@@ -71,7 +71,8 @@ def restore_command(spec: ClassSpec, backup: str) -> str:
 
 def record_command(spec: ClassSpec, record: dict) -> str:
     line = shlex.quote(json.dumps(record, sort_keys=True))
-    return f"mkdir -p {shlex.quote(state_dir(spec))}; echo {line} >> {shlex.quote(state_dir(spec) + '/deploys.jsonl')}"
+    # printf, not echo: dash's echo would turn the JSON's escapes into raw characters.
+    return f"mkdir -p {shlex.quote(state_dir(spec))}; printf '%s\\n' {line} >> {shlex.quote(state_dir(spec) + '/deploys.jsonl')}"
 
 
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:

@@ -8,6 +8,7 @@ reference all come from here. Every default is documented where it is declared.
 from __future__ import annotations
 
 import re
+import typing
 from typing import Annotated, Literal, Union
 
 from pydantic import (
@@ -175,7 +176,9 @@ class Ngram(Strict):
 
     algorithm: Literal["NGRAM"]
     num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Draft tokens; SGLang's default is 12.")
-    topk: int | None = Field(None, ge=1, le=64, description="Maximum BFS breadth of the n-gram tree.")
+    max_bfs_breadth: int | None = Field(
+        None, ge=1, le=64, description="--speculative-ngram-max-bfs-breadth: widest level of the n-gram tree."
+    )
 
 
 class DFlash(Strict):
@@ -279,7 +282,12 @@ class ClassSpec(Strict):
         return f"/etc/sglang/{self.service.unit}.secret"
 
 
-ALGORITHM_TAGS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DDTREE")
+SPECULATIVE_MODELS: dict[str, type[BaseModel]] = {
+    tag: model
+    for model in (NoSpeculation, EagleFamily, Ngram, DFlash, DDTree)
+    for tag in typing.get_args(model.model_fields["algorithm"].annotation)
+}
+ALGORITHM_TAGS = tuple(SPECULATIVE_MODELS)
 
 # The top-level names a group_data file may define (pyinfra merges them per host).
 SPEC_KEYS = tuple(ClassSpec.model_fields)

@@ -1,0 +1,207 @@
+"""Preflight guards: a host's facts and its class's spec in, violations out. No I/O here.
+
+Every check names what the spec expects and what the host has, in nvidia-smi's,
+SGLang's or systemd's own words, so an operator can act without rerunning anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
+from fleet.render import MODULE, server_argv
+from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
+
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
+
+
+@dataclass(frozen=True)
+class Violation:
+    host: str
+    check: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.check}: expected {self.expected}, found {self.found}"
+
+
+def gpu_violations(host: str, spec: ClassSpec, gpus: GpuList) -> list[Violation]:
+    want = spec.gpu_class
+    models = " or ".join(want.accepted_models)
+    if gpus.status == "nvidia-smi missing":
+        return [Violation(host, "nvidia-smi", "nvidia-smi installed", f"none ({gpus.message})")]
+    if gpus.status != "ok":
+        return [Violation(host, "nvidia-smi", "nvidia-smi to list the GPUs", gpus.message)]
+    if not gpus.gpus:
+        return [Violation(host, "GPU count", f"{want.gpu_count} x {models}", "no GPU (nvidia-smi lists none)")]
+    found = []
+    if any(g.name not in want.accepted_models for g in gpus.gpus):  # exact names: an RTX 6000 Ada is no RTX PRO 6000
+        found.append(
+            Violation(host, "GPU model", models, ", ".join(f"GPU {g.index}: {g.name}" for g in gpus.gpus))
+        )
+    if len(gpus.gpus) < want.gpu_count:
+        found.append(Violation(host, "GPU count", f"at least {want.gpu_count} GPUs", str(len(gpus.gpus))))
+    small = [g for g in gpus.gpus if g.memory_mib is None or g.memory_mib < want.min_memory_mib]
+    if small:
+        found.append(
+            Violation(
+                host,
+                "GPU memory",
+                f"at least {want.min_memory_mib} MiB per GPU",
+                ", ".join(f"GPU {g.index}: {_mib(g.memory_mib)}" for g in small),
+            )
+        )
+    return found
+
+
+def rendered_flags(spec: ClassSpec) -> list[str]:
+    """The flags the deploy would pass the server, in order, once each (`--x=1` counts as `--x`)."""
+    tokens = server_argv(spec)[1 + len(MODULE) :]  # after the launcher and -m sglang.launch_server
+    return list(dict.fromkeys(t.split("=", 1)[0] for t in tokens if t.startswith("--")))
+
+
+def engine_violations(host: str, spec: ClassSpec, engine: Engine) -> list[Violation]:
+    launcher = spec.service.launcher
+    if engine.status == "no launcher":
+        return [Violation(host, "SGLang engine", f"an SGLang environment at {launcher}", "no executable there")]
+    if engine.status != "ok":
+        return [Violation(host, "SGLang engine", f"sglang to load with {launcher}", engine.message)]
+    found = []
+    algorithm = spec.speculative.algorithm
+    if algorithm != "none" and algorithm not in engine.algorithms:
+        offers = ", ".join(engine.algorithms) or "no speculative algorithm"
+        what = f"SGLang {engine.version} at {launcher}, which offers {offers}"
+        if algorithm == "DDTREE" and "DFLASH" in engine.algorithms:
+            # Never serve linear DFlash in DDTree's name: the operator must choose it.
+            what += (
+                "; this engine only does linear DFlash, not DDTree: to serve that, "
+                "the spec must say `algorithm: DFLASH`"
+            )
+        found.append(Violation(host, "speculative algorithm", f"an engine with {algorithm}", what))
+    unknown = [f for f in rendered_flags(spec) if f not in engine.flags]
+    if unknown:
+        found.append(
+            Violation(host, "SGLang flags", f"flags SGLang {engine.version} knows", "unknown " + ", ".join(unknown))
+        )
+    return found
+
+
+def _readable(
+    host: str, role: str, path: str, models: dict[str, ModelDir]
+) -> tuple[ModelDir | None, list[Violation]]:
+    """The model if its config.json was read, else why not."""
+    model = models.get(path)
+    if model is None:
+        return None, [Violation(host, role, f"{path} inspected", NO_ANSWER)]
+    if model.status != "ok":
+        detail = f"{model.status}: {model.message}" if model.message else model.status
+        return None, [Violation(host, role, f"a model directory with a readable config.json at {path}", detail)]
+    return model, []
+
+
+def trained_block_size(draft: ModelDir) -> int | None:
+    """The block size a DFlash draft was trained for, where SGLang looks: dflash_config, then top level."""
+    nested = (draft.dflash_config or {}).get("block_size")
+    return nested if isinstance(nested, int) and not isinstance(nested, bool) else draft.block_size
+
+
+def model_violations(host: str, spec: ClassSpec, models: dict[str, ModelDir]) -> list[Violation]:
+    s = spec.speculative
+    target_path = spec.service.model_path
+    draft_path = getattr(s, "draft_model_path", None)
+    target, found = _readable(host, "target model", target_path, models)
+    draft, problems = _readable(host, "draft model", draft_path, models) if draft_path else (None, [])
+    found += problems
+
+    if draft is not None and isinstance(s, (DFlash, DDTree)):
+        has_block_size = draft.dflash_config is not None or draft.block_size is not None
+        if DFLASH_ARCHITECTURE not in draft.architectures or not has_block_size:
+            found.append(
+                Violation(
+                    host,
+                    "draft model",
+                    f"a DFlash draft at {draft_path} ({DFLASH_ARCHITECTURE}, with dflash_config or block_size)",
+                    f"architectures {list(draft.architectures)}"
+                    + ("" if has_block_size else ", neither dflash_config nor block_size"),
+                )
+            )
+        trained = trained_block_size(draft)
+        if trained is not None and s.block_size > trained:
+            found.append(
+                Violation(
+                    host,
+                    "draft block size",
+                    f"block_size at most {trained} (what {draft_path} was trained for)",
+                    str(s.block_size),
+                )
+            )
+    if target is not None and draft is not None and None not in (target.vocab_size, draft.vocab_size):
+        if target.vocab_size != draft.vocab_size:
+            found.append(
+                Violation(
+                    host,
+                    "draft vocabulary",
+                    f"vocab_size {target.vocab_size} (the target's)",
+                    f"{draft.vocab_size} in {draft_path}",
+                )
+            )
+    # EAGLE3 and STANDALONE always have a draft (the spec demands it); EAGLE and NEXTN may use the target's MTP layers.
+    if isinstance(s, EagleFamily) and not draft_path and target is not None and not target.mtp_layers:
+        found.append(
+            Violation(
+                host,
+                "draft model",
+                f"a draft_model_path, or a target with built-in draft (MTP) layers for {s.algorithm}",
+                f"no draft_model_path, and {target_path}/config.json has no num_nextn_predict_layers "
+                "nor mtp_num_hidden_layers",
+            )
+        )
+    return found
+
+
+def _mib(value: int | None) -> str:
+    return f"{value} MiB" if value is not None else "memory unknown"
+
+
+def _describe(p: GpuProcess) -> str:
+    return f"pid {p.pid} {p.name} ({_mib(p.used_memory_mib)} on {p.gpu_uuid}) in {p.unit or 'no systemd service'}"
+
+
+def busy_gpus(
+    host: str, spec: ClassSpec, processes: GpuProcessList, ignore_units: Iterable[str] = ()
+) -> list[Violation]:
+    """GPU processes that are neither the service's own nor in ignore_units (the workloads
+    about to be stopped, in preflight; none once they are stopped). A shared class allows any."""
+    if spec.gpu_class.shared:
+        return []
+    if processes.status != "ok":
+        return [Violation(host, "GPU processes", "nvidia-smi to list the GPU processes", processes.message)]
+    own = spec.service.unit + ".service"
+    ignored = list(ignore_units)
+    allowed = {own, *ignored}
+    expected = f"GPUs free of processes outside {own}" + (f" and {', '.join(ignored)}" if ignored else "")
+    return [Violation(host, "GPUs busy", expected, _describe(p)) for p in processes.processes if p.unit not in allowed]
+
+
+def unit_violations(host: str, spec: ClassSpec, units: dict[str, UnitState]) -> list[Violation]:
+    """The service's and the workloads' states must be readable: the rollout acts on them."""
+    found = []
+    for name in [spec.service.unit + ".service", *spec.workloads]:
+        unit = units.get(name)
+        if unit is None or unit.message:
+            found.append(Violation(host, "systemd unit", f"the state of {name}", unit.message if unit else NO_ANSWER))
+    return found
+
+
+def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
+    """Every read-only check before anything on the host is touched."""
+    return [
+        *gpu_violations(host, spec, facts.gpus),
+        *engine_violations(host, spec, facts.engine),
+        *model_violations(host, spec, facts.models),
+        # the declared workloads are stopped next; a failed nvidia-smi is reported once, above
+        *(busy_gpus(host, spec, facts.gpu_processes, spec.workloads) if facts.gpus.status == "ok" else []),
+        *unit_violations(host, spec, facts.units),
+    ]
