@@ -107,6 +107,14 @@ class Service(Strict):
             raise ValueError("8 or more of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)")
         return v
 
+    @field_validator("served_model_name")
+    @classmethod
+    def _one_line_name(cls, v: str) -> str:
+        # It lands in the unit's Description= too: a control character there could add a line.
+        if not v or any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError("a non-empty name without control characters (newlines, tabs)")
+        return v
+
     @field_validator("unit")
     @classmethod
     def _unit_name(cls, v: str) -> str:

@@ -1,0 +1,45 @@
+"""The GPUs and the processes on them, as nvidia-smi reports them."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from facts import captured, marker
+from fleet.parse import GpuList, GpuProcessList, MARK, parse_gpu_inventory, parse_gpu_processes
+
+GPU_QUERY = "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id --format=csv,noheader,nounits"
+PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
+
+# For each pid nvidia-smi listed ($out): its cgroup file, to tell which systemd service it runs in.
+# A process may end in between: its block stays empty, and the fact must still exit 0.
+CGROUPS = (
+    "printf '%s\\n' \"$out\" | while IFS=', ' read -r pid rest; do "
+    "case \"$pid\" in ''|*[!0-9]*) continue;; esac; "
+    f"echo \"{MARK}cgroup=$pid\"; cat \"/proc/$pid/cgroup\" 2>/dev/null || true; done"
+)
+
+
+def nvidia_smi(query: str, then: str = "") -> str:
+    """`nvidia-smi QUERY` (then `then`), with "not installed" told apart from "failed" (`command -v`)."""
+    run = "; ".join(filter(None, [captured("nvidia-smi", f"nvidia-smi {query}"), then]))
+    return f"if command -v nvidia-smi >/dev/null 2>&1; then {run}; else {marker('nvidia-smi', 'missing')}; fi"
+
+
+class GpuInventory(FactBase[GpuList]):
+    """index, name, uuid, memory (MiB), driver and PCI bus id of every GPU."""
+
+    def command(self) -> str:
+        return nvidia_smi(GPU_QUERY)
+
+    def process(self, output: list[str]) -> GpuList:
+        return parse_gpu_inventory("\n".join(output))
+
+
+class GpuProcesses(FactBase[GpuProcessList]):
+    """Every compute process on a GPU: pid, name, memory (MiB), GPU uuid and its systemd service."""
+
+    def command(self) -> str:
+        return nvidia_smi(PROCESS_QUERY, then=CGROUPS)
+
+    def process(self, output: list[str]) -> GpuProcessList:
+        return parse_gpu_processes("\n".join(output))

@@ -1,0 +1,34 @@
+"""All preflight facts in one SSH round trip: the individual facts' commands, one section each."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from facts import marker
+from facts.gpu import GpuInventory, GpuProcesses
+from facts.models import ModelDirs
+from facts.sglang import SglangEngine
+from facts.systemd import UnitStates
+from fleet.parse import HostFacts, sections
+
+# HostFacts field -> the fact that fills it (its section of the output).
+SECTIONS = {
+    "gpus": GpuInventory,
+    "gpu_processes": GpuProcesses,
+    "engine": SglangEngine,
+    "models": ModelDirs,
+    "units": UnitStates,
+}
+
+
+class HostSnapshot(FactBase[HostFacts]):
+    def command(self, launcher: str, model_paths: list[str], units: list[str]) -> str:
+        args = {"engine": (launcher,), "models": (model_paths,), "units": (units,)}
+        return "; ".join(
+            f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
+        )
+
+    def process(self, output: list[str]) -> HostFacts:
+        # A section the host never printed parses as "no answer", never as a pass.
+        lines = sections("\n".join(output))
+        return HostFacts(**{name: fact().process(lines.get(name, [])) for name, fact in SECTIONS.items()})

@@ -1,0 +1,24 @@
+"""systemd units' states (`systemctl show`), keyed by the names asked for."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+from facts import captured, marker
+from fleet.parse import UNIT_PROPERTIES, UnitState, parse_unit_states
+
+
+class UnitStates(FactBase[dict[str, UnitState]]):
+    @staticmethod
+    def default() -> dict[str, UnitState]:
+        return {}
+
+    def command(self, units: list[str]) -> str:
+        # One systemctl per unit: an alias answers with its canonical Id, so the marker keeps the asked name.
+        show = "systemctl show -p " + ",".join(UNIT_PROPERTIES)
+        return "; ".join(f"{marker('unit', u)}; {captured('systemctl', f'{show} {shlex.quote(u)}')}" for u in units) or "true"
+
+    def process(self, output: list[str]) -> dict[str, UnitState]:
+        return parse_unit_states("\n".join(output))

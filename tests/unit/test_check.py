@@ -1,0 +1,340 @@
+"""`make check` on broken group_data files and inventories, no hosts.
+
+Each broken case goes both ways an operator meets it:
+  - fleet.groupdata.load_class_specs(<tmp>/group_data), the library call deploy.py uses;
+  - `python -m fleet.check [inventory]` run in a tmp dir holding group_data/ (fleet.check
+    reads the relative path "group_data"), exit code 2 and the problem on stderr.
+Every message must name the group FILE, the FIELD, the VALUE and what is allowed, and
+never the API key.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet.groupdata import SpecError, check_inventory, check_or_exit, load_class_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-Fleet0123456789abcdef"
+
+GOOD = '''\
+gpu_class = {"accepted_models": ["NVIDIA RTX A6000"], "gpu_count": 2, "min_memory_mib": 48000}
+service = {"model_path": "/root/models/Qwen3-8B", "served_model_name": "qwen3-8b", "port": 30000}
+speculative = {"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3-8B-DFlash", "block_size": 16}
+workloads = ["dflash-train"]
+'''
+
+
+def class_file(service: str = "", speculative: str | None = None, gpu_count: int = 2, extra: str = "") -> str:
+    """A class file: the good one with service fields added/overridden, speculative replaced, extra lines."""
+    spec = speculative if speculative is not None else (
+        '{"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3-8B-DFlash", "block_size": 16}'
+    )
+    return textwrap.dedent(f'''\
+        import os  # modules are not spec names
+        gpu_class = {{"accepted_models": ["NVIDIA RTX A6000"], "gpu_count": {gpu_count}, "min_memory_mib": 48000}}
+        service = {{"model_path": "/root/models/Qwen3-8B", "served_model_name": "qwen3-8b", "port": 30000, {service}}}
+        speculative = {spec}
+        workloads = ["dflash-train.service"]
+        ''') + extra
+
+
+def make_group_dir(root: Path, files: dict[str, str]) -> Path:
+    """root/group_data with the shipped all.py and the given class files."""
+    g = root / "group_data"
+    g.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "group_data" / "all.py", g / "all.py")
+    for name, text in files.items():
+        (g / f"{name}.py").write_text(text)
+    return g
+
+
+def run_check(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "fleet.check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+# (class file text, [substrings every message about it must hold: field, value, allowed])
+BROKEN = {
+    "unknown-algorithm": (
+        class_file(speculative='{"algorithm": "MEDUSA", "draft_model_path": "/d"}'),
+        ["speculative = ", "'algorithm': 'MEDUSA'", "expected tags: 'none', 'EAGLE', 'EAGLE3', 'NEXTN', "
+         "'STANDALONE', 'NGRAM', 'DFLASH', 'DDTREE'"],
+    ),
+    "block-size-0": (
+        class_file(speculative='{"algorithm": "DFLASH", "draft_model_path": "/d", "block_size": 0}'),
+        ["speculative.block_size = 0", "greater than or equal to 1"],
+    ),
+    "block-size-17": (
+        class_file(speculative='{"algorithm": "DFLASH", "draft_model_path": "/d", "block_size": 17}'),
+        ["speculative.block_size = 17", "less than or equal to 16"],
+    ),
+    "dflash-without-draft": (
+        class_file(speculative='{"algorithm": "DFLASH", "block_size": 16}'),
+        ["speculative.draft_model_path", "required, not given"],
+    ),
+    "port-0": (class_file(service='"port": 0'), ["service.port = 0", "greater than or equal to 1"]),
+    "port-70000": (class_file(service='"port": 70000'), ["service.port = 70000", "less than or equal to 65535"]),
+    "typo-top-level": (
+        class_file(extra="prot = 30001\n"),
+        ["prot: unknown key", "30001", "allowed keys: gpu_class, service, speculative, workloads, readiness, smoke"],
+    ),
+    "typo-nested": (
+        class_file(service='"prot": 30001'),
+        ["service.prot: unknown key", "30001", "allowed keys: unit, launcher, model_path", "port"],
+    ),
+    "tp-does-not-divide": (
+        class_file(service='"tp_size": 3'),
+        ["service.tp_size 3 does not divide gpu_class.gpu_count 2"],
+    ),
+    "eagle3-without-draft": (
+        class_file(speculative='{"algorithm": "EAGLE3", "num_steps": 3}'),
+        ["speculative = ", "'EAGLE3'", "EAGLE3 needs draft_model_path"],
+    ),
+    "topk-without-num-steps": (
+        class_file(speculative='{"algorithm": "EAGLE", "topk": 4}'),
+        ["speculative = ", "'topk': 4", "topk and num_draft_tokens need num_steps"],
+    ),
+    "ddtree-without-budget": (
+        class_file(speculative='{"algorithm": "DDTREE", "draft_model_path": "/d"}'),
+        ["speculative.tree_budget", "required, not given"],
+    ),
+    "relative-model-path": (
+        class_file(service='"model_path": "models/Qwen3-8B"'),
+        ["service.model_path = 'models/Qwen3-8B'", "an absolute path"],
+    ),
+    "relative-draft-path": (
+        class_file(speculative='{"algorithm": "DFLASH", "draft_model_path": "Qwen3-8B-DFlash"}'),
+        ["speculative.draft_model_path = 'Qwen3-8B-DFlash'", "an absolute path"],
+    ),
+    "malformed-api-key": (
+        class_file(service='"api_key": "not a key!"'),
+        ["service.api_key = '***'", "8 or more of A-Z a-z 0-9"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_file_refused_by_load_class_specs(tmp_path, case):
+    text, needles = BROKEN[case]
+    g = make_group_dir(tmp_path, {"good": GOOD, case: text})
+    with pytest.raises(SpecError) as e:
+        load_class_specs(g)
+    (problem,) = e.value.problems
+    assert problem.startswith(f"{g / case}.py: "), problem
+    for needle in needles:
+        assert needle in problem, (needle, problem)
+    assert "not a key!" not in problem and KEY not in problem
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_file_refused_by_make_check(tmp_path, case):
+    text, needles = BROKEN[case]
+    make_group_dir(tmp_path, {"good": GOOD, case: text})
+    r = run_check(tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert lines[0] == "1 problem(s) in group_data/:"
+    (problem,) = [line for line in lines if line.startswith("  - ")]
+    assert problem.startswith(f"  - group_data/{case}.py: "), problem
+    for needle in needles:
+        assert needle in problem, (needle, problem)
+    assert "not a key!" not in r.stderr and KEY not in r.stderr
+
+
+def test_make_check_accepts_the_shipped_group_data(tmp_path):
+    shutil.copytree(ROOT / "group_data", tmp_path / "group_data")
+    r = run_check(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ok  group_data/pro6000.py: qwen3.6-27b on 1x NVIDIA RTX PRO 6000" in r.stdout
+    assert "speculative DFLASH" in r.stdout
+    assert len(r.stdout.splitlines()) == len(list((ROOT / "group_data").glob("*.py"))) - 1
+
+
+def test_make_check_accepts_a_good_tmp_file(tmp_path):
+    make_group_dir(tmp_path, {"good": GOOD})
+    r = run_check(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ok  group_data/good.py: qwen3-8b on 2x NVIDIA RTX A6000, speculative DFLASH\n"
+
+
+def test_problems_of_all_files_reported_together(tmp_path):
+    make_group_dir(tmp_path, {
+        "a": class_file(service='"port": 0'),
+        "b": class_file(service='"prot": 1', speculative='{"algorithm": "DFLASH"}'),
+        "good": GOOD,
+    })
+    with pytest.raises(SpecError) as e:
+        load_class_specs(tmp_path / "group_data")
+    assert len(e.value.problems) == 3
+    r = run_check(tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.startswith("3 problem(s) in group_data/:\n")
+    assert "group_data/a.py: service.port = 0" in r.stderr
+    assert "group_data/b.py: service.prot: unknown key" in r.stderr
+    assert "group_data/b.py: speculative.draft_model_path: required, not given" in r.stderr
+
+
+def test_class_file_replaces_all_py_names_whole(tmp_path):
+    # pyinfra merges by top-level name: a class's readiness replaces all.py's, the rest is default
+    g = make_group_dir(tmp_path, {"good": GOOD + 'readiness = {"load_timeout_s": 60}\n'})
+    spec = load_class_specs(g)["good"]
+    assert spec.readiness.load_timeout_s == 60
+    assert spec.readiness.workload_release_timeout_s == 120  # the model's default, not all.py's
+    assert spec.smoke.max_tokens == 16  # from all.py
+
+
+def test_all_py_names_reach_every_class(tmp_path):
+    g = make_group_dir(tmp_path, {"a": GOOD, "b": GOOD})
+    (g / "all.py").write_text('smoke = {"max_tokens": 48, "prompt": "Hi."}\nreadiness = {"load_timeout_s": 300}\n')
+    specs = load_class_specs(g)
+    for spec in specs.values():
+        assert spec.smoke.max_tokens == 48 and spec.smoke.prompt == "Hi."
+        assert spec.readiness.load_timeout_s == 300
+
+
+def test_error_in_all_py_named_per_class(tmp_path):
+    g = make_group_dir(tmp_path, {"good": GOOD})
+    (g / "all.py").write_text('smoke = {"max_tokens": 0}\n')
+    with pytest.raises(SpecError) as e:
+        load_class_specs(g)
+    (p,) = e.value.problems
+    assert "smoke.max_tokens = 0" in p and "greater than or equal to 1" in p
+
+
+def test_make_check_refuses_a_missing_group_data(tmp_path):
+    r = run_check(tmp_path)  # the wrong cwd must not pass having validated nothing
+    assert r.returncode == 2
+    assert "no GPU class files in" in r.stderr and r.stdout == ""
+    (tmp_path / "group_data").mkdir()
+    shutil.copy(ROOT / "group_data" / "all.py", tmp_path / "group_data" / "all.py")
+    assert run_check(tmp_path).returncode == 2  # all.py alone declares no class
+
+
+# --- the inventory -----------------------------------------------------------------
+
+PORTS = {"pro6000": 30000, "a6000": 30000, "h200": 30001}
+
+
+@pytest.fixture
+def fleet_dir(tmp_path) -> Path:
+    files = {g: class_file(service=f'"port": {p}') for g, p in PORTS.items()}
+    make_group_dir(tmp_path, files)
+    return tmp_path
+
+
+def test_good_inventory_passes(fleet_dir):
+    specs = check_inventory(
+        {"pro6000": ["a"], "a6000": ["b"], "h200": ["c"], "canary": ["a"]},
+        {"a": {"ssh_user": "root"}, "b": {}, "c": {"ssh_port": 2222, "_sudo": True}},
+        fleet_dir / "group_data",
+    )
+    assert set(specs) == set(PORTS)
+
+
+def inventory_problems(fleet_dir, groups, hosts) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        check_inventory(groups, hosts, fleet_dir / "group_data")
+    return e.value.problems
+
+
+def test_host_in_two_classes_sharing_a_port(fleet_dir):
+    (p,) = inventory_problems(fleet_dir, {"pro6000": ["gpu-1"], "a6000": ["gpu-1"]}, {"gpu-1": {}})
+    assert p.startswith("inventory: host gpu-1 is filed under 2 GPU classes: ")
+    assert "pro6000 (service.port 30000)" in p and "a6000 (service.port 30000)" in p
+    assert "expected exactly one" in p
+    assert p.endswith("; two services on one port")
+
+
+def test_host_in_two_classes_on_different_ports(fleet_dir):
+    (p,) = inventory_problems(fleet_dir, {"pro6000": ["gpu-1"], "h200": ["gpu-1"]}, {"gpu-1": {}})
+    assert "filed under 2 GPU classes" in p and "h200 (service.port 30001)" in p
+    assert "one port" not in p
+
+
+def test_host_in_no_class(fleet_dir):
+    (p,) = inventory_problems(fleet_dir, {"pro6000": ["a"], "canary": ["stray"]}, {"a": {}, "stray": {}})
+    assert p.startswith("inventory: host stray is in no GPU class group; expected one of ")
+    for g in PORTS:
+        assert g in p
+
+
+@pytest.mark.parametrize("key", ["service", "speculative", "workloads", "readiness", "gpu_class", "smoke"])
+def test_host_data_may_not_override_the_spec(fleet_dir, key):
+    (p,) = inventory_problems(fleet_dir, {"pro6000": ["a"]}, {"a": {key: {}, "ssh_user": "root"}})
+    assert p == (f"inventory: host a sets {key}; the service is declared per GPU class in group_data/, "
+                 "not per host")
+
+
+def test_inventory_problems_reported_together(fleet_dir):
+    p = inventory_problems(
+        fleet_dir,
+        {"pro6000": ["a", "b"], "a6000": ["b"], "x": ["c"]},
+        {"a": {"service": {}}, "b": {}, "c": {}},
+    )
+    assert len(p) == 3
+
+
+def test_check_or_exit_exits_2_naming_the_problem(fleet_dir, capsys):
+    ns = {"pro6000": [("gpu-1", {"ssh_user": "root"})], "a6000": ["gpu-1"], "_ssh": [1], "other": "x"}
+    with pytest.raises(SystemExit) as e:
+        check_or_exit(ns, fleet_dir / "group_data")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("group_data / inventory check failed; no host was contacted:\n")
+    assert "host gpu-1 is filed under 2 GPU classes" in err and "two services on one port" in err
+
+
+def test_check_or_exit_silent_when_good(fleet_dir, capsys):
+    check_or_exit({"pro6000": [("gpu-1", {"ssh_user": "root"})], "h200": ["gpu-2"]}, fleet_dir / "group_data")
+    assert capsys.readouterr().err == ""
+
+
+INVENTORY_TWO_CLASSES = '''\
+from fleet.groupdata import check_or_exit
+pro6000 = [("gpu-1.fleet.example", {"ssh_user": "root"})]
+a6000 = ["gpu-1.fleet.example"]
+check_or_exit(globals())
+'''
+
+INVENTORY_NO_CLASS_AND_OVERRIDE = '''\
+from fleet.groupdata import check_or_exit
+pro6000 = [("gpu-1.fleet.example", {"service": {"port": 1}})]
+canary = ["gpu-9.fleet.example"]
+check_or_exit(globals())
+'''
+
+
+def test_make_check_with_inventory_two_services_on_one_port(fleet_dir):
+    (fleet_dir / "inv.py").write_text(INVENTORY_TWO_CLASSES)
+    r = run_check(fleet_dir, "inv.py")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "no host was contacted" in r.stderr
+    assert "host gpu-1.fleet.example is filed under 2 GPU classes" in r.stderr
+    assert "two services on one port" in r.stderr
+
+
+def test_make_check_with_inventory_unfiled_host_and_override(fleet_dir):
+    (fleet_dir / "inv.py").write_text(INVENTORY_NO_CLASS_AND_OVERRIDE)
+    r = run_check(fleet_dir, "inv.py")
+    assert r.returncode == 2
+    assert "host gpu-9.fleet.example is in no GPU class group" in r.stderr
+    assert "host gpu-1.fleet.example sets service; the service is declared per GPU class" in r.stderr
+
+
+def test_make_check_with_the_shipped_inventory(tmp_path):
+    shutil.copytree(ROOT / "group_data", tmp_path / "group_data")
+    shutil.copy(ROOT / "inventory.py", tmp_path / "inventory.py")
+    r = run_check(tmp_path, "inventory.py")
+    assert r.returncode == 0, r.stderr
+    assert "ok  group_data/pro6000.py" in r.stdout

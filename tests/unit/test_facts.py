@@ -1,0 +1,231 @@
+"""Facts without hosts: their commands as strings, run here by sh (dash on Debian, as on the
+hosts) against stand-in binaries that print recorded outputs, and their process()."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyinfra.api import FactBase
+
+from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
+from facts.models import ModelDirs
+from facts.preflight import SECTIONS, HostSnapshot
+from facts.sglang import SglangEngine
+from facts.systemd import UnitStates
+from fleet.parse import UNIT_PROPERTIES, Gpu, GpuList, HostFacts, parse_flags, unit_of_cgroup
+from fleet.spec import SGLANG_0523_ALGORITHMS
+
+HELP_0523 = Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt"
+H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0"
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def test_queries_are_the_documented_ones():
+    assert GPU_QUERY == "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id --format=csv,noheader,nounits"
+    assert PROCESS_QUERY == "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
+    assert f"nvidia-smi {GPU_QUERY}" in GpuInventory().command()
+    assert f"nvidia-smi {PROCESS_QUERY}" in GpuProcesses().command()
+    assert "command -v nvidia-smi" in GpuInventory().command()
+
+
+def test_facts_are_plain_pyinfra_facts():
+    for fact in (GpuInventory, GpuProcesses, SglangEngine, ModelDirs, UnitStates, HostSnapshot):
+        assert issubclass(fact, FactBase) and fact().requires_command() is None and fact.shell_executable is None
+    assert ModelDirs.default() == {} and UnitStates.default() == {}
+
+
+def test_combined_command_reuses_each_fact_command():
+    command = HostSnapshot().command("/opt/sglang/bin/python", ["/m/t", "/m/d"], ["sglang.service"])
+    for part in (
+        GpuInventory().command(),
+        GpuProcesses().command(),
+        SglangEngine().command("/opt/sglang/bin/python"),
+        ModelDirs().command(["/m/t", "/m/d"]),
+        UnitStates().command(["sglang.service"]),
+    ):
+        assert part in command
+    assert list(SECTIONS) == list(HostFacts.__dataclass_fields__)
+
+
+def test_process_on_recorded_output():
+    assert GpuInventory().process(["@@nvidia-smi=0", H200_ROW]) == GpuList(
+        "ok", (Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0"),)
+    )
+    assert GpuInventory().process(["@@nvidia-smi=9", NO_DRIVER]).message == f"exit 9: {NO_DRIVER}"
+    assert GpuProcesses().process(["@@nvidia-smi=missing"]).status == "nvidia-smi missing"
+
+
+# --- the commands, run by sh against stand-ins ------------------------------------------------
+
+
+@pytest.fixture
+def bin_dir(tmp_path):
+    """A PATH holding only what the commands use besides sh builtins (and the stand-ins we add)."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "cat").symlink_to("/bin/cat")
+    return d
+
+
+def stand_in(path: Path, script: str) -> Path:
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
+def nvidia_smi(bin_dir: Path, output: str, rc: int = 0) -> None:
+    """nvidia-smi printing `output` for any query, then exiting `rc`."""
+    (bin_dir / "nvidia-smi.out").write_text(output)
+    stand_in(bin_dir / "nvidia-smi", f'/bin/cat "{bin_dir}/nvidia-smi.out"\nexit {rc}\n')
+
+
+def run(command: str, bin_dir: Path) -> list[str]:
+    """What pyinfra hands process(): the stdout lines of `sh -c COMMAND`, which must exit 0."""
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, env={"PATH": str(bin_dir)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_gpus_listed(bin_dir):
+    nvidia_smi(bin_dir, H200_ROW + "\n")
+    assert GpuInventory().process(run(GpuInventory().command(), bin_dir)).gpus[0].name == "NVIDIA H200"
+
+
+def test_nvidia_smi_missing_failing_and_no_gpu_are_three_answers(bin_dir):
+    missing = GpuInventory().process(run(GpuInventory().command(), bin_dir))
+    nvidia_smi(bin_dir, NO_DRIVER + "\n", rc=9)
+    failing = GpuInventory().process(run(GpuInventory().command(), bin_dir))
+    nvidia_smi(bin_dir, "")
+    none = GpuInventory().process(run(GpuInventory().command(), bin_dir))
+    assert (missing.status, failing.status, none.status) == ("nvidia-smi missing", "nvidia-smi failed", "ok")
+    assert failing.message == f"exit 9: {NO_DRIVER}" and none.gpus == ()
+
+
+def test_nvidia_smi_message_on_stderr_is_kept(bin_dir):
+    stand_in(bin_dir / "nvidia-smi", 'echo "Failed to initialize NVML: Driver/library version mismatch" >&2\nexit 18\n')
+    inv = GpuInventory().process(run(GpuInventory().command(), bin_dir))
+    assert inv.message == "exit 18: Failed to initialize NVML: Driver/library version mismatch"
+
+
+def test_gpu_processes_with_their_units(bin_dir):
+    me = os.getpid()
+    # the last one ended before its cgroup was read: still an answer, and exit 0
+    nvidia_smi(bin_dir, f"{me}, python, 1024, GPU-aaa\n[N/A], [N/A], [N/A], GPU-bbb\n2147483646, gone, 10, GPU-aaa\n")
+    procs = GpuProcesses().process(run(GpuProcesses().command(), bin_dir)).processes
+    mine = unit_of_cgroup(Path(f"/proc/{me}/cgroup").read_text().splitlines())
+    assert [(p.pid, p.unit) for p in procs] == [(me, mine), (None, None), (2147483646, None)]
+
+
+def test_gpu_processes_when_nvidia_smi_fails(bin_dir):
+    nvidia_smi(bin_dir, NO_DRIVER + "\n", rc=9)
+    procs = GpuProcesses().process(run(GpuProcesses().command(), bin_dir))
+    assert procs.status == "nvidia-smi failed" and procs.processes == ()
+
+
+def launcher(bin_dir: Path, version_script: str, help_script: str) -> str:
+    return str(stand_in(bin_dir / "python", f'if [ "$1" = -c ]; then\n{version_script}\nelse\n{help_script}\nfi\n'))
+
+
+def test_engine(bin_dir):
+    py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
+    engine = SglangEngine().process(run(SglangEngine().command(py), bin_dir))
+    assert (engine.status, engine.version, engine.algorithms) == ("ok", "0.5.23", SGLANG_0523_ALGORITHMS)
+    assert engine.flags == parse_flags(HELP_0523.read_text())
+
+
+def test_engine_launcher_missing(bin_dir):
+    assert SglangEngine().process(run(SglangEngine().command("/nonexistent/bin/python"), bin_dir)).status == "no launcher"
+
+
+def test_engine_not_importable(bin_dir):
+    fail = "echo \"ModuleNotFoundError: No module named 'sglang'\" >&2; exit 1"
+    engine = SglangEngine().process(run(SglangEngine().command(launcher(bin_dir, fail, fail)), bin_dir))
+    assert engine.status == "not importable" and engine.message.endswith("No module named 'sglang'")
+
+
+def test_engine_launcher_path_is_quoted(bin_dir, tmp_path):
+    odd = tmp_path / "it's here"
+    odd.mkdir()
+    py = stand_in(odd / "python", f'if [ "$1" = -c ]; then echo 0.5.23; else /bin/cat "{HELP_0523}"; fi\n')
+    assert SglangEngine().process(run(SglangEngine().command(str(py)), bin_dir)).status == "ok"
+
+
+def test_model_dirs(bin_dir, tmp_path):
+    def model(name: str, config: str | None) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        if config is not None:
+            (d / "config.json").write_text(config)
+        return str(d)
+
+    ok = model("Qwen3.6-27B-DFlash", json.dumps({"architectures": ["DFlashDraftModel"], "block_size": 16}))
+    no_newline = model("it's odd", '{"vocab_size": 151936}')
+    empty = model("empty", None)
+    bad = model("bad", "{")
+    paths = [ok, no_newline, empty, bad, str(tmp_path / "gone")]
+    models = ModelDirs().process(run(ModelDirs().command(paths), bin_dir))
+    assert [models[p].status for p in paths] == ["ok", "ok", "no config.json", "unreadable", "no directory"]
+    assert models[ok].architectures == ("DFlashDraftModel",) and models[no_newline].vocab_size == 151936
+
+
+def test_no_models_no_units(bin_dir):
+    assert run(ModelDirs().command([]), bin_dir) == [] and run(UnitStates().command([]), bin_dir) == []
+
+
+def systemctl(bin_dir: Path) -> None:
+    """systemctl show: sglang.service active, anything else not found, a bad name refused."""
+    stand_in(
+        bin_dir / "systemctl",
+        'unit="$4"\n'
+        'case "$unit" in\n'
+        "  sglang.service) printf 'Id=sglang.service\\nLoadState=loaded\\nActiveState=active\\nSubState=running\\n"
+        "MainPID=4242\\nNRestarts=0\\nUnitFileState=enabled\\nExecMainStatus=0\\n';;\n"
+        "  *@) echo \"Failed to get properties: Unit name $unit is not valid.\" >&2; exit 1;;\n"
+        "  *) printf 'Id=%s\\nLoadState=not-found\\nActiveState=inactive\\nSubState=dead\\nMainPID=0\\n' \"$unit\";;\n"
+        "esac\n",
+    )
+
+
+def test_unit_states(bin_dir):
+    systemctl(bin_dir)
+    command = UnitStates().command(["sglang.service", "dflash-train.service", "bad@"])
+    assert f"systemctl show -p {','.join(UNIT_PROPERTIES)} sglang.service" in command
+    units = UnitStates().process(run(command, bin_dir))
+    assert (units["sglang.service"].active_state, units["sglang.service"].main_pid) == ("active", 4242)
+    assert units["dflash-train.service"].load_state == "not-found"
+    assert units["bad@"].message == "systemctl exited 1: Failed to get properties: Unit name bad@ is not valid."
+
+
+def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
+    nvidia_smi(bin_dir, H200_ROW + "\n")
+    systemctl(bin_dir)
+    py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t/config.json").write_text('{"vocab_size": 248320}')
+    paths, units = [str(tmp_path / "t"), str(tmp_path / "d")], ["sglang.service", "dflash-train.service"]
+
+    facts = HostSnapshot().process(run(HostSnapshot().command(py, paths, units), bin_dir))
+
+    assert facts == HostFacts(
+        gpus=GpuInventory().process(run(GpuInventory().command(), bin_dir)),
+        gpu_processes=GpuProcesses().process(run(GpuProcesses().command(), bin_dir)),
+        engine=SglangEngine().process(run(SglangEngine().command(py), bin_dir)),
+        models=ModelDirs().process(run(ModelDirs().command(paths), bin_dir)),
+        units=UnitStates().process(run(UnitStates().command(units), bin_dir)),
+    )
+    assert facts.gpus.gpus[0].name == "NVIDIA H200" and facts.engine.status == "ok"
+    assert facts.models[paths[1]].status == "no directory" and facts.units["sglang.service"].active_state == "active"
+
+
+def test_snapshot_with_missing_sections_never_passes():
+    facts = HostSnapshot().process(["@@section=gpus", "@@nvidia-smi=0", H200_ROW])
+    assert facts.gpus.status == "ok"
+    assert facts.gpu_processes.status == "nvidia-smi failed" and facts.engine.status == "not importable"
+    assert facts.models == {} and facts.units == {}

@@ -1,0 +1,377 @@
+"""fleet.gate: readiness verdicts and the smoke test, over what a host answered, no hosts.
+
+The shell commands are also run for real with `sh` (what pyinfra runs them with) against
+fake `systemctl` and `curl` on PATH, so their output shape is the one the parsers read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet.gate import (
+    SERVER_INFO_MARK,
+    WAITING,
+    Observation,
+    base_url,
+    judge,
+    local_address,
+    parse_observation,
+    parse_smoke,
+    poll_command,
+    smoke_command,
+)
+from fleet.spec import ClassSpec
+
+KEY = "sk-Fleet0123456789abcdef"
+TIMEOUT = 1200.0
+
+
+def make_spec(**service) -> ClassSpec:
+    return ClassSpec.model_validate(
+        {
+            "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+            "service": {"model_path": "/root/models/Qwen3.6-27B", "served_model_name": "qwen3.6-27b", **service},
+            "speculative": {"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash"},
+        }
+    )
+
+
+def obs(active="active", sub="running", pid=4242, restarts=0, result="success", health=0) -> Observation:
+    return Observation(active, sub, pid, restarts, result, health)
+
+
+START = obs(active="activating", sub="start", pid=4242)
+
+
+# --- judge -------------------------------------------------------------------------
+
+def test_ready_on_health_200_with_unit_active():
+    v = judge(START, obs(health=200), 42.0, TIMEOUT)
+    assert v.done and v.ready
+    assert v.reason == "/health 200 after 42.0s"
+    assert v.elapsed_s == 42.0
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        obs(health=0),            # 'active' alone: the port is not even open yet
+        obs(health=503),          # /v1/models may answer already; /health does not
+        obs(health=404),
+        obs(active="activating", sub="start", health=200),  # not active: not ready
+        obs(active="reloading", sub="running", health=200),
+    ],
+)
+def test_not_ready_otherwise(now):
+    assert judge(START, now, 10.0, TIMEOUT) == WAITING
+    assert not WAITING.done and not WAITING.ready
+
+
+@pytest.mark.parametrize(
+    "now, words",
+    [
+        (obs(active="failed", sub="failed", pid=0, result="exit-code"), ["failed", "exit-code"]),
+        (obs(active="inactive", sub="dead", pid=0, result="success"), ["inactive", "dead"]),
+        (obs(active="activating", sub="auto-restart", pid=0, result="exit-code"), ["auto-restart"]),
+        (obs(active="failed", sub="failed", pid=0, result="oom-kill", health=200), ["oom-kill"]),
+    ],
+)
+@pytest.mark.parametrize("elapsed", [0.0, 0.5, 600.0])
+def test_stopped_unit_ends_the_wait_at_once(now, words, elapsed):
+    v = judge(START, now, elapsed, TIMEOUT)
+    assert v.done and not v.ready
+    assert v.reason.startswith("the unit stopped: ")
+    for w in words:
+        assert w in v.reason
+    assert v.elapsed_s == elapsed
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 1.0, 900.0])
+def test_nrestarts_increase_ends_the_wait(elapsed):
+    v = judge(START, obs(restarts=1, pid=4242), elapsed, TIMEOUT)
+    assert v.done and not v.ready
+    assert "restarted" in v.reason and "the server died" in v.reason
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 1.0, 900.0])
+def test_main_pid_change_ends_the_wait(elapsed):
+    v = judge(START, obs(pid=5555), elapsed, TIMEOUT)
+    assert v.done and not v.ready
+    assert "pid 4242 -> 5555" in v.reason
+
+
+def test_restart_wins_over_health_200():
+    # a healthy answer from a process that replaced a crashed one is not the rollout's server
+    for now in (obs(restarts=2, health=200), obs(pid=9999, health=200)):
+        v = judge(START, now, 5.0, TIMEOUT)
+        assert v.done and not v.ready
+
+
+def test_first_pid_appearing_is_not_a_restart():
+    start = obs(active="activating", sub="start", pid=0)
+    assert judge(start, obs(pid=777), 3.0, TIMEOUT) == WAITING
+    assert judge(start, obs(pid=777, health=200), 3.0, TIMEOUT).ready
+
+
+def test_timeout():
+    v = judge(START, obs(health=0), TIMEOUT, TIMEOUT)
+    assert v.done and not v.ready
+    assert v.reason.startswith("not ready after 1200s (load_timeout_s): ")
+    assert "unit active (running), pid 4242, port closed" in v.reason
+    assert judge(START, obs(health=0), TIMEOUT - 0.1, TIMEOUT) == WAITING
+    assert judge(START, obs(health=503), TIMEOUT + 5, TIMEOUT).reason.endswith("/health 503")
+
+
+def test_ready_just_at_timeout_counts_as_ready():
+    assert judge(START, obs(health=200), TIMEOUT, TIMEOUT).ready
+
+
+def test_describe():
+    assert obs(health=0).describe() == "unit active (running), pid 4242, port closed"
+    assert obs(pid=0, health=503).describe() == "unit active (running), pid -, /health 503"
+
+
+# --- parse_observation -------------------------------------------------------------
+
+SHOW_RUNNING = "ActiveState=active\nSubState=running\nMainPID=4242\nNRestarts=0\nResult=success\nhealth=200\n"
+SHOW_FAILED = "Result=exit-code\nNRestarts=3\nMainPID=0\nActiveState=failed\nSubState=failed\nhealth=000\n"
+
+
+def test_parse_observation_running():
+    assert parse_observation(SHOW_RUNNING) == Observation("active", "running", 4242, 0, "success", 200)
+
+
+def test_parse_observation_any_order_and_000():
+    o = parse_observation(SHOW_FAILED)
+    assert o == Observation("failed", "failed", 0, 3, "exit-code", 0)
+    assert o.describe() == "unit failed (failed), pid -, port closed"
+
+
+@pytest.mark.parametrize("text", ["", "health=\n", "Failed to connect to bus\nhealth=000\n", "health=abc\n"])
+def test_parse_observation_garbage_is_unknown_and_closed(text):
+    o = parse_observation(text)
+    assert o.health == 0
+    assert o.main_pid == 0 and o.n_restarts == 0
+    assert o.active_state == "unknown"
+    # and unknown never counts as ready
+    assert not judge(START, o, 1.0, TIMEOUT).ready
+
+
+def test_parse_observation_empty_values():
+    o = parse_observation("ActiveState=activating\nSubState=start\nMainPID=\nNRestarts=\nResult=\nhealth=000")
+    assert o == Observation("activating", "start", 0, 0, "", 0)
+
+
+# --- poll_command, run for real --------------------------------------------------
+
+@pytest.mark.parametrize(
+    "host, address",
+    [("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"), ("127.0.0.1", "127.0.0.1"), ("10.1.2.3", "10.1.2.3"),
+     ("::", "[::1]"), ("fd00::5", "[fd00::5]")],
+)
+def test_local_address(host, address):
+    spec = make_spec(host=host, port=30123)
+    assert local_address(spec) == address
+    assert base_url(spec) == f"http://{address}:30123"
+
+
+def test_poll_command_shape():
+    cmd = poll_command(make_spec(host="0.0.0.0", port=30001))
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in cmd
+    assert "http://127.0.0.1:30001/health" in cmd
+    assert "0.0.0.0" not in cmd
+    assert "/v1/models" not in cmd
+
+
+def fake_bin(tmp_path: Path, scripts: dict[str, str]) -> dict[str, str]:
+    b = tmp_path / "bin"
+    b.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        p = b / name
+        p.write_text("#!/bin/sh\n" + body)
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{b}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("code, expected", [("200", 200), ("000", 0), ("503", 503)])
+def test_poll_command_output_parses(tmp_path, code, expected):
+    log = tmp_path / "log"
+    env = fake_bin(tmp_path, {
+        "systemctl": f'echo "systemctl $*" >> {log}\n'
+                     'printf "ActiveState=active\\nSubState=running\\nMainPID=4242\\nNRestarts=1\\nResult=success\\n"\n',
+        # curl -w '%{http_code}' prints the code (000 when nothing answered)
+        "curl": f'echo "curl $*" >> {log}\nprintf {code}\n' + ("exit 7\n" if code == "000" else ""),
+    })
+    spec = make_spec(host="0.0.0.0", port=30001)
+    out = subprocess.run(["sh", "-c", poll_command(spec)], env=env, capture_output=True, text=True).stdout
+    assert parse_observation(out) == Observation("active", "running", 4242, 1, "success", expected)
+    calls = log.read_text()
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in calls
+    assert "-w %{http_code}" in calls and "http://127.0.0.1:30001/health" in calls
+
+
+# --- parse_smoke -------------------------------------------------------------------
+
+CHAT = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "qwen3.6-27b",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there, friend!"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 14, "completion_tokens": 5, "total_tokens": 19},
+}
+INFO = {"version": "0.5.23", "internal_states": [{"avg_spec_accept_length": 3.25, "last_gen_throughput": 90.1}]}
+
+
+def smoke_out(body, http="200", time_s="0.250000", info=None) -> str:
+    text = body if isinstance(body, str) else json.dumps(body)
+    info_text = info if isinstance(info, str) else json.dumps(INFO if info is None else info)
+    return f"{text}\nhttp={http} time={time_s}\n{SERVER_INFO_MARK}\n{info_text}\n"
+
+
+def test_parse_smoke_ok():
+    r = parse_smoke(smoke_out(CHAT))
+    assert r.ok and r.reason == "ok"
+    assert r.text == "Hello there, friend!"
+    assert r.completion_tokens == 5
+    assert r.latency_s == 0.25
+    assert r.tokens_per_s == 20.0
+    assert r.accept_length == 3.25
+    assert r.summary() == "250 ms, 20.0 tok/s, accept length 3.25"
+
+
+def test_parse_smoke_pretty_printed_body():
+    assert parse_smoke(smoke_out(json.dumps(CHAT, indent=2))).ok
+
+
+@pytest.mark.parametrize("content", ["", "   \n", None])
+def test_parse_smoke_empty_text_fails(content):
+    body = json.loads(json.dumps(CHAT))
+    body["choices"][0]["message"]["content"] = content
+    r = parse_smoke(smoke_out(body))
+    assert not r.ok
+    assert r.reason == "chat completion returned empty text"
+    assert r.summary() == "FAILED: chat completion returned empty text"
+
+
+@pytest.mark.parametrize("http", ["401", "500", "000", "404"])
+def test_parse_smoke_non_200_fails(http):
+    r = parse_smoke(smoke_out('{"error": {"message": "Invalid API Key"}}', http=http))
+    assert not r.ok
+    assert r.reason.startswith(f"chat completion answered HTTP {http}: ")
+    assert "Invalid API Key" in r.reason
+
+
+def test_parse_smoke_nothing_fails():
+    for out in ("", "\n", f"{SERVER_INFO_MARK}\n"):
+        r = parse_smoke(out)
+        assert not r.ok and r.reason.startswith("chat completion answered HTTP nothing")
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html>502 Bad Gateway</html>", "not json", '{"choices": []}', '{"object": "error"}', "[]",
+     '{"choices": [{"message": {}}]}'],
+)
+def test_parse_smoke_non_openai_json_fails(body):
+    r = parse_smoke(smoke_out(body))
+    assert not r.ok
+    assert r.reason.startswith("chat completion is not OpenAI-shaped JSON")
+
+
+@pytest.mark.parametrize(
+    "info",
+    ["curl: (7) Failed to connect", "", json.dumps({"internal_states": []}),
+     json.dumps({"internal_states": [{"avg_spec_accept_length": None}]}), json.dumps({"version": "x"}),
+     json.dumps([1, 2])],
+)
+def test_parse_smoke_without_accept_length_still_ok(info):
+    r = parse_smoke(smoke_out(CHAT, info=info))
+    assert r.ok and r.accept_length is None
+    assert r.summary() == "250 ms, 20.0 tok/s"
+
+
+def test_parse_smoke_accept_length_first_reporting_state():
+    info = {"internal_states": [{"avg_spec_accept_length": None}, {"avg_spec_accept_length": 2.5}]}
+    assert parse_smoke(smoke_out(CHAT, info=info)).accept_length == 2.5
+
+
+def test_parse_smoke_zero_latency():
+    r = parse_smoke(smoke_out(CHAT, time_s="0"))
+    assert r.ok and r.tokens_per_s == 0.0
+
+
+# --- smoke_command ---------------------------------------------------------------
+
+def test_smoke_command_never_holds_the_key():
+    spec = make_spec(api_key=KEY, host="0.0.0.0")
+    cmd = smoke_command(spec)
+    assert KEY not in cmd
+    assert ". /etc/sglang/sglang.secret" in cmd
+    assert '"Authorization: Bearer $SGLANG_API_KEY"' in cmd
+    assert "http://127.0.0.1:30000/v1/chat/completions" in cmd
+    assert "http://127.0.0.1:30000/server_info" in cmd
+
+
+def test_smoke_command_without_key_sends_no_auth():
+    cmd = smoke_command(make_spec())
+    assert "Authorization" not in cmd and "secret" not in cmd
+
+
+def test_smoke_command_runs_and_parses(tmp_path):
+    """Run it with sh against a fake curl: the key goes from the secret file to the header on the host."""
+    spec = make_spec(api_key=KEY, host="0.0.0.0", port=30007)
+    etc = tmp_path / "etc"
+    (etc / "sglang").mkdir(parents=True)
+    from fleet.render import render_secret
+
+    (etc / "sglang" / "sglang.secret").write_text(render_secret(spec))
+    cmd = smoke_command(spec)
+    assert cmd.count("/etc/sglang/sglang.secret") == 1
+    cmd = cmd.replace("/etc/sglang/", f"{etc}/sglang/")
+    args_log = tmp_path / "args"
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps(CHAT))
+    info = tmp_path / "info.json"
+    info.write_text(json.dumps(INFO))
+    env = fake_bin(tmp_path, {
+        "curl": f'for a in "$@"; do printf "%s\\n" "$a"; done >> {args_log}; echo ---- >> {args_log}\n'
+                'for a in "$@"; do last="$a"; done\n'
+                f'case "$last" in\n'
+                f'  */v1/chat/completions) cat {chat}; printf "\\nhttp=200 time=0.500000\\n" ;;\n'
+                f'  */server_info) cat {info} ;;\n'
+                'esac\n',
+    })
+    env.pop("SGLANG_API_KEY", None)
+    out = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    r = parse_smoke(out.stdout)
+    assert r.ok, r.reason
+    assert r.text == "Hello there, friend!" and r.accept_length == 3.25 and r.tokens_per_s == 10.0
+    chat_args = args_log.read_text().split("----\n")[0].splitlines()
+    assert f"Authorization: Bearer {KEY}" in chat_args
+    body = json.loads(chat_args[chat_args.index("-d") + 1])
+    assert body == {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+                    "temperature": 0, "max_tokens": 16}
+    assert chat_args[-1] == "http://127.0.0.1:30007/v1/chat/completions"
+
+
+def test_smoke_prompt_with_quotes_is_sent_intact(tmp_path):
+    spec = ClassSpec.model_validate({
+        **json.loads(make_spec().model_dump_json()),
+        "smoke": {"prompt": "Say 'hi' and \"bye\"; $(id) `x`", "max_tokens": 4, "timeout_s": 5},
+    })
+    args_log = tmp_path / "args"
+    env = fake_bin(tmp_path, {"curl": f'for a in "$@"; do printf "%s\\n" "$a"; done >> {args_log}\n'})
+    subprocess.run(["sh", "-c", smoke_command(spec)], env=env, check=True, capture_output=True)
+    args = args_log.read_text().splitlines()
+    body = json.loads(args[args.index("-d") + 1])
+    assert body["messages"][0]["content"] == "Say 'hi' and \"bye\"; $(id) `x`"
+    assert body["max_tokens"] == 4
+    assert "--max-time" in args and args[args.index("--max-time") + 1] == "5"

@@ -1,0 +1,382 @@
+"""Parsers, on outputs recorded from real hosts (docs: /work/shared/reference/nvidia-smi.md,
+tests/fixtures/sglang-0.5.23-help.txt) wrapped in the facts' marker lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.groupdata import load_class_specs
+from fleet.guards import rendered_flags
+from fleet.parse import (
+    Gpu,
+    GpuList,
+    GpuProcess,
+    ModelDir,
+    parse_algorithms,
+    parse_config,
+    parse_engine,
+    parse_flags,
+    parse_gpu_inventory,
+    parse_gpu_processes,
+    parse_model_dirs,
+    parse_unit_states,
+    sections,
+    unit_of_cgroup,
+)
+from fleet.spec import SGLANG_0523_ALGORITHMS
+
+ROOT = Path(__file__).resolve().parents[2]
+HELP_0523 = (ROOT / "tests/fixtures/sglang-0.5.23-help.txt").read_text()
+
+# Recorded on real hosts (nvidia-smi.md), verbatim.
+H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0"
+HEADER = "index, name, uuid, memory.total [MiB], driver_version, pci.bus_id"
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+NVML_VERSION = "NVML library version: 535.161"
+REAL_NAMES = [
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "NVIDIA RTX A6000",
+    "NVIDIA RTX 6000 Ada Generation",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H200",
+    "NVIDIA H200 NVL",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA L40S",
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA GeForce RTX 5090",
+]
+
+
+def smi(rc, *lines: str) -> str:
+    return "\n".join([f"@@nvidia-smi={rc}", *lines])
+
+
+# --- GPU inventory ------------------------------------------------------------------
+
+
+def test_recorded_h200_row():
+    assert parse_gpu_inventory(smi(0, H200_ROW)).gpus == (
+        Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0"),
+    )
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_real_model_names_kept_whole(name):
+    gpus = parse_gpu_inventory(smi(0, f"3, {name}, GPU-1, 97887, 580.159.03, 00000000:1B:00.0")).gpus
+    assert [g.name for g in gpus] == [name]
+
+
+def test_several_gpus_in_order():
+    rows = [f"{i}, NVIDIA RTX A6000, GPU-{i}, 49140, 550.54.15, 00000000:{0x18 + i:02X}:00.0" for i in range(2)]
+    inv = parse_gpu_inventory(smi(0, *rows, ""))
+    assert inv.status == "ok" and [(g.index, g.memory_mib) for g in inv.gpus] == [(0, 49140), (1, 49140)]
+
+
+def test_memory_not_available_is_none():
+    assert parse_gpu_inventory(smi(0, "0, NVIDIA H200, GPU-1, [N/A], 580.159.03, 00000000:19:00.0")).gpus[0].memory_mib is None
+
+
+def test_zero_gpus_is_ok_and_empty():
+    # Exit 0 and no lines: the host has no GPU. A different answer from the two below.
+    assert parse_gpu_inventory(smi(0, "")) == parse_gpu_inventory(smi(0)) == GpuList("ok", ())
+
+
+def test_missing_is_its_own_answer():
+    inv = parse_gpu_inventory("@@nvidia-smi=missing")
+    assert inv.status == "nvidia-smi missing" and inv.gpus == ()
+
+
+def test_driver_not_loaded_keeps_its_message():
+    inv = parse_gpu_inventory(smi(9, NO_DRIVER))
+    assert inv.status == "nvidia-smi failed"
+    assert inv.message == f"exit 9: {NO_DRIVER}"
+
+
+def test_driver_library_mismatch_keeps_both_lines():
+    inv = parse_gpu_inventory(smi(18, MISMATCH, NVML_VERSION))
+    assert inv.status == "nvidia-smi failed" and inv.message == f"exit 18: {MISMATCH} {NVML_VERSION}"
+
+
+def test_failure_without_message():
+    assert parse_gpu_inventory(smi(3, "")).message == "exit 3: (no message)"
+
+
+@pytest.mark.parametrize("line", [HEADER, "WARNING: infoROM is corrupted at gpu 0000:19:00.0", "0, NVIDIA H200"])
+def test_unexpected_line_is_a_failure_not_a_guess(line):
+    inv = parse_gpu_inventory(smi(0, H200_ROW, line))
+    assert inv.status == "nvidia-smi failed" and inv.gpus == () and repr(line.strip()) in inv.message
+
+
+def test_no_output_at_all_is_a_failure():
+    assert parse_gpu_inventory("").status == "nvidia-smi failed"
+
+
+# --- GPU processes ------------------------------------------------------------------
+
+
+def test_processes_with_their_units():
+    text = "\n".join(
+        [
+            smi(0, "4242, python, 30512, GPU-aaa", "77, /usr/bin/python3, 1024, GPU-bbb"),
+            "@@cgroup=4242",
+            "0::/system.slice/dflash-train.service",
+            "@@cgroup=77",
+            "12:name=systemd:/system.slice/sglang.service",
+            "11:memory:/system.slice/sglang.service",
+        ]
+    )
+    assert parse_gpu_processes(text).processes == (
+        GpuProcess(4242, "python", 30512, "GPU-aaa", "dflash-train.service"),
+        GpuProcess(77, "/usr/bin/python3", 1024, "GPU-bbb", "sglang.service"),
+    )
+
+
+def test_no_process_is_ok_and_empty():
+    procs = parse_gpu_processes(smi(0, ""))
+    assert procs.status == "ok" and procs.processes == ()
+
+
+@pytest.mark.parametrize("field", ["[N/A]", "[Insufficient Permissions]"])
+def test_unavailable_fields_parse(field):
+    (p,) = parse_gpu_processes(smi(0, f"{field}, {field}, {field}, GPU-aaa")).processes
+    assert (p.pid, p.name, p.used_memory_mib, p.gpu_uuid, p.unit) == (None, field, None, "GPU-aaa", None)
+
+
+def test_process_whose_cgroup_could_not_be_read_has_no_unit():
+    # the process ended between nvidia-smi and cat: an empty block
+    assert parse_gpu_processes(smi(0, "9, x, 1, GPU-a") + "\n@@cgroup=9").processes[0].unit is None
+
+
+def test_process_failures_are_answers():
+    assert parse_gpu_processes("@@nvidia-smi=missing").status == "nvidia-smi missing"
+    failed = parse_gpu_processes(smi(9, NO_DRIVER))
+    assert failed.status == "nvidia-smi failed" and NO_DRIVER in failed.message
+    assert parse_gpu_processes(smi(0, "garbage")).status == "nvidia-smi failed"
+
+
+@pytest.mark.parametrize(
+    "lines, unit",
+    [
+        (["0::/system.slice/dflash-train.service"], "dflash-train.service"),
+        (["1:name=systemd:/system.slice/sglang.service"], "sglang.service"),
+        (["0::/system.slice/sglang.service/payload"], "sglang.service"),  # Delegate=yes subgroup
+        (["0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"], "jupyter.service"),
+        (["0::/user.slice/user-0.slice/session-3.scope"], None),  # a login shell
+        (["0::/system.slice/docker-0123abcd.scope"], None),  # a container
+        (["4:memory:/system.slice/sglang.service"], None),  # not systemd's hierarchy
+        # this machine's own (cgroup v1 + v2, nothing below the root)
+        (["9:name=systemd:/", "4:memory:/process_api/09777b54c04c599cfbcf205f738345ae", "0::/"], None),
+        ([], None),
+    ],
+)
+def test_unit_of_cgroup(lines, unit):
+    assert unit_of_cgroup(lines) == unit
+
+
+# --- SGLang engine ------------------------------------------------------------------
+
+
+def test_algorithms_of_0523_from_its_help():
+    assert parse_algorithms(HELP_0523) == SGLANG_0523_ALGORITHMS
+    assert "DDTREE" not in parse_algorithms(HELP_0523)
+
+
+def test_algorithms_as_fixed_choices():
+    help_text = (
+        "options:\n"
+        "  --speculative-algorithm {EAGLE,EAGLE3,NEXTN,STANDALONE,NGRAM,DFLASH,DDTREE}\n"
+        "                        Speculative algorithm.\n"
+        "  --speculative-ddtree-budget SPECULATIVE_DDTREE_BUDGET\n"
+    )
+    assert parse_algorithms(help_text)[-2:] == ("DFLASH", "DDTREE")
+    assert "--speculative-ddtree-budget" in parse_flags(help_text)
+
+
+def test_no_algorithm_flag_means_no_algorithms():
+    assert parse_algorithms("options:\n  --model-path MODEL_PATH\n") == ()
+
+
+def test_flags_of_0523_from_its_help():
+    flags = parse_flags(HELP_0523)
+    # aliases, short options, BooleanOptionalAction pairs, options whose help shares their line
+    assert {"--model-path", "--model", "--speculative-draft-model", "-h", "--help"} <= flags
+    assert {"--enable-tf32-matmul", "--no-enable-tf32-matmul", "--revision"} <= flags
+    assert all(f.startswith("-") and " " not in f and "," not in f for f in flags)
+    # flags only named in other options' help text are not options
+    assert "--speculative-ddtree-budget" not in flags and "--cuda-graph-*" not in flags
+
+
+def test_every_flag_our_group_data_renders_is_in_0523():
+    for group, spec in load_class_specs(ROOT / "group_data").items():
+        assert set(rendered_flags(spec)) <= parse_flags(HELP_0523), group
+
+
+def engine_output(version_rc=0, version=("0.5.23",), help_rc=0, help_text=HELP_0523) -> str:
+    return "\n".join([f"@@version={version_rc}", *version, f"@@help={help_rc}", help_text])
+
+
+def test_engine_ok():
+    e = parse_engine(engine_output(version=("some warning on stderr", "0.5.23")))
+    assert (e.status, e.version, e.algorithms) == ("ok", "0.5.23", SGLANG_0523_ALGORITHMS)
+    assert e.flags == parse_flags(HELP_0523)
+
+
+# What the real 0.5.23 venv printed on stderr before --help (the fact keeps stderr), verbatim.
+LAUNCH_SERVER_WARNING = (
+    "/root/.cache/sglang-fleet/sglang-0.5.23/lib/python3.11/site-packages/sglang/launch_server.py:71: UserWarning: "
+    "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.\n"
+    "  Example: sglang serve --model-path <model> [options]\n"
+    "  warnings.warn(\n"
+)
+
+
+def test_engine_help_after_the_real_warning():
+    e = parse_engine(engine_output(help_text=LAUNCH_SERVER_WARNING + HELP_0523))
+    assert e.flags == parse_flags(HELP_0523) and e.algorithms == SGLANG_0523_ALGORITHMS
+
+
+def test_engine_launcher_missing():
+    assert parse_engine("@@launcher=missing").status == "no launcher"
+
+
+def test_engine_sglang_not_importable():
+    traceback = ("Traceback (most recent call last):", '  File "<string>", line 1, in <module>',
+                 "ModuleNotFoundError: No module named 'sglang'")
+    e = parse_engine(engine_output(version_rc=1, version=traceback, help_rc=1, help_text="x"))
+    assert e.status == "not importable"
+    assert e.message == "import sglang exited 1: ModuleNotFoundError: No module named 'sglang'"
+
+
+def test_engine_help_failing():
+    e = parse_engine(engine_output(help_rc=1, help_text="RuntimeError: operator torchvision::nms does not exist\n"))
+    assert e.status == "not importable"
+    assert e.message == "sglang.launch_server --help exited 1: RuntimeError: operator torchvision::nms does not exist"
+
+
+def test_engine_no_answer():
+    assert parse_engine("").status == "not importable"
+    assert parse_engine("@@version=0\n0.5.23").message == "no answer from the host"
+
+
+# --- model directories ---------------------------------------------------------------
+
+# z-lab DFlash draft config.json (fields as sglang-0.5.23.md lists them)
+DFLASH_DRAFT = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "block_size": 16,
+    "num_target_layers": 64,
+    "num_hidden_layers": 5,
+    "hidden_size": 5120,
+    "vocab_size": 248320,
+    "dflash_config": {"mask_token_id": 248077, "target_layer_ids": [1, 16, 31, 46, 61]},
+}
+# Qwen3.5/3.6: multimodal, the LM's values (and its MTP layer) under text_config
+QWEN36_TARGET = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "text_config": {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 5120,
+        "num_hidden_layers": 64,
+        "vocab_size": 248320,
+        "mtp_num_hidden_layers": 1,
+    },
+    "vision_config": {"hidden_size": 1152},
+}
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 129280,
+               "hidden_size": 7168, "num_hidden_layers": 61, "num_nextn_predict_layers": 1}
+
+
+def test_dflash_draft_config():
+    m = parse_config("/m/d", json.dumps(DFLASH_DRAFT, indent=2))
+    assert m == ModelDir(
+        "/m/d", "ok", architectures=("DFlashDraftModel",), model_type="qwen3", vocab_size=248320, hidden_size=5120,
+        num_hidden_layers=5, block_size=16, dflash_config=DFLASH_DRAFT["dflash_config"], mtp_layers=0,
+    )
+
+
+def test_multimodal_target_reads_text_config():
+    m = parse_config("/m/t", json.dumps(QWEN36_TARGET))
+    assert (m.model_type, m.vocab_size, m.hidden_size, m.num_hidden_layers, m.mtp_layers) == (
+        "qwen3_5", 248320, 5120, 64, 1)
+
+
+def test_nextn_layers_at_top_level():
+    assert parse_config("/m/ds", json.dumps(DEEPSEEK_V3)).mtp_layers == 1
+
+
+def test_config_with_odd_types_is_read_leniently():
+    m = parse_config("/m/x", json.dumps({"architectures": "Llama", "vocab_size": "32000", "block_size": True,
+                                         "dflash_config": [], "text_config": 3}))
+    assert (m.status, m.architectures, m.vocab_size, m.block_size, m.dflash_config) == ("ok", (), None, None, None)
+
+
+@pytest.mark.parametrize("text, why", [("{", "not valid JSON"), ("", "not valid JSON"), ("[1]", "not a JSON object")])
+def test_unreadable_config(text, why):
+    m = parse_config("/m/x", text)
+    assert m.status == "unreadable" and why in m.message
+
+
+def test_model_dirs_per_path():
+    text = "\n".join([
+        "@@path=/m/t", "@@config=0", json.dumps(QWEN36_TARGET, indent=2), "",
+        "@@path=/m/gone", "@@missing=directory",
+        "@@path=/m/empty", "@@missing=config.json",
+        "@@path=/m/locked", "@@config=1", "cat: /m/locked/config.json: Permission denied",
+        "@@path=/m/bad", "@@config=0", '{"vocab_size": 1',
+    ])
+    models = parse_model_dirs(text)
+    assert {p: m.status for p, m in models.items()} == {
+        "/m/t": "ok", "/m/gone": "no directory", "/m/empty": "no config.json", "/m/locked": "unreadable",
+        "/m/bad": "unreadable",
+    }
+    assert models["/m/t"].vocab_size == 248320
+    assert models["/m/locked"].message == "cat: /m/locked/config.json: Permission denied"
+
+
+# --- units ------------------------------------------------------------------------------
+
+
+def test_unit_states():
+    text = "\n".join([
+        "@@unit=sglang.service", "@@systemctl=0",
+        "Id=sglang.service", "LoadState=loaded", "ActiveState=active", "SubState=running", "MainPID=4242",
+        "NRestarts=2", "UnitFileState=enabled", "ExecMainStatus=0",
+        "@@unit=dflash-train", "@@systemctl=0",
+        "MainPID=0", "Id=dflash-train.service", "LoadState=not-found", "ActiveState=inactive", "SubState=dead",
+        "NRestarts=0", "ExecMainStatus=0", "UnitFileState=",
+    ])
+    units = parse_unit_states(text)
+    s, t = units["sglang.service"], units["dflash-train"]
+    assert (s.id, s.load_state, s.active_state, s.sub_state, s.main_pid, s.n_restarts, s.unit_file_state,
+            s.exec_main_status, s.message) == ("sglang.service", "loaded", "active", "running", 4242, 2, "enabled", 0, "")
+    assert (t.name, t.id, t.load_state, t.main_pid, t.unit_file_state) == (
+        "dflash-train", "dflash-train.service", "not-found", 0, "")
+
+
+def test_unit_states_systemctl_failing():
+    text = "@@unit=sglang.service\n@@systemctl=1\nSystem has not been booted with systemd as init system (PID 1). Can't operate."
+    u = parse_unit_states(text)["sglang.service"]
+    assert u.message.startswith("systemctl exited 1: System has not been booted") and u.active_state == ""
+
+
+def test_unit_property_missing_on_old_systemd():
+    assert parse_unit_states("@@unit=a.service\n@@systemctl=0\nId=a.service").get("a.service").n_restarts is None
+
+
+# --- sections -----------------------------------------------------------------------------
+
+
+def test_sections():
+    text = "noise\n@@section=gpus\n@@nvidia-smi=missing\n@@section=models\n@@section=units\n@@unit=a\n"
+    assert sections(text) == {"gpus": ["@@nvidia-smi=missing"], "models": [], "units": ["@@unit=a"]}
