@@ -1,0 +1,203 @@
+"""The lab's base root filesystem: debootstrap once, cache as a zstd tarball, unpack once.
+
+Everything lives outside the checkout, in ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}:
+  lab-base-<BASE_VERSION>.tar.zst   the prepared base (kept; rebuilt only when missing)
+  lab-base-<BASE_VERSION>/          the unpacked tree, the overlay lowerdir of every host
+  lab-base.lock                     flock held while building/unpacking
+Bump BASE_VERSION whenever the recipe below changes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+BASE_VERSION = 1
+SUITE = "bookworm"
+PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,iproute2,curl,procps,ca-certificates"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("SGLANG_FLEET_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "sglang-fleet"
+
+
+def base_tarball() -> Path:
+    return cache_dir() / f"lab-base-{BASE_VERSION}.tar.zst"
+
+
+def base_root() -> Path:
+    return cache_dir() / f"lab-base-{BASE_VERSION}"
+
+
+@contextmanager
+def flock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _sources_files() -> list[Path]:
+    files = [Path("/etc/apt/sources.list")]
+    d = Path("/etc/apt/sources.list.d")
+    if d.is_dir():
+        files += sorted(d.glob("*.sources")) + sorted(d.glob("*.list"))
+    return [f for f in files if f.is_file()]
+
+
+def debian_mirror(suite: str = SUITE) -> str:
+    """The machine's own Debian mirror for `suite` (main archive, not security/updates)."""
+    for f in _sources_files():
+        text = f.read_text(errors="replace")
+        if f.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields: dict[str, str] = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line:
+                        continue
+                    k, v = line.split(":", 1)
+                    fields[k.strip().lower()] = v.strip()
+                if "deb" not in fields.get("types", "").split():
+                    continue
+                if suite not in fields.get("suites", "").split():
+                    continue
+                if "enabled" in fields and fields["enabled"].lower() == "no":
+                    continue
+                uris = fields.get("uris", "").split()
+                if uris:
+                    return uris[0]
+        else:
+            for line in text.splitlines():
+                parts = line.split("#", 1)[0].split()
+                if not parts or parts[0] != "deb":
+                    continue
+                parts = [p for p in parts[1:] if not p.startswith("[")]
+                if len(parts) >= 2 and parts[1] == suite:
+                    return parts[0]
+    raise SystemExit(
+        f"lab: no '{suite}' Debian source in /etc/apt/sources.list*; cannot build the base image"
+    )
+
+
+def _log(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def prepare(root: Path) -> None:
+    """Make a freshly debootstrapped tree a reusable image (reference: lab-hosts.md)."""
+    # Identity comes at first boot: empty machine-id, no hostname, no host keys.
+    (root / "etc/machine-id").write_text("")
+    dbus_id = root / "var/lib/dbus/machine-id"
+    if dbus_id.exists() or dbus_id.is_symlink():
+        dbus_id.unlink()
+        dbus_id.symlink_to("/etc/machine-id")
+    for p in [root / "etc/hostname", *(root / "etc/ssh").glob("ssh_host_*")]:
+        p.unlink(missing_ok=True)
+    _write(
+        root / "etc/systemd/system/ssh.service.d/lab-hostkeys.conf",
+        "[Service]\n# per host, at first boot\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\n"
+        "ExecStartPre=/usr/sbin/sshd -t\n",
+    )
+    _write(
+        root / "etc/ssh/sshd_config.d/lab.conf",
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n",
+    )
+    # No timers (apt-daily, dpkg-db-backup, ...): a throwaway host must stay quiet.
+    for wants in root.glob("etc/systemd/system/*.wants"):
+        for link in wants.glob("*.timer"):
+            link.unlink()
+    for name in ("timers.target.wants",):
+        d = root / "etc/systemd/system" / name
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    # Nothing in a lab host needs these in a container; masking keeps it "running".
+    for unit in ("systemd-networkd-wait-online.service", "getty@tty1.service", "apt-daily.timer",
+                 "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "e2scrub_all.timer",
+                 "fstrim.timer", "systemd-tmpfiles-clean.timer"):
+        link = root / "etc/systemd/system" / unit
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to("/dev/null")
+    _write(root / "etc/systemd/journald.conf.d/lab.conf", "[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n")
+    # apt caches: no registry is reachable from a lab host anyway.
+    shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+    (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    for p in (root / "var/lib/apt/lists").glob("*"):
+        if p.is_file():
+            p.unlink()
+    for p in (root / "var/cache/apt").glob("*.bin"):
+        p.unlink()
+    _write(root / "etc/lab-base-version", f"{BASE_VERSION}\n")
+
+
+def build_tarball() -> None:
+    cache = cache_dir()
+    tmp = cache / f"lab-base-{BASE_VERSION}.build"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    mirror = debian_mirror()
+    _log(f"building base image v{BASE_VERSION} with debootstrap from {mirror} (about a minute)")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(tmp), mirror],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    if proc.returncode:
+        sys.stderr.write(proc.stdout[-4000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"lab: debootstrap failed (exit {proc.returncode})")
+    prepare(tmp)
+    part = base_tarball().with_suffix(".zst.part")
+    subprocess.run(
+        ["tar", "--numeric-owner", "--xattrs", "-C", str(tmp), "-I", "zstd -T0 -10", "-cf", str(part), "."],
+        check=True,
+    )
+    part.rename(base_tarball())
+    shutil.rmtree(tmp)
+    _log(f"base image built in {time.monotonic() - t0:.0f} s: {base_tarball()}")
+
+
+def ensure_base() -> Path:
+    """Return the unpacked base root, building/unpacking it once (under a lock)."""
+    root = base_root()
+    if (root / "etc/lab-base-version").is_file():
+        return root
+    cache = cache_dir()
+    with flock(cache / "lab-base.lock"):
+        if (root / "etc/lab-base-version").is_file():
+            return root
+        if not base_tarball().is_file():
+            build_tarball()
+        tmp = cache / f"lab-base-{BASE_VERSION}.unpack"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        subprocess.run(
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(tmp), "-I", "zstd", "-xf", str(base_tarball())],
+            check=True,
+        )
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    return root
+
+
+if __name__ == "__main__":
+    t = time.monotonic()
+    print(ensure_base(), f"{time.monotonic() - t:.1f} s")

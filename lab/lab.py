@@ -1,0 +1,755 @@
+"""The lab: throwaway real hosts (systemd-nspawn, real systemd + sshd + journald), one per
+network namespace on a private bridge, described by a TOML lab file.
+
+    .venv/bin/python -m lab.lab up [--lab lab/default.toml]
+    .venv/bin/python -m lab.lab status
+    .venv/bin/python -m lab.lab down
+
+State lives in .lab/ (git-ignored): the lab file used (lab.toml + state.json), one dir a
+host (overlay upper/work/root, nspawn.pid, console.log), the SSH key (id_ed25519) and
+inventory.py for pyinfra. Only one lab runs at a time: `up` with another lab file than
+the running one refuses (run `down` first); `up` of the running one just checks it and
+rewrites the inventory. Traffic goes only to the lab's own addresses.
+
+Facts this follows were measured on this kind of machine: shared/reference/lab-hosts.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from lab import base, labfile, provision  # noqa: E402
+from lab.labfile import LabFileError  # noqa: E402
+
+STATE = REPO / ".lab"
+DEFAULT_LAB = REPO / "lab" / "default.toml"
+GROUP_DATA = REPO / "group_data"
+KEY = STATE / "id_ed25519"
+INVENTORY = STATE / "inventory.py"
+STATE_FILE = STATE / "state.json"
+LOCK = STATE / ".lock"
+SESSION_LOCK = STATE / ".session"  # held by a pytest session for its whole run (tests/lab/conftest.py)
+HOSTS_DIR = STATE / "hosts"
+CGROUP = Path("/sys/fs/cgroup")
+NSPAWN_RUN = Path("/run/systemd/nspawn")
+RUN_NETNS = Path("/run/netns")
+BOOT_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 10
+
+
+class LabError(RuntimeError):
+    """The lab cannot do what was asked; the message says why and what to do."""
+
+
+def log(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+# --- small helpers ----------------------------------------------------------------------
+
+def run(*argv: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and p.returncode:
+        raise LabError(f"{' '.join(argv)} failed (exit {p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
+    return p
+
+
+def ssh_argv(ip: str, *command: str, timeout: int = 3) -> list[str]:
+    return [
+        "ssh", "-i", str(KEY), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={timeout}",
+        "-o", "IdentitiesOnly=yes", "-F", "/dev/null", f"root@{ip}", *command,
+    ]
+
+
+def ssh(ip: str, *command: str, timeout: float = 15) -> subprocess.CompletedProcess:
+    """Run a command on a lab host (only lab addresses ever reach here)."""
+    _check_lab_address(ip)
+    try:
+        return subprocess.run(ssh_argv(ip, *command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess([], 255, "", "timed out")
+
+
+def _check_lab_address(ip: str) -> None:
+    st = _read_state()
+    if not st or ipaddress.ip_address(ip) not in ipaddress.ip_network(st["subnet"]):
+        raise LabError(f"{ip} is not a lab address")
+
+
+def _read_state() -> dict[str, Any] | None:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _write_state(st: dict[str, Any]) -> None:
+    STATE.mkdir(exist_ok=True)
+    tmp = STATE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(st, indent=2) + "\n")
+    tmp.rename(STATE_FILE)
+
+
+def _pid_of(host: dict[str, Any]) -> int | None:
+    try:
+        return int((HOSTS_DIR / host["name"] / "nspawn.pid").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _alive_nspawn(pid: int | None, machine: str) -> bool:
+    """True if pid is a live systemd-nspawn for `machine` (guards against pid reuse)."""
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, IndexError):  # gone, or going (ESRCH)
+        return False
+    return bool(argv) and argv[0].endswith(b"systemd-nspawn") and machine.encode() in argv
+
+
+def _cgroup_roots() -> list[Path]:
+    """The hierarchies nspawn writes into: name=systemd + unified (hybrid) or the one cgroup2."""
+    if (CGROUP / "cgroup.controllers").exists():
+        return [CGROUP]
+    return [p for p in (CGROUP / "systemd", CGROUP / "unified") if p.is_dir()]
+
+
+def _key() -> str:
+    STATE.mkdir(exist_ok=True)
+    if not KEY.exists():
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(KEY))
+    return KEY.with_suffix(".pub").read_text()
+
+
+def _groups() -> tuple[dict, dict]:
+    from fleet.groupdata import load_class_specs, load_group_data
+
+    return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA)
+
+
+def load_lab(path: Path) -> labfile.LabFile:
+    """Parse and validate a lab file against group_data/ (also the preinstalled overrides)."""
+    from pydantic import ValidationError
+
+    from fleet.groupdata import explain
+
+    specs, data = _groups()
+    lab = labfile.parse(Path(path), sorted(specs))
+    problems = []
+    for h in lab.hosts:
+        if h.entry.get("preinstalled") is not None:
+            try:
+                provision.preinstalled_spec(data[h.group], h.entry["preinstalled"])
+            except ValidationError as e:
+                problems += [p.replace("(top level)", "preinstalled") for p in
+                             explain(f"{lab.path}: host {h.name!r}: preinstalled", e)]
+    if problems:
+        raise LabFileError(problems)
+    return lab
+
+
+# --- network ------------------------------------------------------------------------------
+
+def _bridge(lab_name: str) -> str:
+    return f"{lab_name}0"
+
+
+def _netns(lab_name: str, i: int) -> str:
+    return f"{lab_name}-h{i}"
+
+
+def _veth(lab_name: str, i: int) -> str:
+    return f"{lab_name}v{i}"
+
+
+def check_subnet(subnet: ipaddress.IPv4Network, own_dev: str | None = None) -> None:
+    """Refuse a subnet that overlaps any route or address already on this machine."""
+    clashes = []
+    routes = json.loads(run("ip", "-j", "-4", "route", "show", "table", "all").stdout or "[]")
+    for r in routes:
+        dst = r.get("dst", "")
+        if dst in ("default", "") or r.get("dev") == own_dev:
+            continue
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if net.overlaps(subnet):
+            clashes.append(f"route {dst} dev {r.get('dev', '?')}")
+    addrs = json.loads(run("ip", "-j", "-4", "addr").stdout or "[]")
+    for link in addrs:
+        if link.get("ifname") == own_dev:
+            continue
+        for a in link.get("addr_info", []):
+            net = ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False)
+            if net.overlaps(subnet):
+                clashes.append(f"address {a['local']}/{a['prefixlen']} on {link['ifname']}")
+    if clashes:
+        raise LabError(
+            f"lab subnet {subnet} overlaps what this machine already uses: {'; '.join(sorted(set(clashes)))}. "
+            "Set another private subnet in the lab file: [lab] subnet = \"10.x.y.0/24\""
+        )
+
+
+def _link_exists(name: str) -> bool:
+    return run("ip", "link", "show", "dev", name, check=False).returncode == 0
+
+
+def _disable_ipv6(dev: str) -> None:
+    p = Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
+    if p.exists():
+        p.write_text("1\n")
+
+
+# --- up -----------------------------------------------------------------------------------
+
+@dataclass
+class LabHost:
+    name: str
+    ip: str
+    group: str
+    entry: dict[str, Any]
+    pid: int | None = None
+
+
+@dataclass
+class Lab:
+    name: str
+    lab_file: Path
+    subnet: str
+    hosts: list[LabHost] = field(default_factory=list)
+    inventory: Path = INVENTORY
+    key: Path = KEY
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def ssh(self, name: str, *command: str, timeout: float = 15) -> subprocess.CompletedProcess:
+        return ssh(self.host(name).ip, *command, timeout=timeout)
+
+
+def _lab_from_state(st: dict[str, Any]) -> Lab:
+    return Lab(
+        name=st["lab_name"], lab_file=Path(st["lab_file"]), subnet=st["subnet"],
+        hosts=[LabHost(h["name"], h["ip"], h["group"], h["entry"], _pid_of(h)) for h in st["hosts"]],
+    )
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_inventory(st: dict[str, Any]) -> Path:
+    groups: dict[str, list[dict]] = {}
+    for h in st["hosts"]:
+        groups.setdefault(h["group"], []).append(h)
+    lines = [
+        f'"""pyinfra inventory of the running lab (written by `python -m lab.lab up`; do not edit)."""',
+        "",
+        f"_lab_file = {st['lab_file']!r}",
+        f"_lab_name = {st['lab_name']!r}",
+        "",
+    ]
+    for group, hosts in groups.items():
+        lines.append(f"{group} = [")
+        for h in hosts:
+            data = {
+                "ssh_hostname": h["ip"], "ssh_user": "root", "ssh_key": str(KEY),
+                "ssh_strict_host_key_checking": "no", "ssh_known_hosts_file": "/dev/null",
+            }
+            lines.append(f"    ({h['name']!r}, {data!r}),")
+        lines.append("]")
+        lines.append("")
+    lines += [
+        "# Validate group_data and this file before pyinfra connects to anything (as inventory.py does).",
+        "from fleet.groupdata import check_or_exit  # noqa: E402",
+        "",
+        "check_or_exit(globals())",
+        "",
+    ]
+    tmp = INVENTORY.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.rename(INVENTORY)
+    return INVENTORY
+
+
+def _lock():
+    STATE.mkdir(exist_ok=True)
+    return base.flock(LOCK)
+
+
+class Session:
+    """An exclusive claim on the lab for a whole test session: a second pytest session on
+    this checkout waits for it, and the CLI's up/down refuse while it is held."""
+
+    def __init__(self) -> None:
+        self.fh = None
+
+    def acquire(self, wait_s: float = 1800) -> None:
+        import fcntl
+
+        STATE.mkdir(exist_ok=True)
+        self.fh = open(SESSION_LOCK, "a+")
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    log(f"waiting for the lab session of pid {_session_holder() or '?'} to end")
+                    told = True
+                if time.monotonic() > deadline:
+                    raise LabError("another test session holds the lab") from None
+                time.sleep(1)
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"{os.getpid()}\n")
+        self.fh.flush()
+
+    def release(self) -> None:
+        if self.fh:
+            self.fh.close()
+            self.fh = None
+
+
+def _session_holder() -> int | None:
+    """PID of the test session holding the lab, if one does."""
+    import fcntl
+
+    if not SESSION_LOCK.exists():
+        return None
+    with open(SESSION_LOCK, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            text = fh.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
+def up(lab_file: Path | str = DEFAULT_LAB) -> Lab:
+    """Bring the lab in `lab_file` up (or find it up already). Returns the running Lab."""
+    lab_file = Path(lab_file).resolve()
+    with _lock():
+        lab = load_lab(lab_file)
+        st = _read_state()
+        if st:
+            if st["lab_file"] != str(lab_file) or st["lab_sha256"] != _sha(lab_file):
+                what = "another lab file" if st["lab_file"] != str(lab_file) else "an older version of this file"
+                raise LabError(
+                    f"lab {st['lab_name']!r} is up from {st['lab_file']} ({what}); run "
+                    "`python -m lab.lab down` first"
+                )
+            dead = [h["name"] for h in st["hosts"] if not _alive_nspawn(_pid_of(h), h["name"])]
+            if not dead:
+                running = _lab_from_state(st)
+                _wait_ready(running, quiet_ok=True)
+                write_inventory(st)
+                log(f"lab {st['lab_name']!r} already up ({len(st['hosts'])} hosts); inventory rewritten: "
+                    f"{INVENTORY.relative_to(REPO)}")
+                return running
+            log(f"hosts {', '.join(dead)} are not running: tearing the lab down and starting again")
+            _down_locked(st)
+        return _up_locked(lab)
+
+
+def _up_locked(lab: labfile.LabFile) -> Lab:
+    t0 = time.monotonic()
+    bridge = _bridge(lab.name)
+    check_subnet(lab.subnet)
+    leftovers = [n for n in [bridge] + [_veth(lab.name, i) for i in range(len(lab.hosts))] if _link_exists(n)]
+    leftovers += [str(RUN_NETNS / _netns(lab.name, i)) for i in range(len(lab.hosts))
+                  if (RUN_NETNS / _netns(lab.name, i)).exists()]
+    if leftovers:
+        raise LabError(f"found {', '.join(leftovers)} but no lab state in {STATE}: remove them by hand "
+                       "(another lab with the same [lab] name?)")
+    specs, group_data = _groups()
+    base_root = base.ensure_base()
+    pubkey = _key()
+    st: dict[str, Any] = {
+        "lab_name": lab.name,
+        "lab_file": str(lab.path),
+        "lab_sha256": _sha(lab.path),
+        "subnet": str(lab.subnet),
+        "bridge": bridge,
+        "base": str(base_root),
+        "created": {
+            "run_netns": not RUN_NETNS.exists(),
+            "run_netns_mount": not _is_mountpoint(RUN_NETNS),
+            "nspawn_run": not NSPAWN_RUN.exists(),
+        },
+        "hosts": [],
+    }
+    shutil.copyfile(lab.path, STATE / "lab.toml")
+    _write_state(st)
+    try:
+        run("ip", "link", "add", bridge, "type", "bridge")
+        _disable_ipv6(bridge)
+        run("ip", "addr", "add", f"{lab.gateway}/{lab.subnet.prefixlen}", "dev", bridge)
+        run("ip", "link", "set", bridge, "up")
+        for i, h in enumerate(lab.hosts):
+            rec = {"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry,
+                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i)}
+            st["hosts"].append(rec)
+            _write_state(st)
+            _make_host(lab, rec, base_root, specs[h.group], group_data[h.group], pubkey)
+        for rec in st["hosts"]:
+            _boot(lab.name, rec)
+        running = _lab_from_state(st)
+        _wait_ready(running)
+    except BaseException:
+        log("up failed: tearing down what was made")
+        _down_locked(_read_state() or st)
+        raise
+    write_inventory(st)
+    log(f"lab {lab.name!r} up: {len(lab.hosts)} hosts in {time.monotonic() - t0:.1f} s; "
+        f"inventory: {INVENTORY.relative_to(REPO)}")
+    return _lab_from_state(st)
+
+
+def _is_mountpoint(p: Path) -> bool:
+    target = str(p)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_data: dict, pubkey: str) -> None:
+    name, ns, veth = rec["name"], rec["netns"], rec["veth"]
+    hdir = HOSTS_DIR / name
+    if hdir.exists():
+        shutil.rmtree(hdir)
+    for d in ("upper", "work", "root"):
+        (hdir / d).mkdir(parents=True)
+    run("mount", "-t", "overlay", f"lab-{name}", "-o",
+        f"lowerdir={base_root},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
+    for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
+        log(f"warning: {w}")
+    run("ip", "netns", "add", ns)
+    run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    _disable_ipv6(veth)
+    run("ip", "link", "set", veth, "master", lab.name + "0", "up")
+    run("ip", "-n", ns, "addr", "add", f"{rec['ip']}/{lab.subnet.prefixlen}", "dev", "eth0")
+    run("ip", "-n", ns, "link", "set", "lo", "up")
+    run("ip", "-n", ns, "link", "set", "eth0", "up")
+
+
+BOOT_SCRIPT = r"""
+pidfile=$1; shift
+echo $$ > "$pidfile"
+for cg in $CGROUP_PROCS; do echo $$ > "$cg"; done
+exec "$@"
+"""
+
+
+def _boot(lab_name: str, rec: dict) -> None:
+    """Start one host's nspawn, detached (setsid), stdin /dev/null, in its own cgroups."""
+    name = rec["name"]
+    hdir = HOSTS_DIR / name
+    procs = []
+    for r in _cgroup_roots():
+        d = r / lab_name / name
+        d.mkdir(parents=True, exist_ok=True)
+        procs.append(str(d / "cgroup.procs"))
+    pidfile = hdir / "nspawn.pid"
+    pidfile.unlink(missing_ok=True)
+    argv = [
+        "systemd-nspawn", "-q", "-D", str(hdir / "root"), "-M", name, "-b", "--console=passive",
+        "--register=no", "--keep-unit", f"--network-namespace-path={RUN_NETNS / rec['netns']}",
+    ]
+    with open(hdir / "console.log", "ab") as out:
+        subprocess.run(
+            ["setsid", "-f", "sh", "-c", BOOT_SCRIPT, "lab-boot", str(pidfile), *argv],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True,
+            env={**os.environ, "CGROUP_PROCS": " ".join(procs)},
+        )
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            return
+        time.sleep(0.02)
+    raise LabError(f"{name}: nspawn did not start (see {hdir / 'console.log'})")
+
+
+def _wait_ready(lab: Lab, quiet_ok: bool = False) -> None:
+    """Wait until every host answers SSH and systemd says running/degraded."""
+    t0 = time.monotonic()
+
+    def one(h: LabHost) -> str:
+        deadline = t0 + BOOT_TIMEOUT_S
+        while True:
+            if not _alive_nspawn(_pid_of({"name": h.name}), h.name):
+                tail = (HOSTS_DIR / h.name / "console.log").read_text(errors="replace")[-2000:]
+                raise LabError(f"{h.name}: systemd-nspawn exited during boot; console:\n{tail}")
+            p = ssh(h.ip, "true", timeout=5)
+            if p.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise LabError(f"{h.name} ({h.ip}): no SSH after {BOOT_TIMEOUT_S} s: {p.stderr.strip()}")
+            time.sleep(0.2)
+        t_ssh = time.monotonic() - t0
+        if not quiet_ok:
+            log(f"{h.name} ({h.ip}): ssh up after {t_ssh:.1f} s")
+        left = max(5, deadline - time.monotonic())
+        p = ssh(h.ip, "systemctl", "is-system-running", "--wait", timeout=left)
+        state = p.stdout.strip()
+        if state not in ("running", "degraded"):
+            raise LabError(f"{h.name}: systemd is {state or p.stderr.strip()!r}, not running")
+        msg = f"{h.name} ({h.ip}): systemd {state} after {time.monotonic() - t0:.1f} s"
+        if state == "degraded":
+            failed = ssh(h.ip, "systemctl", "--failed", "--no-legend", "--plain").stdout.strip()
+            msg += f"; failed units: {' '.join(l.split()[0] for l in failed.splitlines() if l)}"
+        if not quiet_ok or state != "running":
+            log(msg)
+        return state
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lab.hosts))) as pool:
+        list(pool.map(one, lab.hosts))
+
+
+# --- down ---------------------------------------------------------------------------------
+
+def down() -> bool:
+    """Tear the lab down, leaving nothing behind. Harmless when nothing is up."""
+    with _lock():
+        st = _read_state()
+        if not st:
+            log("no lab is up")
+            return False
+        _down_locked(st)
+        return True
+
+
+def _cgroup_pids(lab_name: str, name: str) -> list[int]:
+    """Every process in a host's cgroup directories (both hierarchies)."""
+    pids: set[int] = set()
+    for r in _cgroup_roots():
+        d = r / lab_name / name
+        if not d.is_dir():
+            continue
+        for dirpath, _, files in os.walk(d):
+            try:
+                pids |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pass
+    return sorted(pids)
+
+
+def _gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _stop(lab_name: str, name: str, pid: int | None) -> None:
+    """SIGTERM the host's nspawn (it halts the container), SIGKILL after STOP_TIMEOUT_S."""
+    if _alive_nspawn(pid, name):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _alive_nspawn(pid, name) and not _cgroup_pids(lab_name, name):
+            break
+        time.sleep(0.05)
+    else:
+        log(f"{name}: no halt after {STOP_TIMEOUT_S} s; SIGKILL")
+        if _alive_nspawn(pid, name):
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            left = _cgroup_pids(lab_name, name)  # only the lab's own processes live here
+            if not left:
+                break
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+    # The nspawn is a zombie until PID 1 reaps it (setsid -f orphaned it): give it a moment
+    # so that "down" really leaves no process behind.
+    if pid:
+        for _ in range(100):
+            if _gone(pid) or not _is_zombie(pid):
+                break
+            time.sleep(0.05)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):  # ESRCH while it disappears
+        return False
+
+
+def _rmdir_tree(d: Path) -> None:
+    """Remove a cgroup directory and its children, deepest first."""
+    if not d.is_dir():
+        return
+    for dirpath, dirnames, _ in sorted(os.walk(d), key=lambda t: -t[0].count("/")):
+        for attempt in range(50):
+            try:
+                os.rmdir(dirpath)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)  # processes still leaving
+        else:
+            log(f"warning: could not remove cgroup {dirpath}")
+
+
+def _down_locked(st: dict[str, Any]) -> None:
+    t0 = time.monotonic()
+    lab_name = st["lab_name"]
+    hosts = st.get("hosts", [])
+    # stop all hosts together: each halts in ~2 s
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        list(pool.map(lambda h: _stop(lab_name, h["name"], _pid_of(h)), hosts))
+    for h in hosts:
+        root = HOSTS_DIR / h["name"] / "root"
+        for _ in range(50):
+            if not _is_mountpoint(root):
+                break
+            if run("umount", str(root), check=False).returncode:
+                time.sleep(0.1)
+        else:
+            log(f"warning: {root} still mounted")
+        if (RUN_NETNS / h["netns"]).exists():
+            run("ip", "netns", "del", h["netns"], check=False)
+        if _link_exists(h["veth"]):
+            run("ip", "link", "del", h["veth"], check=False)
+        for r in _cgroup_roots():
+            _rmdir_tree(r / lab_name / h["name"])
+        shutil.rmtree(NSPAWN_RUN / "propagate" / h["name"], ignore_errors=True)
+        if not _is_mountpoint(root):
+            shutil.rmtree(HOSTS_DIR / h["name"], ignore_errors=True)
+    for r in _cgroup_roots():
+        _rmdir_tree(r / lab_name)
+    if _link_exists(st["bridge"]):
+        run("ip", "link", "del", st["bridge"], check=False)
+    created = st.get("created", {})
+    if created.get("nspawn_run"):
+        for d in (NSPAWN_RUN / "propagate", NSPAWN_RUN / "incoming", NSPAWN_RUN / "locks", NSPAWN_RUN):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+    if RUN_NETNS.is_dir() and not any(RUN_NETNS.iterdir()):
+        if created.get("run_netns_mount") and _is_mountpoint(RUN_NETNS):
+            while _is_mountpoint(RUN_NETNS):
+                if run("umount", str(RUN_NETNS), check=False).returncode:
+                    break
+        if created.get("run_netns") and not _is_mountpoint(RUN_NETNS):
+            try:
+                RUN_NETNS.rmdir()
+            except OSError:
+                pass
+    try:
+        HOSTS_DIR.rmdir()
+    except OSError:
+        pass
+    for p in (STATE_FILE, INVENTORY, STATE / "lab.toml"):
+        p.unlink(missing_ok=True)
+    log(f"lab {lab_name!r} down ({len(hosts)} hosts) in {time.monotonic() - t0:.1f} s")
+
+
+# --- status -------------------------------------------------------------------------------
+
+def status(check_ssh: bool = True) -> list[dict[str, Any]]:
+    """One row a host: name, ip, group, state (running/stopped), ssh (ok/no/-)."""
+    st = _read_state()
+    if not st:
+        return []
+    rows = []
+
+    def one(h):
+        alive = _alive_nspawn(_pid_of(h), h["name"])
+        ok = "-"
+        if alive and check_ssh:
+            ok = "ok" if ssh(h["ip"], "true", timeout=8).returncode == 0 else "no"
+        return {"name": h["name"], "ip": h["ip"], "group": h["group"],
+                "state": "running" if alive else "stopped", "ssh": ok, "pid": _pid_of(h)}
+
+    with ThreadPoolExecutor(max_workers=max(1, len(st["hosts"]))) as pool:
+        rows = list(pool.map(one, st["hosts"]))
+    return rows
+
+
+def _print_status() -> int:
+    st = _read_state()
+    if not st:
+        print("no lab is up")
+        return 1
+    rows = status()
+    print(f"lab {st['lab_name']!r} from {st['lab_file']} (subnet {st['subnet']}, bridge {st['bridge']})")
+    cols = ("name", "ip", "group", "state", "ssh")
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)))
+    return 0 if all(r["state"] == "running" and r["ssh"] == "ok" for r in rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.lab", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="boot the lab's hosts (or check the running lab)")
+    p_up.add_argument("--lab", type=Path, default=DEFAULT_LAB, help="lab file (default: lab/default.toml)")
+    sub.add_parser("down", help="stop every host and remove everything the lab made")
+    sub.add_parser("status", help="hosts, addresses, groups, running, ssh")
+    p_check = sub.add_parser("check", help="validate a lab file only")
+    p_check.add_argument("--lab", type=Path, default=DEFAULT_LAB)
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0 and args.cmd in ("up", "down"):
+        print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
+        return 2
+    holder = _session_holder() if args.cmd in ("up", "down") else None
+    if holder:
+        print(f"lab: a test session (pid {holder}) is using the lab; wait for it to end", file=sys.stderr)
+        return 1
+    try:
+        if args.cmd == "up":
+            up(args.lab)
+            return _print_status()
+        if args.cmd == "down":
+            down()
+            return 0
+        if args.cmd == "check":
+            lab = load_lab(args.lab)
+            print(f"{args.lab}: ok ({len(lab.hosts)} hosts)")
+            return 0
+        return _print_status()
+    except LabFileError as e:
+        print("lab: the lab file is not valid:", file=sys.stderr)
+        for p in e.problems:
+            print(f"  {p}", file=sys.stderr)
+        return 2
+    except LabError as e:
+        print(f"lab: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Read and validate a lab file (TOML): every problem names the host, the key, the value
+and what is allowed. Unknown keys are errors."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet.spec import SGLANG_0523_ALGORITHMS, UNIT_NAME
+
+DEFAULT_LAB_NAME = "sgllab"
+DEFAULT_SUBNET = "10.203.0.0/24"
+FIRST_HOST = 11  # host addresses are .11, .12, ... in file order
+
+HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+ALGO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+class LabFileError(ValueError):
+    """A lab file problem (one or more lines, each naming where and what)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass
+class Host:
+    name: str
+    ip: str
+    group: str
+    entry: dict[str, Any]  # resolved keys, defaults filled in (what /etc/lab/host.json is built from)
+
+
+@dataclass
+class LabFile:
+    path: Path
+    name: str
+    subnet: ipaddress.IPv4Network
+    hosts: list[Host] = field(default_factory=list)
+
+    @property
+    def gateway(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, (int, float))) and not isinstance(v, bool)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# key -> (required, default, check(value) -> error text or None, allowed text)
+def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
+    def enum(*vals):
+        return lambda v: None if v in vals else "not allowed", " | ".join(repr(x) for x in vals)
+
+    def text(pattern=None, allowed="a non-empty string"):
+        def check(v):
+            if not isinstance(v, str) or not v or v != v.strip():
+                return "not a non-empty string without padding"
+            if pattern and not pattern.match(v):
+                return "bad format"
+            return None
+
+        return check, allowed
+
+    def integer(lo, hi=None):
+        def check(v):
+            if not _is_int(v):
+                return "not an integer"
+            if v < lo or (hi is not None and v > hi):
+                return "out of range"
+            return None
+
+        return check, f"an integer {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+
+    def algos(v):
+        if not _str_list(v) or not v:
+            return "not a non-empty list of strings"
+        bad = [a for a in v if not ALGO_NAME.match(a)]
+        return f"bad name(s) {bad}" if bad else None
+
+    def units(v):
+        if not _str_list(v):
+            return "not a list of strings"
+        bad = [u for u in v if not UNIT_NAME.match(u) or (u.endswith(".service") is False and "." in u)]
+        return f"bad unit name(s) {bad}" if bad else None
+
+    def paths(v):
+        if not _str_list(v):
+            return "not a list of strings"
+        bad = [p for p in v if not p.startswith("/")]
+        return f"not absolute: {bad}" if bad else None
+
+    def load_seconds(v):
+        if not _is_num(v):
+            return "not a number"
+        return "out of range" if not 0 <= v <= 3600 else None
+
+    def table(v):
+        return None if isinstance(v, dict) else "not a table"
+
+    return {
+        "name": (True, None, *text(HOST_NAME, "lowercase letters, digits and '-', at most 32")),
+        "group": (True, None, lambda v: None if v in groups else "not a GPU class group",
+                  " | ".join(repr(g) for g in groups)),
+        "gpu_model": (True, None, *text(None, "the exact nvidia-smi name, e.g. 'NVIDIA RTX A6000'")),
+        "gpu_count": (True, None, *integer(1, 16)),
+        "gpu_memory_mib": (True, None, *integer(1, 1 << 22)),
+        "driver_version": (False, "580.95.05", *text(re.compile(r"^[0-9]+(\.[0-9]+)*$"), "a version like '580.95.05'")),
+        "nvidia_smi": (False, "ok", *enum("ok", "missing", "driver-error")),
+        "sglang_version": (False, "0.5.23", *text(re.compile(r"^[0-9A-Za-z.+-]+$"), "a version like '0.5.23'")),
+        "sglang_algorithms": (False, list(SGLANG_0523_ALGORITHMS), algos,
+                              "a list of algorithm names, e.g. " + repr(list(SGLANG_0523_ALGORITHMS) + ["DDTREE"])),
+        "workloads": (False, [], units, "a list of systemd unit names, e.g. ['dflash-train']"),
+        "preinstalled": (False, None, table, "a table of spec overrides over the group's spec"),
+        "load": (False, "ok", *enum("ok", "crash", "hang")),
+        "load_seconds": (False, 3.0, load_seconds, "a number of seconds 0..3600"),
+        "missing_models": (False, [], paths, "a list of absolute paths"),
+        "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
+    }
+
+
+LAB_KEYS = {"name", "subnet"}
+
+
+def parse(path: Path, groups: list[str]) -> LabFile:
+    """Parse `path`; `groups` are the GPU class groups group_data/ declares."""
+    path = Path(path)
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise LabFileError([f"{where}: no such lab file"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise LabFileError([f"{where}: not valid TOML: {e}"]) from None
+    problems: list[str] = []
+    for k in data:
+        if k not in ("lab", "hosts"):
+            problems.append(f"{where}: unknown top-level key {k!r}; allowed: [lab], [[hosts]]")
+
+    lab = data.get("lab", {})
+    name, subnet = DEFAULT_LAB_NAME, ipaddress.ip_network(DEFAULT_SUBNET)
+    if not isinstance(lab, dict):
+        problems.append(f"{where}: [lab] must be a table")
+        lab = {}
+    for k in lab:
+        if k not in LAB_KEYS:
+            problems.append(f"{where}: [lab]: unknown key {k!r}; allowed: {', '.join(sorted(LAB_KEYS))}")
+    if "name" in lab:
+        if isinstance(lab["name"], str) and LAB_NAME.match(lab["name"]):
+            name = lab["name"]
+        else:
+            problems.append(f"{where}: [lab] name = {lab['name']!r}: allowed: a lowercase letter, then "
+                            "letters/digits, at most 10 (it names the bridge, namespaces and cgroups)")
+    if "subnet" in lab:
+        try:
+            subnet = ipaddress.IPv4Network(lab["subnet"], strict=False) if isinstance(lab["subnet"], str) else None
+        except ValueError:
+            subnet = None
+        if subnet is None or not subnet.is_private or subnet.prefixlen > 28 or subnet.prefixlen < 16:
+            problems.append(f"{where}: [lab] subnet = {lab['subnet']!r}: allowed: a private IPv4 network "
+                            "/16../28 such as '10.203.0.0/24'")
+            subnet = ipaddress.ip_network(DEFAULT_SUBNET)
+
+    hosts_raw = data.get("hosts", [])
+    if not isinstance(hosts_raw, list) or not all(isinstance(h, dict) for h in hosts_raw):
+        problems.append(f"{where}: hosts must be an array of tables ([[hosts]])")
+        hosts_raw = []
+    if not hosts_raw:
+        problems.append(f"{where}: no [[hosts]]: a lab needs at least one host")
+    keys = _host_keys(groups)
+    hosts: list[Host] = []
+    seen: set[str] = set()
+    addresses = list(subnet.hosts())
+    for i, raw in enumerate(hosts_raw):
+        hname = raw.get("name")
+        label = f"host {hname!r}" if isinstance(hname, str) else f"host #{i + 1}"
+        entry: dict[str, Any] = {}
+        for k in raw:
+            if k not in keys:
+                problems.append(f"{where}: {label}: unknown key {k!r}; allowed keys: {', '.join(keys)}")
+        for k, (required, default, check, allowed) in keys.items():
+            if k not in raw:
+                if required:
+                    problems.append(f"{where}: {label}: key {k!r} is required; allowed: {allowed}")
+                else:
+                    entry[k] = list(default) if isinstance(default, list) else default
+                continue
+            v = raw[k]
+            err = check(v)
+            if err:
+                problems.append(f"{where}: {label}: {k} = {v!r}: {err}; allowed: {allowed}")
+                continue
+            entry[k] = float(v) if k == "load_seconds" else v
+        if isinstance(hname, str):
+            if hname in seen:
+                problems.append(f"{where}: {label}: name {hname!r} used twice; host names must be unique")
+            seen.add(hname)
+        idx = FIRST_HOST + i - 1
+        if idx >= len(addresses) - 1:
+            problems.append(f"{where}: {label}: subnet {subnet} has no address left for it (hosts start at .{FIRST_HOST})")
+            continue
+        if "workloads" in entry:
+            entry["workloads"] = [w.removesuffix(".service") for w in entry["workloads"]]
+        if all(k in entry for k, spec in keys.items() if spec[0]):
+            hosts.append(Host(name=entry["name"], ip=str(addresses[idx]), group=entry["group"], entry=entry))
+    if problems:
+        raise LabFileError(problems)
+    return LabFile(path=path.resolve(), name=name, subnet=subnet, hosts=hosts)

@@ -1,0 +1,277 @@
+"""What a lab host holds before it boots (docs/ARCHITECTURE.md, "Lab host contract").
+
+Everything is written into the host's merged overlay root (so it lands in its upper dir).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+from fleet.groupdata import spec_data
+from fleet.render import render_env, render_unit, server_argv
+from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
+
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+SGLANG_DOUBLE_DIR = "/usr/local/lib/sglang-double"
+WORKLOAD_MEMORY_SHARE = 0.9
+
+LAUNCHER = """#!/bin/sh
+# lab double of the SGLang environment's interpreter: the SGLang double's package
+# (/usr/local/lib/sglang-double/sglang) on the path, then the system python.
+PYTHONPATH={pkg}${{PYTHONPATH:+:$PYTHONPATH}}
+export PYTHONPATH
+exec /usr/bin/python3 "$@"
+"""
+
+WORKLOAD_UNIT = """[Unit]
+Description=lab training job {name} (holds GPU memory, like the real one)
+After=network.target
+
+[Service]
+ExecStart=/usr/local/bin/lab-gpu-job --name {name} --memory-mib {mib} --gpus all
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def preinstalled_spec(group_data: dict[str, Any], overrides: dict[str, Any]) -> ClassSpec:
+    """The host group's spec data with the lab's overrides laid over it, validated.
+
+    A `speculative` override that names a different algorithm replaces the table whole
+    (fields of the group's algorithm would not fit the old one)."""
+    base = spec_data(group_data)
+    over = dict(overrides)
+    spec_over = over.get("speculative")
+    if isinstance(spec_over, dict) and spec_over.get("algorithm") not in (
+        None, (base.get("speculative") or {}).get("algorithm")
+    ):
+        base = {**base, "speculative": {}}
+    return ClassSpec.model_validate(deep_merge(base, over))
+
+
+# --- files -------------------------------------------------------------------------------
+
+def _inside(root: Path, path: str) -> Path:
+    p = root / path.lstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> None:
+    p = _inside(root, path)
+    if p.is_symlink() or p.exists():
+        p.unlink()
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    os.chmod(p, mode)
+
+
+def enable(root: Path, unit: str, target: str = "multi-user.target") -> None:
+    link = _inside(root, f"/etc/systemd/system/{target}.wants/{unit}")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(f"/etc/systemd/system/{unit}")
+
+
+def copy_tree(src: Path, root: Path, dest: str) -> None:
+    d = _inside(root, dest)
+    if d.exists():
+        shutil.rmtree(d)
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"))
+    for dirpath, dirnames, filenames in os.walk(d):
+        os.chmod(dirpath, 0o755)
+        for f in filenames:
+            p = Path(dirpath) / f
+            os.chmod(p, 0o755 if os.access(src / p.relative_to(d), os.X_OK) else 0o644)
+
+
+# --- model directories -------------------------------------------------------------------
+
+def _target_config(path: str) -> dict[str, Any]:
+    name = Path(path).name.lower()
+    if "qwen3.6" in name or "qwen3.5" in name:
+        # Qwen3.6-27B: Qwen3.5 hybrid decoder (Gated DeltaNet x3 + gated attention) x16, MTP trained.
+        text = {
+            "model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 5120,
+            "intermediate_size": 17408, "num_hidden_layers": 64, "num_attention_heads": 24,
+            "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 262144,
+            "rope_theta": 10000000, "full_attention_interval": 4, "mtp_num_hidden_layers": 1,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        }
+        return {
+            "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+            "vocab_size": 248320, "hidden_size": 5120, "num_hidden_layers": 64,
+            "num_attention_heads": 24, "num_key_value_heads": 4, "max_position_embeddings": 262144,
+            "num_nextn_predict_layers": 1, "torch_dtype": "bfloat16", "text_config": text,
+            "transformers_version": "4.57.0",
+        }
+    # Qwen3 dense (Qwen3-8B shape).
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+        "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 40960, "rope_theta": 1000000, "tie_word_embeddings": False,
+        "num_nextn_predict_layers": 1, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    }
+
+
+def _draft_config(kind: str, target: dict[str, Any], vocab_size: int | None) -> dict[str, Any]:
+    vocab = vocab_size or target["vocab_size"]
+    layers = target["num_hidden_layers"]
+    if kind == "dflash":
+        n = 5
+        ids = [1 + round(i * (layers - 3) / (n - 1)) for i in range(n)]
+        return {
+            "architectures": ["DFlashDraftModel"], "model_type": target["model_type"],
+            "vocab_size": vocab, "hidden_size": target["hidden_size"], "num_hidden_layers": n,
+            "num_attention_heads": target["num_attention_heads"],
+            "num_key_value_heads": target["num_key_value_heads"],
+            "block_size": 16, "num_target_layers": layers,
+            "dflash_config": {"mask_token_id": vocab - 1 if vocab_size else target["vocab_size"] - 1,
+                              "target_layer_ids": ids},
+            "torch_dtype": "bfloat16",
+        }
+    # EAGLE3-style draft head
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "vocab_size": vocab,
+        "draft_vocab_size": 32000, "hidden_size": target["hidden_size"], "num_hidden_layers": 1,
+        "num_attention_heads": target["num_attention_heads"],
+        "num_key_value_heads": target["num_key_value_heads"], "target_model_type": target["model_type"],
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _safetensors_stub() -> bytes:
+    header = json.dumps({"__metadata__": {"format": "pt", "lab": "stub: no weights"}}).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header
+
+
+def write_model(root: Path, path: str, config: dict[str, Any]) -> None:
+    write(root, f"{path}/config.json", json.dumps(config, indent=2) + "\n")
+    write(root, f"{path}/generation_config.json", json.dumps({"do_sample": True, "temperature": 0.6}) + "\n")
+    shard = "model-00001-of-00001.safetensors"
+    write(root, f"{path}/{shard}", _safetensors_stub())
+    write(root, f"{path}/model.safetensors.index.json",
+          json.dumps({"metadata": {"total_size": 0}, "weight_map": {"lm_head.weight": shard}}) + "\n")
+    if config.get("architectures", [""])[0] not in ("DFlashDraftModel", "LlamaForCausalLMEagle3"):
+        write(root, f"{path}/tokenizer_config.json", json.dumps({"model_max_length": 131072}) + "\n")
+
+
+def models_of(spec: ClassSpec) -> list[tuple[str, str, str | None]]:
+    """(target path, draft kind, draft path) the spec names."""
+    s = spec.speculative
+    draft, kind = None, "eagle"
+    if isinstance(s, (DFlash, DDTree)):
+        draft, kind = s.draft_model_path, "dflash"
+    elif isinstance(s, EagleFamily) and s.draft_model_path:
+        draft = s.draft_model_path
+    return [(spec.service.model_path, kind, draft)]
+
+
+# --- the host ----------------------------------------------------------------------------
+
+def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_data: dict[str, Any],
+              pubkey: str, ip: str, lab_name: str) -> list[str]:
+    """Write one host's files into its (mounted) root. Returns warnings."""
+    warnings: list[str] = []
+    name = entry["name"]
+    write(root, "/etc/hostname", name + "\n")
+    write(root, "/etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n{ip}\t{name}.{lab_name} {name}\n"
+          "::1\tlocalhost ip6-localhost ip6-loopback\n")
+    (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
+    os.chmod(root / "root/.ssh", 0o700)
+    write(root, "/root/.ssh/authorized_keys", pubkey.strip() + "\n", 0o600)
+
+    pre_spec = None
+    if entry.get("preinstalled") is not None:
+        pre_spec = preinstalled_spec(group_data, entry["preinstalled"])
+
+    # doubles
+    smi = DOUBLES / "nvidia-smi"
+    if entry["nvidia_smi"] != "missing":
+        if smi.is_file():
+            write(root, "/usr/bin/nvidia-smi", smi.read_bytes(), 0o755)
+        else:
+            warnings.append(f"{name}: lab/doubles/nvidia-smi not there yet; host has no nvidia-smi")
+    pkg = DOUBLES / "sglang"
+    if pkg.is_dir():
+        copy_tree(pkg, root, f"{SGLANG_DOUBLE_DIR}/sglang")
+    else:
+        warnings.append(f"{name}: lab/doubles/sglang/ not there yet; the launcher has no sglang to run")
+    launchers = {group_spec.service.launcher} | ({pre_spec.service.launcher} if pre_spec else set())
+    for launcher in sorted(launchers):
+        write(root, launcher, LAUNCHER.format(pkg=SGLANG_DOUBLE_DIR), 0o755)
+    job = DOUBLES / "lab-gpu-job"
+    if job.is_file():
+        write(root, "/usr/local/bin/lab-gpu-job", job.read_bytes(), 0o755)
+    elif entry["workloads"]:
+        warnings.append(f"{name}: lab/doubles/lab-gpu-job not there yet; workload units will fail")
+
+    # workloads
+    mib = int(entry["gpu_memory_mib"] * WORKLOAD_MEMORY_SHARE)
+    for w in entry["workloads"]:
+        write(root, f"/etc/systemd/system/{w}.service", WORKLOAD_UNIT.format(name=w, mib=mib))
+        enable(root, f"{w}.service")
+
+    # models
+    missing = set(p.rstrip("/") for p in entry["missing_models"])
+    for spec in [group_spec] + ([pre_spec] if pre_spec else []):
+        for target, kind, draft in models_of(spec):
+            tconf = _target_config(target)
+            if target not in missing:
+                write_model(root, target, tconf)
+            if draft and draft not in missing:
+                write_model(root, draft, _draft_config(kind, tconf, entry.get("draft_vocab_size")))
+
+    # the preinstalled (old) service, enabled so it serves at boot
+    preinstalled_argv = None
+    if pre_spec is not None:
+        write(root, pre_spec.unit_file, render_unit(pre_spec, entry["group"]))
+        write(root, pre_spec.env_file, render_env(pre_spec))
+        if pre_spec.service.api_key is not None:
+            from fleet.render import render_secret
+            write(root, pre_spec.secret_file, render_secret(pre_spec) or "", 0o600)
+        enable(root, f"{pre_spec.service.unit}.service")
+        preinstalled_argv = server_argv(pre_spec)[3:]
+
+    host_json = {
+        "name": name,
+        "group": entry["group"],
+        "gpu_model": entry["gpu_model"],
+        "gpu_count": entry["gpu_count"],
+        "gpu_memory_mib": entry["gpu_memory_mib"],
+        "driver_version": entry["driver_version"],
+        "nvidia_smi": entry["nvidia_smi"],
+        "sglang_version": entry["sglang_version"],
+        "sglang_algorithms": list(entry["sglang_algorithms"]),
+        "load": entry["load"],
+        "load_seconds": float(entry["load_seconds"]),
+        "preinstalled_argv": preinstalled_argv,
+        # beyond the contract: the rest of the lab entry, resolved
+        "workloads": list(entry["workloads"]),
+        "missing_models": list(entry["missing_models"]),
+        "draft_vocab_size": entry.get("draft_vocab_size"),
+        "preinstalled": entry.get("preinstalled"),
+        "ip": ip,
+        "lab": lab_name,
+    }
+    write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
+    return warnings

@@ -1,0 +1,387 @@
+"""The lab itself: real hosts boot as their lab file says, and leave nothing behind."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import runpy
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lab import lab as labmod
+from lab import labfile
+from lab.provision import DOUBLES
+
+from fleet.groupdata import load_class_specs
+from fleet.spec import SGLANG_0523_ALGORITHMS
+
+REPO = labmod.REPO
+SPECS = load_class_specs(REPO / "group_data")
+
+
+def sh(lab, host, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return lab.ssh(host, command, timeout=timeout)
+
+
+def host_json(lab, host) -> dict:
+    p = sh(lab, host, "cat /etc/lab/host.json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def doubles_ready(*names: str) -> bool:
+    return all((DOUBLES / n).exists() for n in names)
+
+
+def toml_hosts(path: Path) -> list[dict]:
+    return tomllib.loads(path.read_text())["hosts"]
+
+
+# --- the default lab ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab(lab, lab_manager):
+    """These tests check the default lab as booted, and other suites deploy to it: start
+    this module from a freshly booted one."""
+    return lab_manager.ensure(labmod.DEFAULT_LAB, fresh=True)
+
+
+def test_hosts_answer_ssh_and_systemd_runs(lab):
+    assert [h.name for h in lab.hosts] == [h["name"] for h in toml_hosts(labmod.DEFAULT_LAB)]
+    for i, h in enumerate(lab.hosts):
+        assert h.ip == f"10.203.0.{11 + i}"
+        p = sh(lab, h.name, "hostname; systemctl is-system-running")
+        name, state = p.stdout.split()
+        assert name == h.name
+        if doubles_ready("nvidia-smi", "sglang/launch_server.py", "lab-gpu-job"):
+            failed = sh(lab, h.name, "systemctl --failed --no-legend --plain").stdout
+            assert state == "running", failed
+        else:
+            assert state in ("running", "degraded")
+
+
+def test_host_json_matches_lab_file(lab):
+    for raw in toml_hosts(labmod.DEFAULT_LAB):
+        got = host_json(lab, raw["name"])
+        want = {
+            "nvidia_smi": "ok", "sglang_version": "0.5.23", "sglang_algorithms": list(SGLANG_0523_ALGORITHMS),
+            "load": "ok", "load_seconds": 3.0, "workloads": [], "missing_models": [], "draft_vocab_size": None,
+            **raw,
+        }
+        want.pop("preinstalled", None)
+        for k, v in want.items():
+            assert got[k] == v, k
+        for k in ("name", "group", "gpu_model", "gpu_count", "gpu_memory_mib", "driver_version", "nvidia_smi",
+                  "sglang_version", "sglang_algorithms", "load", "load_seconds", "preinstalled_argv"):
+            assert k in got, k
+
+
+def test_network_is_the_lab_subnet_only(lab):
+    p = sh(lab, "a6000-1", "ip -4 -o addr show dev eth0; ip -4 route")
+    assert "10.203.0.12/24" in p.stdout
+    assert "default" not in p.stdout  # no way out of the lab
+    # hosts reach each other over the bridge
+    p = sh(lab, "a6000-1", "timeout 3 bash -c '</dev/tcp/10.203.0.11/22' && echo open")
+    assert p.stdout.strip() == "open", p.stderr
+
+
+def test_models_present_with_realistic_configs(lab):
+    for h in lab.hosts:
+        spec = SPECS[h.group]
+        target = json.loads(sh(lab, h.name, f"cat {spec.service.model_path}/config.json").stdout)
+        assert target["num_nextn_predict_layers"] == 1  # NEXTN without a draft is legitimate
+        assert target["vocab_size"] > 100000 and target["architectures"]
+        draft = json.loads(sh(lab, h.name, f"cat {spec.speculative.draft_model_path}/config.json").stdout)
+        assert draft["architectures"] == ["DFlashDraftModel"]
+        assert draft["block_size"] == 16
+        assert draft["model_type"] == target["model_type"]
+        assert draft["vocab_size"] == target["vocab_size"]
+        assert set(draft["dflash_config"]) == {"mask_token_id", "target_layer_ids"}
+        assert draft["num_target_layers"] == target["num_hidden_layers"]
+
+
+def test_workloads_run_at_boot(lab):
+    unit = sh(lab, "pro6000-1", "cat /etc/systemd/system/dflash-train.service").stdout
+    assert "ExecStart=/usr/local/bin/lab-gpu-job --name dflash-train --memory-mib 88098 --gpus all" in unit
+    assert sh(lab, "pro6000-1", "systemctl is-enabled dflash-train").stdout.strip() == "enabled"
+    if not doubles_ready("lab-gpu-job"):
+        pytest.skip("lab/doubles/lab-gpu-job not written yet")
+    assert sh(lab, "pro6000-1", "systemctl is-active dflash-train").stdout.strip() == "active"
+    assert sh(lab, "a6000-1", "systemctl cat dflash-train").returncode != 0
+
+
+def test_preinstalled_service_serves_the_old_config(lab):
+    from fleet.render import server_argv
+
+    got = host_json(lab, "pro6000-1")
+    argv = got["preinstalled_argv"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
+    assert "--speculative-draft-model-path" not in argv
+    spec = SPECS["pro6000"]
+    assert sh(lab, "pro6000-1", f"systemctl is-enabled {spec.service.unit}").stdout.strip() == "enabled"
+    show = sh(lab, "pro6000-1", f"systemctl show -p ExecStart --value {spec.service.unit}").stdout
+    assert " ".join(argv) in show
+    assert sh(lab, "pro6000-1", f"test -f {spec.env_file}").returncode == 0
+    assert host_json(lab, "a6000-1")["preinstalled_argv"] is None
+    assert sh(lab, "a6000-1", f"test -e {spec.unit_file}").returncode != 0
+    # the launcher is the group's path, a wrapper around the SGLang double
+    launcher = server_argv(spec)[0]
+    assert sh(lab, "pro6000-1", f"test -x {launcher}").returncode == 0
+    if not doubles_ready("sglang/launch_server.py"):
+        pytest.skip("lab/doubles/sglang not written yet")
+    assert sh(lab, "pro6000-1", f"systemctl is-active {spec.service.unit}").stdout.strip() == "active"
+
+
+def test_nvidia_smi_double_installed(lab):
+    if not doubles_ready("nvidia-smi"):
+        pytest.skip("lab/doubles/nvidia-smi not written yet")
+    p = sh(lab, "a6000-1", "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits")
+    assert p.stdout.splitlines() == ["NVIDIA RTX A6000, 49140"] * 2
+
+
+def test_inventory_for_pyinfra(lab):
+    inv = runpy.run_path(str(lab.inventory))
+    assert inv["_lab_file"] == str(labmod.DEFAULT_LAB)
+    assert inv["_lab_name"] == "sgllab"
+    assert [n for n, _ in inv["pro6000"]] == ["pro6000-1"]
+    assert [n for n, _ in inv["a6000"]] == ["a6000-1"]
+    name, data = inv["a6000"][0]
+    assert data == {"ssh_hostname": "10.203.0.12", "ssh_user": "root", "ssh_key": str(labmod.KEY),
+                    "ssh_strict_host_key_checking": "no", "ssh_known_hosts_file": "/dev/null"}
+    p = subprocess.run([str(REPO / ".venv/bin/pyinfra"), "-y", str(lab.inventory), "exec", "--", "hostname"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout + p.stderr  # pyinfra prints its progress on stderr
+    for h in lab.hosts:
+        assert f"[{h.name}] " in out and f"] {h.name}" in out.replace("]   ", "] ")
+
+
+def test_up_twice_is_harmless(lab):
+    pids = {h.name: h.pid for h in lab.hosts}
+    t0 = time.monotonic()
+    again = labmod.up(labmod.DEFAULT_LAB)
+    assert time.monotonic() - t0 < 15
+    assert {h.name: h.pid for h in again.hosts} == pids
+    assert lab.inventory.exists()
+    assert all(r["state"] == "running" and r["ssh"] == "ok" for r in labmod.status())
+
+
+def test_up_of_another_lab_file_is_refused(lab, tmp_path):
+    other = tmp_path / "other.toml"
+    other.write_text(labmod.DEFAULT_LAB.read_text())
+    with pytest.raises(labmod.LabError, match="run `python -m lab.lab down` first"):
+        labmod.up(other)
+
+
+def test_cli_status(lab):
+    p = subprocess.run([sys.executable, "-m", "lab.lab", "status"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "pro6000-1  10.203.0.11  pro6000  running  ok" in p.stdout
+
+
+# --- lab files: refused with host, key, value ----------------------------------------------
+
+GOOD_HOST = """
+[[hosts]]
+name = "x-1"
+group = "a6000"
+gpu_model = "NVIDIA RTX A6000"
+gpu_count = 2
+gpu_memory_mib = 49140
+"""
+
+
+def _problems(tmp_path, text) -> str:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(labfile.LabFileError) as e:
+        labmod.load_lab(p)
+    return str(e.value)
+
+
+def test_good_host_is_accepted(tmp_path):
+    p = tmp_path / "ok.toml"
+    p.write_text(GOOD_HOST)
+    lab = labmod.load_lab(p)
+    assert lab.hosts[0].ip == "10.203.0.11"
+    assert lab.hosts[0].entry["nvidia_smi"] == "ok"
+
+
+def test_unknown_key_is_refused(tmp_path):
+    msg = _problems(tmp_path, GOOD_HOST + 'gpu_modle = "x"\n')
+    assert "host 'x-1'" in msg and "'gpu_modle'" in msg and "unknown key" in msg
+
+
+@pytest.mark.parametrize("line, key, allowed", [
+    ('nvidia_smi = "broken"', "nvidia_smi", "'driver-error'"),
+    ('load = "slow"', "load", "'hang'"),
+    ("gpu_count = 0", "gpu_count", "1..16"),
+    ('gpu_count = "2"', "gpu_count", "integer"),
+    ('load_seconds = "3"', "load_seconds", "number"),
+    ('missing_models = ["models/x"]', "missing_models", "absolute"),
+    ('workloads = "dflash-train"', "workloads", "list"),
+])
+def test_bad_value_is_refused(tmp_path, line, key, allowed):
+    text = "\n".join(l for l in GOOD_HOST.splitlines() if not l.startswith(key + " "))
+    msg = _problems(tmp_path, text + "\n" + line + "\n")
+    assert "host 'x-1'" in msg and f"{key} = " in msg and allowed in msg
+
+
+def test_bad_group_names_the_groups(tmp_path):
+    msg = _problems(tmp_path, GOOD_HOST.replace('"a6000"', '"a100"'))
+    assert "host 'x-1'" in msg and "group = 'a100'" in msg and "'pro6000'" in msg
+
+
+def test_missing_key_and_duplicate_names(tmp_path):
+    msg = _problems(tmp_path, GOOD_HOST.replace("gpu_count = 2\n", "") + GOOD_HOST)
+    assert "key 'gpu_count' is required" in msg and "used twice" in msg
+
+
+def test_bad_preinstalled_override_is_refused(tmp_path):
+    msg = _problems(tmp_path, GOOD_HOST + 'preinstalled = { speculative = { algorithm = "EAGLE3" } }\n')
+    assert "host 'x-1'" in msg and "preinstalled" in msg and "draft_model_path" in msg
+
+
+def test_bad_lab_table(tmp_path):
+    msg = _problems(tmp_path, '[lab]\nsubnet = "8.8.8.0/24"\nbridge = "x"\n' + GOOD_HOST)
+    assert "subnet = '8.8.8.0/24'" in msg and "private" in msg and "'bridge'" in msg
+
+
+def test_cli_check_names_host_and_key(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text(GOOD_HOST + "colour = 1\n")
+    r = subprocess.run([sys.executable, "-m", "lab.lab", "check", "--lab", str(p)], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "host 'x-1'" in r.stderr and "'colour'" in r.stderr
+
+
+def test_subnet_overlapping_a_route_is_refused():
+    routes = json.loads(subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True).stdout)
+    dst = next(r["dst"] for r in routes if r.get("dst") not in (None, "default"))
+    with pytest.raises(labmod.LabError, match="overlaps"):
+        labmod.check_subnet(ipaddress.ip_network(dst, strict=False))
+
+
+# --- other labs -----------------------------------------------------------------------------
+
+def test_seed_incident_mislabelled_host(lab_up):
+    lab = lab_up(REPO / "lab" / "seed-incident.toml")
+    box = host_json(lab, "a6000-box")
+    assert (box["group"], box["gpu_model"], box["gpu_count"], box["gpu_memory_mib"]) == (
+        "pro6000", "NVIDIA RTX A6000", 2, 49140)
+    inv = runpy.run_path(str(lab.inventory))
+    assert [n for n, _ in inv["pro6000"]] == ["pro6000-1", "a6000-box"]
+    assert "a6000" not in inv
+    # it holds the pro6000 class's models, as a box filed there would
+    assert sh(lab, "a6000-box", f"test -f {SPECS['pro6000'].service.model_path}/config.json").returncode == 0
+    if doubles_ready("nvidia-smi"):
+        p = sh(lab, "a6000-box", "nvidia-smi --query-gpu=name --format=csv,noheader")
+        assert p.stdout.splitlines() == ["NVIDIA RTX A6000"] * 2
+
+
+ODD_LAB = """
+[lab]
+name = "sgltest"
+subnet = "10.203.7.0/24"
+
+[[hosts]]
+name = "nosmi"
+group = "pro6000"
+gpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+gpu_count = 1
+gpu_memory_mib = 97887
+nvidia_smi = "missing"
+missing_models = ["/root/models/Qwen3.6-27B-DFlash"]
+load = "crash"
+load_seconds = 0.5
+sglang_algorithms = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "DDTREE"]
+
+[[hosts]]
+name = "vocab"
+group = "a6000"
+gpu_model = "NVIDIA RTX A6000"
+gpu_count = 2
+gpu_memory_mib = 49140
+nvidia_smi = "driver-error"
+draft_vocab_size = 32000
+"""
+
+
+def test_keys_shape_the_hosts(lab_up):
+    lab = lab_up(ODD_LAB)
+    assert [h.ip for h in lab.hosts] == ["10.203.7.11", "10.203.7.12"]
+    assert sh(lab, "nosmi", "test -e /usr/bin/nvidia-smi").returncode != 0
+    assert sh(lab, "nosmi", "test -f /root/models/Qwen3.6-27B/config.json").returncode == 0
+    assert sh(lab, "nosmi", "test -e /root/models/Qwen3.6-27B-DFlash").returncode != 0
+    got = host_json(lab, "nosmi")
+    assert got["load"] == "crash" and got["load_seconds"] == 0.5 and "DDTREE" in got["sglang_algorithms"]
+    draft = json.loads(sh(lab, "vocab", "cat /root/models/Qwen3-8B-DFlash/config.json").stdout)
+    target = json.loads(sh(lab, "vocab", "cat /root/models/Qwen3-8B/config.json").stdout)
+    assert draft["vocab_size"] == 32000 != target["vocab_size"]
+    assert host_json(lab, "vocab")["nvidia_smi"] == "driver-error"
+    if doubles_ready("nvidia-smi"):
+        assert sh(lab, "vocab", "test -x /usr/bin/nvidia-smi").returncode == 0
+
+
+# --- down -----------------------------------------------------------------------------------
+
+def _cgroup_dirs() -> set[str]:
+    out = set()
+    for root in Path("/sys/fs/cgroup").iterdir():
+        if root.is_dir():
+            out |= {str(p) for p in root.iterdir() if p.is_dir() and p.name.startswith("sgl")}
+    return out
+
+
+def _lab_processes() -> set[tuple[int, str]]:
+    procs = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            comm = (d / "comm").read_text().strip()
+            cg = (d / "cgroup").read_text()
+        except OSError:
+            continue
+        if comm == "systemd-nspawn" or "/sgl" in cg:
+            procs.add((int(d.name), comm))
+    return procs
+
+
+def _snapshot() -> dict:
+    def out(*argv):
+        return subprocess.run(argv, capture_output=True, text=True).stdout
+
+    nspawn_run = Path("/run/systemd/nspawn")
+    return {
+        "netns": out("ip", "netns", "list"),
+        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in out("ip", "-o", "link").splitlines()),
+        "mounts": sorted(line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()),
+        "cgroups": sorted(_cgroup_dirs()),
+        "nspawn_run": sorted(str(p) for p in nspawn_run.rglob("*")) if nspawn_run.exists() else None,
+        "run_netns": Path("/run/netns").exists(),
+        "processes": sorted(_lab_processes()),
+        "lab_hosts": sorted(os.listdir(labmod.HOSTS_DIR)) if labmod.HOSTS_DIR.exists() else [],
+    }
+
+
+def test_down_leaves_nothing(lab_up):
+    labmod.down()
+    before = _snapshot()
+    lab = lab_up(ODD_LAB.replace('"sgltest"', '"sgldown"'))
+    during = _snapshot()
+    assert during["processes"] and during["cgroups"] and during["netns"] and during != before
+    assert labmod.down() is True
+    after = _snapshot()
+    assert after == before
+    assert not labmod.INVENTORY.exists() and not labmod.STATE_FILE.exists()
+    assert labmod.down() is False  # nothing up: harmless
+    assert labmod.status() == []
+    del lab
