@@ -17,14 +17,13 @@ from tasks.common import run
 from tasks.preflight import Preflight
 
 
-def service(pf: Preflight, file_ops: list, backup_stamp: str | None, lock: bool) -> None:
+def service(pf: Preflight, file_ops: list, backup_stamp: str | None) -> None:
     python.call(
         name=f"Activate {pf.spec.service.unit}.service (restart if changed, wait for /health, smoke test)",
         function=_activate,
         pf=pf,
         file_ops=file_ops,
         backup_stamp=backup_stamp,
-        lock=lock,
     )
 
 
@@ -35,9 +34,14 @@ def take_lock(pf: Preflight) -> None:
 def _take_lock(state, host, pf: Preflight) -> bool:
     ok, out = run(host, rollout.lock_command(pf.spec, rollout.lock_owner(), pf.take_over_stale_lock))
     if not ok:
-        host.log_styled(f"{host.name}: deploy lock: expected none, found {out.strip()}", fg="red")
-        RUN.host(host.name).verdict = "REFUSED"
-        RUN.host(host.name).reasons.append(f"another deploy holds the lock: {out.strip()}")
+        # Another deploy got here between our preflight and now.
+        owner = out.split("locked:", 1)[-1]
+        held = rollout.judge_lock(owner, time.time(), rollout.stale_after(pf.spec), lambda pid: True)
+        reason = f"{host.name}: deploy lock: expected no other deploy, found {held.message}"
+        host.log_styled(reason, fg="red")
+        report = RUN.host(host.name)
+        report.verdict, report.action = "REFUSED", "none"
+        report.reasons.append(reason)
     return ok
 
 
@@ -77,14 +81,15 @@ def _journal(host, spec: ClassSpec) -> None:
         host.log(f"  | {line}")
 
 
-def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | None, lock: bool) -> bool:
+def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | None) -> bool:
     spec, report = pf.spec, RUN.host(host.name)
     record = {"time": int(time.time()), "by": rollout.lock_owner()["holder"], "group": pf.group,
               "algorithm": spec.speculative.algorithm}
     try:
         changed = any(op.did_change() for op in file_ops)
-        active = pf.facts.units.get(spec.service.unit + ".service")
-        if not changed and active is not None and active.active_state == "active":
+        # Asked now, not at preflight: a deploy that held the lock before us may have started it.
+        active = run(host, f"systemctl is-active {spec.service.unit}.service")[1].strip() == "active"
+        if not changed and active:
             report.action = "no restart (nothing changed)"
             report.verdict = "OK"
             return True
@@ -111,8 +116,7 @@ def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | No
         return False
     finally:
         run(host, rollout.record_command(spec, record))
-        if lock:
-            run(host, rollout.unlock_command(spec))
+        run(host, rollout.unlock_command(spec))
 
 
 def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
@@ -131,8 +135,13 @@ def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
     if ok and _restart(host, spec):
         verdict = wait_ready(host, spec)
         if verdict.ready:
-            host.log_styled(f"rolled back: the previous service is serving again ({verdict.reason})", fg="yellow")
-            report.action = f"rolled back to {backup_stamp}"
+            _, previous = run(host, f"grep -o -e '--speculative-algorithm [A-Za-z0-9]*' {backup}/{unit} || true")
+            what = previous.split()[-1] if previous.strip() else "no speculative decoding"
+            host.log_styled(
+                f"rolled back to the service backed up at {backup_stamp} ({what}): serving again, {verdict.reason}",
+                fg="yellow",
+            )
+            report.action = f"rolled back to {backup_stamp} ({what})"
             return "FAILED (rolled back)"
         report.reasons.append(f"the restored service did not come back either: {verdict.reason}")
     else:

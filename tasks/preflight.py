@@ -62,7 +62,7 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         model_paths=spec.model_paths,
         units=[spec.service.unit + ".service", *spec.workloads],
     )
-    report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.gpus else facts.gpus.status
+    report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
 
     lock = rollout.judge_lock(
@@ -97,7 +97,12 @@ def serving(pf: Preflight) -> bool:
     return unit is not None and unit.active_state == "active" and unit.unit_file_state == "enabled"
 
 
-def nothing_to_do(pf: Preflight) -> None:
+def planned(pf: Preflight, changes: list[str], to_stop: list[str]) -> None:
+    """What the run intends, shown as is by --dry; activate overwrites it with what happened."""
     report = RUN.host(host.name)
-    report.action = "none (already as declared)"
-    report.verdict = "OK"
+    if not (changes or to_stop or not serving(pf)):
+        report.action, report.verdict = "none (already as declared)", "OK"
+        return
+    parts = [f"stop {', '.join(to_stop)}"] if to_stop else []
+    parts.append(f"write {len(changes)} files, restart" if changes else "start")
+    report.action = "; ".join(parts)

@@ -72,8 +72,8 @@ def _files(lab, host):
 
 
 @pytest.fixture(scope="module")
-def pf_lab(lab_up):
-    return lab_up(LAB)
+def pf_lab(lab_manager):
+    return lab_manager.ensure(LAB)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,9 @@ def test_nvidia_smi_missing_and_driver_error_have_their_own_messages(first_run):
     table = run.out.rsplit("SGLang fleet rollout summary", 1)[-1]
     smi = table.split("no-smi", 1)[1].split("\n", 2)[1]
     drv = table.split("driver-err", 1)[1].split("\n", 2)[1]
-    assert "missing" in smi.lower() or "not installed" in smi.lower()
-    assert smi != drv
+    assert "expected nvidia-smi installed" in smi and "command not found" in smi
+    assert "couldn't communicate with the NVIDIA driver" in drv and "exit 9" in drv
+    assert "expected nvidia-smi installed" not in drv
 
 
 def test_good_hosts_are_deployed_and_training_stopped(pf_lab, first_run):
@@ -124,9 +125,23 @@ def test_ddtree_is_refused_on_0523_and_never_served_as_dflash(pf_lab, first_run,
     assert run.returncode != 0
     row = run.out.rsplit("SGLang fleet rollout summary", 1)[-1]
     assert "REFUSED" in summary_row(run.out, "good")
-    assert "DDTREE" in row and "linear DFLASH" in row, row
+    assert "DDTREE" in row and "linear dflash" in row.lower() and "algorithm: DFLASH" in row, row
     assert sh(pf_lab, "good", "cat /etc/systemd/system/sglang.service") == unit_before
     # an engine that has DDTree gets it, spelt as DDTree, not DFLASH
     assert "OK" in summary_row(run.out, "ddtree-engine"), run.out
     unit = sh(pf_lab, "ddtree-engine", "cat /etc/systemd/system/sglang.service")
     assert "--speculative-algorithm DDTREE" in unit and "--speculative-ddtree-budget 64" in unit
+
+
+def test_seed_incident_a6000_box_is_refused_untouched_while_pro6000_is_deployed(lab_manager):
+    from e2e import REPO
+
+    lab = lab_manager.ensure(REPO / "lab" / "seed-incident.toml")
+    before = (_files(lab, "a6000-box"), main_pid(lab, "a6000-box"))
+    run = deploy(lab)
+    assert run.returncode != 0
+    row = summary_row(run.out, "a6000-box")
+    assert "REFUSED" in row and "2x NVIDIA RTX A6000" in row, run.out
+    assert (_files(lab, "a6000-box"), main_pid(lab, "a6000-box")) == before
+    assert "OK" in summary_row(run.out, "pro6000-1"), run.out
+    assert health(lab, "pro6000-1") == "200"

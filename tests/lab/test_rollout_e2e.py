@@ -33,8 +33,8 @@ SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "pro
 
 
 @pytest.fixture(scope="module")
-def rolled(lab_up, tmp_path_factory):
-    lab = lab_up(LAB)
+def rolled(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(LAB)
     return lab, deploy(lab, workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT))
 
 
