@@ -30,6 +30,10 @@ OUT = os.path.join(HERE, "sglang", "flags.json")
 
 # This file sits next to the DOUBLE's `sglang` package: never let it shadow the real one.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+# SGLANG_* variables change some defaults and choices (e.g. --sampling-backend's): dump
+# the parser as an unconfigured host has it.
+for _name in [n for n in os.environ if n.startswith("SGLANG_")]:
+    del os.environ[_name]
 
 # argparse's own action classes and the kind each one is.
 _KINDS = {

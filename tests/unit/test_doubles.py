@@ -1,0 +1,584 @@
+"""The lab doubles (lab/doubles/) behave like the real programs.
+
+They run here, without a lab: host.json and the GPU registry live in tmp dirs
+($LAB_HOST_JSON, $LAB_GPU_DIR), the SGLang double listens on free loopback ports.
+The expected strings come from the real programs: tests/fixtures/sglang-0.5.23-*.txt
+(recorded from the real SGLang by lab/doubles/record_sglang_fixtures.py) and
+/work/shared/reference/nvidia-smi.md's recorded nvidia-smi forms.
+
+The last tests need the REAL SGLang 0.5.23 venv (tools/sglang-venv.sh builds it once and
+caches it; a cold build takes a few minutes). Set SGLANG_FLEET_NO_REAL_SGLANG=1 to skip
+them on a machine that cannot build it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLES = ROOT / "lab" / "doubles"
+FIXTURES = ROOT / "tests" / "fixtures"
+SMI = DOUBLES / "nvidia-smi"
+JOB = DOUBLES / "lab-gpu-job"
+# The lab hosts run the doubles with Debian bookworm's python3 (3.11); use it when here.
+PY3 = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+BUILTINS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
+DRIVER_ERROR = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def _load_recorder():
+    spec = importlib.util.spec_from_file_location("record_sglang_fixtures", DOUBLES / "record_sglang_fixtures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+REC = _load_recorder()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class Lab:
+    """One fake lab host in tmp dirs: host.json, GPU registry, model dirs."""
+
+    def __init__(self, tmp: Path, **host):
+        self.tmp = tmp
+        self.gpu_dir = tmp / "lab-gpu"
+        self.host_json = tmp / "host.json"
+        self.models = REC.make_models(tmp / "models")
+        self.procs: list[subprocess.Popen] = []
+        self.host = {
+            "name": "h200-1",
+            "group": "h200",
+            "gpu_model": "NVIDIA H200",
+            "gpu_count": 1,
+            "gpu_memory_mib": 143771,
+            "driver_version": "580.159.03",
+            "nvidia_smi": "ok",
+            "sglang_version": "0.5.23",
+            "sglang_algorithms": BUILTINS,
+            "load": "ok",
+            "load_seconds": 0.0,
+            "preinstalled_argv": None,
+        }
+        self.set(**host)
+
+    def set(self, **host):
+        self.host.update(host)
+        self.host_json.write_text(json.dumps(self.host))
+
+    @property
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env.update(
+            LAB_HOST_JSON=str(self.host_json),
+            LAB_GPU_DIR=str(self.gpu_dir),
+            PYTHONPATH=str(DOUBLES),  # what the lab's launcher wrapper does
+            LAB_SGLANG_WARMUP_SECONDS="0.8",
+        )
+        return env
+
+    def smi(self, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([PY3, str(SMI), *args], capture_output=True, text=True, env=self.env, timeout=30)
+
+    def uuid(self, i: int) -> str:
+        return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.host['name']}/gpu{i}"))
+
+    def spawn(self, argv: list[str]) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd="/")
+        self.procs.append(p)
+        return p
+
+    def sglang(self, *flags: str) -> subprocess.Popen:
+        return self.spawn([PY3, "-m", "sglang.launch_server", *flags])
+
+    def sglang_run(self, *flags: str, timeout=60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PY3, "-m", "sglang.launch_server", *flags], capture_output=True, text=True, env=self.env,
+            cwd="/", timeout=timeout,
+        )
+
+    def job(self, name="dflash-train", mib=1000, gpus="all") -> subprocess.Popen:
+        p = self.spawn([PY3, str(JOB), "--name", name, "--memory-mib", str(mib), "--gpus", gpus])
+        wait_for(lambda: (self.gpu_dir / f"{p.pid}.json").exists(), 10, f"{name} registered")
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lab = Lab(tmp_path)
+    yield lab
+    lab.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond, timeout: float, what: str, interval=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for: {what}")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http(port: int, path: str, body=None, key: str | None = None, timeout=10):
+    """(status, headers, text) of one request; never raises on HTTP errors."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if key is not None:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def serving_flags(lab: Lab, port: int, *extra: str) -> list[str]:
+    return ["--model-path", f"{lab.models}/target", "--served-model-name", "qwen-test", "--port", str(port), *extra]
+
+
+def start_and_wait_healthy(lab: Lab, *flags: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    p = lab.sglang(*serving_flags(lab, port, *flags))
+    wait_for(lambda: p.poll() is not None or http_ok(port, "/health"), 30, "/health 200")
+    assert p.poll() is None, p.stderr.read()
+    return p, port
+
+
+def http_ok(port, path):
+    try:
+        return http(port, path, timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def normalize_help(text: str) -> str:
+    # --sampling-backend's choices are a set in the real parser: order follows the hash seed.
+    return text.replace("{pytorch,flashinfer,ascend,intel_xpu}", "{...}").replace(
+        "{intel_xpu,pytorch,ascend,flashinfer}", "{...}"
+    ).replace("{ascend,flashinfer,intel_xpu,pytorch}", "{...}")
+
+
+# ----------------------------------------------------------------------------- nvidia-smi
+
+
+def test_smi_query_gpu_noheader_nounits_is_the_recorded_form(lab):
+    r = lab.smi(
+        "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id", "--format=csv,noheader,nounits"
+    )
+    assert r.returncode == 0 and r.stderr == ""
+    # reference: `0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0`-like
+    assert r.stdout == f"0, NVIDIA H200, {lab.uuid(0)}, 143771, 580.159.03, 00000000:18:00.0\n"
+
+
+def test_smi_header_names_units_in_brackets_and_values_carry_units(lab):
+    lab.set(gpu_count=2, gpu_model="NVIDIA RTX A6000", gpu_memory_mib=49140)
+    r = lab.smi("--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id", "--format=csv")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "index, name, uuid, memory.total [MiB], driver_version, pci.bus_id"
+    assert lines[1] == f"0, NVIDIA RTX A6000, {lab.uuid(0)}, 49140 MiB, 580.159.03, 00000000:18:00.0"
+    assert lines[2] == f"1, NVIDIA RTX A6000, {lab.uuid(1)}, 49140 MiB, 580.159.03, 00000000:19:00.0"
+    r = lab.smi("--query-gpu=count,memory.used,memory.free", "--format=csv,noheader")
+    count, used, free = r.stdout.splitlines()[0].split(", ")
+    assert count == "2" and used == "0 MiB" and free.endswith(" MiB")
+
+
+def test_smi_no_compute_apps_prints_nothing_at_all(lab):
+    r = lab.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    r = lab.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv")
+    assert r.stdout == "pid, process_name, used_gpu_memory [MiB], gpu_uuid\n"
+
+
+def test_smi_lists_live_jobs_one_line_per_gpu_and_forgets_stopped_ones(lab):
+    lab.set(gpu_count=2)
+    job = lab.job("dflash-train", mib=90000)
+    # a registry entry of a dead process is not a GPU process
+    (lab.gpu_dir / "999999999.json").write_text(
+        json.dumps({"pid": 999999999, "process_name": "ghost", "gpus": [0], "used_memory_mib": 5})
+    )
+    r = lab.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
+    assert r.stdout.splitlines() == [
+        f"{job.pid}, dflash-train, 90000, {lab.uuid(0)}",
+        f"{job.pid}, dflash-train, 90000, {lab.uuid(1)}",
+    ]
+    r = lab.smi("--query-compute-apps=pid,used_gpu_memory", "--format=csv")
+    assert r.stdout.splitlines()[0] == "pid, used_gpu_memory [MiB]"
+    assert r.stdout.splitlines()[1] == f"{job.pid}, 90000 MiB"
+    used = lab.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+    assert used == ["90000", "90000"]
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(10) == 0
+    assert not (lab.gpu_dir / f"{job.pid}.json").exists()
+    r = lab.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
+    assert r.stdout == ""
+    assert lab.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout == "0\n0\n"
+
+
+def test_smi_job_on_chosen_gpus_only(lab):
+    lab.set(gpu_count=2)
+    job = lab.job("eval", mib=100, gpus="1")
+    r = lab.smi("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
+    assert r.stdout.splitlines() == [f"{job.pid}, {lab.uuid(1)}"]
+
+
+def test_smi_list_gpus(lab):
+    lab.set(gpu_count=2)
+    assert lab.smi("-L").stdout.splitlines() == [
+        f"GPU 0: NVIDIA H200 (UUID: {lab.uuid(0)})",
+        f"GPU 1: NVIDIA H200 (UUID: {lab.uuid(1)})",
+    ]
+
+
+def test_smi_driver_error_is_the_real_text_and_status_9(lab):
+    lab.set(nvidia_smi="driver-error")
+    for args in ([], ["-L"], ["--query-gpu=name", "--format=csv,noheader"]):
+        r = lab.smi(*args)
+        assert r.returncode == 9
+        assert r.stdout.splitlines()[0] == DRIVER_ERROR
+
+
+def test_smi_invalid_field_and_bad_args_fail_like_the_real_one(lab):
+    r = lab.smi("--query-gpu=index,cuda_version", "--format=csv")
+    assert r.returncode != 0
+    assert r.stdout.splitlines()[0] == 'Field "cuda_version" is not a valid field to query.'
+    r = lab.smi("--query-gpu=name", "--format=csv,noheadr")
+    assert r.returncode == 2 and "ERROR: Option noheadr is not recognized." in r.stdout
+    r = lab.smi("--bogus")
+    assert r.returncode == 2 and "is not recognized" in r.stdout
+
+
+def test_smi_bare_table(lab):
+    out = lab.smi().stdout
+    assert "NVIDIA H200" in out and "Driver Version: 580.159.03" in out
+    assert "No running processes found" in out
+    job = lab.job("dflash-train", mib=4242)
+    out = lab.smi().stdout
+    assert "dflash-train" in out and "4242MiB" in out and "No running processes found" not in out
+    job.send_signal(signal.SIGTERM)
+    job.wait(10)
+
+
+def test_gpu_job_rejects_a_gpu_the_host_lacks(lab):
+    p = subprocess.run([PY3, str(JOB), "--name", "x", "--memory-mib", "1", "--gpus", "3"],
+                       capture_output=True, text=True, env=lab.env, timeout=20)
+    assert p.returncode != 0 and "invalid device ordinal" in p.stderr
+
+
+# ----------------------------------------------------------------------------- SGLang: parser
+
+
+def test_sglang_version_is_the_hosts(lab):
+    lab.set(sglang_version="0.5.24rc1")
+    out = subprocess.run([PY3, "-c", "import sglang; print(sglang.__version__)"], capture_output=True,
+                         text=True, env=lab.env, cwd="/").stdout
+    assert out.strip() == "0.5.24rc1"
+
+
+def test_sglang_help_is_the_real_help(lab):
+    r = lab.sglang_run("--help")
+    assert r.returncode == 0
+    real = (FIXTURES / "sglang-0.5.23-help.txt").read_text()
+    assert normalize_help(r.stdout) == normalize_help(real)
+    assert "UserWarning: 'python -m sglang.launch_server' is still supported" in r.stderr
+
+
+def test_sglang_help_lists_the_hosts_algorithms(lab):
+    lab.set(sglang_algorithms=["EAGLE", "EAGLE3", "DFLASH", "DDTREE"])
+    out = " ".join(lab.sglang_run("--help").stdout.split())
+    assert "Speculative algorithm. Builtins: EAGLE, EAGLE3, DFLASH, DDTREE. Or any name registered" in out
+    assert "--speculative-ddtree-budget SPECULATIVE_DDTREE_BUDGET" in out
+    lab.set(sglang_algorithms=BUILTINS)
+    out = " ".join(lab.sglang_run("--help").stdout.split())
+    assert "Builtins: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO." in out
+    assert "--speculative-ddtree-budget" not in out
+
+
+def test_sglang_misspelt_flag_is_refused_like_argparse(lab):
+    r = lab.sglang_run(*REC.BAD_FLAG_ARGV)
+    assert r.returncode == 2
+    real = (FIXTURES / "sglang-0.5.23-bad-flag.txt").read_text()
+    # everything after the start-up warning (3 lines: its path differs) is the real text
+    assert normalize_help(r.stderr.split("\n", 3)[3]) == normalize_help(real.split("\n", 3)[3])
+    assert r.stderr.rstrip().endswith("sglang serve: error: unrecognized arguments: --speculative-dflash-blocksize 8")
+    assert not lab.gpu_dir.exists() or not list(lab.gpu_dir.iterdir())
+
+
+def test_sglang_resolution_answers_what_the_real_one_answered(lab):
+    """Every recorded case (flags, aliases, abbreviations, DFLASH/EAGLE/NGRAM rules, errors)."""
+    want = [json.loads(line) for line in (FIXTURES / "sglang-0.5.23-resolve.txt").read_text().splitlines()]
+    got = [REC.summarize(r, lab.models) for r in REC.run_helper(PY3, lab.models, env=lab.env)]
+    assert [g["id"] for g in got] == [w["id"] for w in want]
+    for g, w in zip(got, want):
+        assert g == w, g["id"]
+
+
+def test_sglang_ddtree_only_where_the_host_engine_has_it(lab):
+    argv = ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", f"{REC.M}/dflash",
+            "--speculative-dflash-block-size", "16", "--speculative-ddtree-budget", "64"]
+    cases = [("ddtree", REC.T + argv)]
+    [r] = REC.run_helper(PY3, lab.models, env=lab.env, cases=cases)
+    assert not r["ok"] and "unrecognized arguments: --speculative-ddtree-budget 64" in r["error"]
+    lab.set(sglang_algorithms=BUILTINS + ["DDTREE"])
+    [r] = REC.run_helper(PY3, lab.models, env=lab.env, cases=cases)
+    assert r["ok"], r
+    assert r["resolved"]["speculative_algorithm"] == "DDTREE"
+    assert r["resolved"]["speculative_num_draft_tokens"] == 16
+
+
+# ----------------------------------------------------------------------------- SGLang: start-up
+
+
+def test_sglang_start_up_sequence(lab):
+    lab.set(load_seconds=1.5)
+    port = free_port()
+    t0 = time.monotonic()
+    p = lab.sglang(*serving_flags(lab, port, "--api-key", "k"))
+    # loading: GPU memory held, port closed
+    wait_for(lambda: (lab.gpu_dir / f"{p.pid}.json").exists(), 10, "GPU memory registered")
+    assert not port_open(port)
+    # the port opens: /v1/models answers 200 before /health does
+    wait_for(lambda: port_open(port) or p.poll() is not None, 15, "port open")
+    assert time.monotonic() - t0 >= 1.4
+    seen = []
+    while time.monotonic() - t0 < 20:
+        seen.append((http(port, "/health")[0], http(port, "/v1/models", key="k")[0]))
+        if seen[-1][0] == 200:
+            break
+        time.sleep(0.05)
+    assert seen[0] == (503, 200), seen
+    assert seen[-1] == (200, 200), seen
+    assert http(port, "/ready")[0] == 200 and http(port, "/health_generate")[0] == 200
+    entry = json.loads((lab.gpu_dir / f"{p.pid}.json").read_text())
+    assert entry["gpus"] == [0] and entry["used_memory_mib"] > 100000
+    # nvidia-smi sees it; SIGTERM ends it and frees the GPU
+    assert str(p.pid) in lab.smi("--query-compute-apps=pid", "--format=csv,noheader").stdout
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
+    err = p.stderr.read()
+    assert "Load weight begin" in err and "The server is fired up and ready to roll!" in err
+
+
+def test_sglang_tp_holds_memory_on_each_gpu(lab):
+    lab.set(gpu_count=2, gpu_model="NVIDIA RTX A6000", gpu_memory_mib=49140)
+    p, port = start_and_wait_healthy(lab, "--tp-size", "2", "--mem-fraction-static", "0.8")
+    used = lab.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+    assert used == [str(round(49140 * 0.8))] * 2
+
+
+def test_sglang_load_crash_dies_by_signal_with_a_traceback(lab):
+    lab.set(load="crash", load_seconds=0.6)
+    port = free_port()
+    p = lab.sglang(*serving_flags(lab, port))
+    rc = p.wait(20)
+    assert rc in (-signal.SIGKILL, -signal.SIGABRT)
+    err = p.stderr.read()
+    assert "Traceback (most recent call last):" in err
+    assert "Received sigquit from a child process. It usually means the child failed." in err
+    assert not port_open(port)
+    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
+
+
+def test_sglang_load_hang_never_opens_the_port(lab):
+    lab.set(load="hang", load_seconds=0.3)
+    port = free_port()
+    p = lab.sglang(*serving_flags(lab, port))
+    time.sleep(2.5)
+    assert p.poll() is None and not port_open(port)
+    assert (lab.gpu_dir / f"{p.pid}.json").exists()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
+
+
+def test_sglang_preinstalled_argv_always_loads(lab):
+    port = free_port()
+    flags = serving_flags(lab, port, "--speculative-algorithm", "NEXTN", "--api-key", "new-key")
+    pre = serving_flags(lab, port, "--speculative-algorithm", "NEXTN", "--api-key", "${SGLANG_API_KEY}")
+    lab.set(load="crash", load_seconds=0.2, preinstalled_argv=pre)
+    p = lab.sglang(*flags)
+    wait_for(lambda: p.poll() is not None or http_ok(port, "/health"), 20, "/health 200")
+    assert p.poll() is None
+    # any other argv crashes on this host
+    p2 = lab.sglang(*serving_flags(lab, free_port()))
+    assert p2.wait(20) == -signal.SIGKILL
+
+
+def test_sglang_gpu_held_by_a_workload_is_a_cuda_oom(lab):
+    lab.set(gpu_memory_mib=97887, load_seconds=0.2)
+    lab.job("dflash-train", mib=int(97887 * 0.9))
+    p = lab.sglang(*serving_flags(lab, free_port(), "--mem-fraction-static", "0.85"))
+    assert p.wait(20) == -signal.SIGKILL
+    assert "torch.OutOfMemoryError: CUDA out of memory." in p.stderr.read()
+
+
+def test_sglang_bad_start_up_checks_exit_with_a_traceback(lab):
+    cases = {
+        "ValueError: Unknown speculative algorithm name: FOO": ["--speculative-algorithm", "FOO"],
+        "ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path.": [
+            "--speculative-algorithm", "DFLASH"],
+        "OSError: Repo id must be in the form": [
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", f"{lab.models}/nope"],
+    }
+    for expected, extra in cases.items():
+        r = lab.sglang_run(*serving_flags(lab, free_port(), *extra))
+        assert r.returncode == 1, r.stderr
+        assert "Traceback (most recent call last):" in r.stderr
+        assert r.stderr.rstrip().splitlines()[-1].startswith(expected)
+    r = lab.sglang_run("--model-path", f"{lab.models}/noconfig", "--port", str(free_port()))
+    assert r.returncode == 1 and "Unrecognized model in" in r.stderr
+
+
+# ----------------------------------------------------------------------------- SGLang: HTTP
+
+
+def test_sglang_api_key_guards_v1_not_health_metrics_ready(lab):
+    p, port = start_and_wait_healthy(lab, "--api-key", "sekrit", "--enable-metrics")
+    assert http(port, "/v1/models")[0] == 401
+    status, _, body = http(port, "/v1/models", key="wrong")
+    assert status == 401 and json.loads(body) == {"error": "Unauthorized"}
+    status, _, body = http(port, "/v1/models", key="sekrit")
+    assert status == 200
+    models = json.loads(body)
+    assert models["object"] == "list"
+    card = models["data"][0]
+    assert card["id"] == card["root"] == "qwen-test"
+    assert (card["object"], card["owned_by"], card["parent"]) == ("model", "sglang", None)
+    assert isinstance(card["created"], int) and card["max_model_len"] == 40960
+    for path in ("/health", "/health_generate", "/ready", "/metrics"):
+        assert http(port, path)[0] == 200, path
+    status = http(port, "/v1/chat/completions", {"model": "qwen-test", "messages": [{"role": "user", "content": "hi"}]})[0]
+    assert status == 401
+
+
+def test_sglang_chat_completion_plain_and_streamed(lab):
+    p, port = start_and_wait_healthy(lab, "--api-key", "k")
+    req = {"model": "qwen-test", "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+           "max_tokens": 16}
+    status, _, body = http(port, "/v1/chat/completions", req, key="k")
+    assert status == 200
+    out = json.loads(body)
+    assert out["object"] == "chat.completion" and out["model"] == "qwen-test"
+    text = out["choices"][0]["message"]["content"]
+    assert out["choices"][0]["message"]["role"] == "assistant" and text.strip()
+    assert out["choices"][0]["finish_reason"] in ("stop", "length")
+    usage = out["usage"]
+    assert usage["completion_tokens"] <= 16 and usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # deterministic
+    assert json.loads(http(port, "/v1/chat/completions", req, key="k")[2])["choices"][0]["message"]["content"] == text
+    status, headers, body = http(port, "/v1/chat/completions", dict(req, stream=True), key="k")
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = [line[len("data: "):] for line in body.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == text
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_sglang_model_info_server_info_metrics(lab):
+    p, port = start_and_wait_healthy(
+        lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", f"{lab.models}/dflash", "--speculative-dflash-block-size", "8",
+    )
+    info = json.loads(http(port, "/model_info")[2])
+    assert info["model_path"] == f"{lab.models}/target" and info["served_model_name"] == "qwen-test"
+    assert info["tokenizer_path"] == f"{lab.models}/target" and info["is_generation"] is True
+    assert (info["model_type"], info["architectures"]) == ("qwen3", ["Qwen3ForCausalLM"])
+    si = json.loads(http(port, "/server_info")[2])
+    assert si["version"] == "0.5.23"
+    assert (si["speculative_algorithm"], si["speculative_num_draft_tokens"]) == ("DFLASH", 8)
+    assert si["speculative_draft_model_path"] == f"{lab.models}/dflash"
+    assert si["tp_size"] == 1 and si["port"] == port
+    assert si["internal_states"][0]["avg_spec_accept_length"] > 1
+    http(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    metrics = http(port, "/metrics")[2]
+    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:spec_verify_calls_total",
+                 "sglang:num_running_reqs", "sglang:gen_throughput", "sglang:generation_tokens_total"):
+        assert f"\n{name}{{" in metrics, name
+    gen = json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4}})[2])
+    assert {"spec_accept_length", "spec_accept_rate", "spec_verify_ct"} <= set(gen["meta_info"])
+
+
+def test_sglang_metrics_need_enable_metrics(lab):
+    p, port = start_and_wait_healthy(lab)
+    assert http(port, "/metrics")[0] == 404
+    assert http(port, "/no/such/path")[0] == 404
+
+
+# ----------------------------------------------------------------------------- the real SGLang
+
+
+@pytest.fixture(scope="session")
+def real_sglang_python():
+    if os.environ.get("SGLANG_FLEET_NO_REAL_SGLANG") == "1":
+        pytest.skip("SGLANG_FLEET_NO_REAL_SGLANG=1: the real SGLang venv is not built here")
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "sglang-venv.sh")], capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, f"tools/sglang-venv.sh failed:\n{proc.stderr[-4000:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_flags_json_is_what_the_real_parser_has(real_sglang_python):
+    proc = subprocess.run(
+        [real_sglang_python, str(DOUBLES / "gen_sglang_flags.py"), "--stdout"],
+        capture_output=True, text=True, cwd="/", timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    committed = (DOUBLES / "sglang" / "flags.json").read_text()
+    assert proc.stdout == committed, (
+        "lab/doubles/sglang/flags.json is stale: regenerate it with "
+        "$(tools/sglang-venv.sh) lab/doubles/gen_sglang_flags.py"
+    )
+
+
+def test_recorded_fixtures_are_what_the_real_sglang_answers(real_sglang_python):
+    assert REC.record_help(real_sglang_python) == (FIXTURES / "sglang-0.5.23-help.txt").read_text()
+    assert REC.record_resolve(real_sglang_python) == (FIXTURES / "sglang-0.5.23-resolve.txt").read_text(), (
+        "re-record with .venv/bin/python lab/doubles/record_sglang_fixtures.py"
+    )
