@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 from facts import marker
+from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.sglang import SglangEngine
@@ -18,12 +19,20 @@ SECTIONS = {
     "engine": SglangEngine,
     "models": ModelDirs,
     "units": UnitStates,
+    "deployed": DeployedFiles,
 }
 
 
 class HostSnapshot(FactBase[HostFacts]):
-    def command(self, launcher: str, model_paths: list[str], units: list[str]) -> str:
-        args = {"engine": (launcher,), "models": (model_paths,), "units": (units,)}
+    def command(
+        self, launcher: str, model_paths: list[str], units: list[str], files: list[str], lock_owner: str
+    ) -> str:
+        args = {
+            "engine": (launcher,),
+            "models": (model_paths,),
+            "units": (units,),
+            "deployed": (files, lock_owner),
+        }
         return "; ".join(
             f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )

@@ -116,7 +116,8 @@ SERVER_INFO_MARK = "---server_info---"
 
 
 def smoke_command(spec: ClassSpec) -> str:
-    """Chat completion then /server_info, run on the host; the API key is read there, never sent from here."""
+    """Chat completion then /server_info (SGLang wants the key on both), run on the host; the key is
+    read there from the secret file, never sent from here."""
     body = json.dumps(
         {
             "model": spec.service.served_model_name,
@@ -135,7 +136,7 @@ def smoke_command(spec: ClassSpec) -> str:
     return (
         f"{auth}curl -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
         f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url}/v1/chat/completions; "
-        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {url}/server_info"
+        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {auth_header}{url}/server_info"
     )
 
 

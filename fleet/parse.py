@@ -116,6 +116,14 @@ class UnitState:
 
 
 @dataclass(frozen=True)
+class DeployState:
+    """What earlier rollouts left: sha1 of each managed file (None: absent), the lock owner's text."""
+
+    file_sha1: dict[str, str | None]
+    lock_owner: str
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """Everything preflight reads from a host, gathered in one round trip."""
 
@@ -124,6 +132,7 @@ class HostFacts:
     engine: Engine
     models: dict[str, ModelDir]
     units: dict[str, UnitState]
+    deployed: DeployState
 
 
 def _split(text: str, prefix: str) -> list[tuple[str, list[str]]]:
@@ -144,6 +153,16 @@ def _blocks(text: str) -> list[tuple[str, str, list[str]]]:
         key, _, value = head.partition("=")
         blocks.append((key, value, lines))
     return blocks
+
+
+def parse_deploy_state(text: str) -> DeployState:
+    files, lock = {}, ""
+    for name, value, lines in _blocks(text):
+        if name == "file":
+            files[value] = _last_line(lines) or None
+        elif name == "lock":
+            lock = "\n".join(lines).strip()
+    return DeployState(files, lock)
 
 
 def sections(text: str) -> dict[str, list[str]]:

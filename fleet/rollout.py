@@ -75,6 +75,13 @@ def record_command(spec: ClassSpec, record: dict) -> str:
     return f"mkdir -p {shlex.quote(state_dir(spec))}; printf '%s\\n' {line} >> {shlex.quote(state_dir(spec) + '/deploys.jsonl')}"
 
 
+def redact(text: str, spec: ClassSpec) -> str:
+    """SGLang logs its server_args, API key included: never pass that on to the operator's terminal."""
+    if spec.service.api_key is None:
+        return text
+    return text.replace(spec.service.api_key.get_secret_value(), "***")
+
+
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:
     return f"journalctl -u {shlex.quote(spec.service.unit + '.service')} -n {lines} --no-pager -o short-iso"
 
@@ -126,8 +133,8 @@ def lock_command(spec: ClassSpec, owner: dict, take_over: bool) -> str:
     clear = f"rm -rf {d}; " if take_over else ""
     return (
         f"mkdir -p {shlex.quote(str(PurePosixPath(lock_dir(spec)).parent))}; {clear}"
-        f"if mkdir {d} 2>/dev/null; then echo {shlex.quote(json.dumps(owner))} > {d}/owner; "
-        f"else echo 'locked:'; cat {d}/owner; exit 1; fi"
+        f"if mkdir {d} 2>/dev/null; then echo {shlex.quote(json.dumps(owner))} > {shlex.quote(lock_owner_file(spec))}; "
+        f"else echo 'locked:'; cat {shlex.quote(lock_owner_file(spec))}; exit 1; fi"
     )
 
 
@@ -135,5 +142,5 @@ def unlock_command(spec: ClassSpec) -> str:
     return f"rm -rf {shlex.quote(lock_dir(spec))}"
 
 
-def lock_read_command(spec: ClassSpec) -> str:
-    return f"cat {shlex.quote(lock_dir(spec) + '/owner')} 2>/dev/null || true"
+def lock_owner_file(spec: ClassSpec) -> str:
+    return f"{lock_dir(spec)}/owner"

@@ -173,6 +173,8 @@ class EagleFamily(Strict):
             )
         if self.num_steps is None and (self.topk is not None or self.num_draft_tokens is not None):
             raise ValueError("topk and num_draft_tokens need num_steps (SGLang refuses them alone)")
+        if self.num_steps is not None and self.topk is None:
+            raise ValueError("num_steps needs topk too (SGLang 0.5.23 crashes at start without it)")
         if self.topk == 1 and self.num_steps is not None and self.num_draft_tokens is not None:
             if self.num_draft_tokens != self.num_steps + 1:
                 raise ValueError("with topk 1, num_draft_tokens must be num_steps + 1")

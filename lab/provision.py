@@ -148,12 +148,12 @@ def _draft_config(kind: str, target: dict[str, Any], vocab_size: int | None) -> 
                               "target_layer_ids": ids},
             "torch_dtype": "bfloat16",
         }
-    # EAGLE3-style draft head
+    # EAGLE3-style draft head: a Llama layer, so its heads must divide the hidden size (128-wide heads)
     return {
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "vocab_size": vocab,
         "draft_vocab_size": 32000, "hidden_size": target["hidden_size"], "num_hidden_layers": 1,
-        "num_attention_heads": target["num_attention_heads"],
-        "num_key_value_heads": target["num_key_value_heads"], "target_model_type": target["model_type"],
+        "num_attention_heads": target["hidden_size"] // 128,
+        "num_key_value_heads": 8, "target_model_type": target["model_type"],
         "torch_dtype": "bfloat16",
     }
 

@@ -77,7 +77,7 @@ def _restart(host, spec: ClassSpec) -> bool:
 def _journal(host, spec: ClassSpec) -> None:
     _, out = run(host, rollout.journal_command(spec))
     host.log_styled(f"last journal lines of {spec.service.unit}.service:", fg="yellow")
-    for line in out.splitlines():
+    for line in rollout.redact(out, spec).splitlines():
         host.log(f"  | {line}")
 
 

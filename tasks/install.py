@@ -59,7 +59,7 @@ def pending_changes(pf: Preflight) -> list[str]:
     """The managed files whose content on the host differs from the spec's."""
     changed = []
     for path, content in desired_files(pf).items():
-        remote = host.get_fact(Sha1File, path=path)
+        remote = pf.facts.deployed.file_sha1.get(path)
         if (content is None and remote is not None) or (content is not None and remote != _sha1(content)):
             changed.append(path)
     return changed

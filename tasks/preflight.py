@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.facts.server import Command
 from pyinfra.operations import python
 
 from facts.preflight import HostSnapshot
@@ -61,12 +60,14 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         launcher=spec.service.launcher,
         model_paths=spec.model_paths,
         units=[spec.service.unit + ".service", *spec.workloads],
+        files=rollout.managed_files(spec),
+        lock_owner=rollout.lock_owner_file(spec),
     )
     report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
 
     lock = rollout.judge_lock(
-        host.get_fact(Command, command=rollout.lock_read_command(spec)) or "",
+        facts.deployed.lock_owner,
         time.time(),
         rollout.stale_after(spec),
         _pid_alive,

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from pyinfra.api import FactBase
 
+from facts.deploy import DeployedFiles
 from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.sglang import SglangEngine
 from facts.systemd import UnitStates
-from fleet.parse import UNIT_PROPERTIES, Gpu, GpuList, HostFacts, parse_flags, unit_of_cgroup
+from fleet.parse import UNIT_PROPERTIES, DeployState, Gpu, GpuList, HostFacts, parse_flags, unit_of_cgroup
 from fleet.spec import SGLANG_0523_ALGORITHMS
 
 HELP_0523 = Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt"
@@ -36,19 +37,21 @@ def test_queries_are_the_documented_ones():
 
 
 def test_facts_are_plain_pyinfra_facts():
-    for fact in (GpuInventory, GpuProcesses, SglangEngine, ModelDirs, UnitStates, HostSnapshot):
+    for fact in (GpuInventory, GpuProcesses, SglangEngine, ModelDirs, UnitStates, DeployedFiles, HostSnapshot):
         assert issubclass(fact, FactBase) and fact().requires_command() is None and fact.shell_executable is None
     assert ModelDirs.default() == {} and UnitStates.default() == {}
 
 
 def test_combined_command_reuses_each_fact_command():
-    command = HostSnapshot().command("/opt/sglang/bin/python", ["/m/t", "/m/d"], ["sglang.service"])
+    files, lock = ["/etc/systemd/system/sglang.service"], "/run/sglang-fleet/sglang.lock/owner"
+    command = HostSnapshot().command("/opt/sglang/bin/python", ["/m/t", "/m/d"], ["sglang.service"], files, lock)
     for part in (
         GpuInventory().command(),
         GpuProcesses().command(),
         SglangEngine().command("/opt/sglang/bin/python"),
         ModelDirs().command(["/m/t", "/m/d"]),
         UnitStates().command(["sglang.service"]),
+        DeployedFiles().command(files, lock),
     ):
         assert part in command
     assert list(SECTIONS) == list(HostFacts.__dataclass_fields__)
@@ -70,7 +73,8 @@ def bin_dir(tmp_path):
     """A PATH holding only what the commands use besides sh builtins (and the stand-ins we add)."""
     d = tmp_path / "bin"
     d.mkdir()
-    (d / "cat").symlink_to("/bin/cat")
+    for tool in ("cat", "sha1sum", "cut"):
+        (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
 
@@ -211,7 +215,9 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
     (tmp_path / "t/config.json").write_text('{"vocab_size": 248320}')
     paths, units = [str(tmp_path / "t"), str(tmp_path / "d")], ["sglang.service", "dflash-train.service"]
 
-    facts = HostSnapshot().process(run(HostSnapshot().command(py, paths, units), bin_dir))
+    (tmp_path / "unit").write_text("x\n")
+    files, lock = [str(tmp_path / "unit"), str(tmp_path / "gone")], str(tmp_path / "owner")
+    facts = HostSnapshot().process(run(HostSnapshot().command(py, paths, units, files, lock), bin_dir))
 
     assert facts == HostFacts(
         gpus=GpuInventory().process(run(GpuInventory().command(), bin_dir)),
@@ -219,7 +225,10 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
         engine=SglangEngine().process(run(SglangEngine().command(py), bin_dir)),
         models=ModelDirs().process(run(ModelDirs().command(paths), bin_dir)),
         units=UnitStates().process(run(UnitStates().command(units), bin_dir)),
+        deployed=DeployedFiles().process(run(DeployedFiles().command(files, lock), bin_dir)),
     )
+    # sha1 of "x\n"; an absent file and an absent lock read as such
+    assert facts.deployed == DeployState({files[0]: "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a", files[1]: None}, "")
     assert facts.gpus.gpus[0].name == "NVIDIA H200" and facts.engine.status == "ok"
     assert facts.models[paths[1]].status == "no directory" and facts.units["sglang.service"].active_state == "active"
 
@@ -229,3 +238,11 @@ def test_snapshot_with_missing_sections_never_passes():
     assert facts.gpus.status == "ok"
     assert facts.gpu_processes.status == "nvidia-smi failed" and facts.engine.status == "not importable"
     assert facts.models == {} and facts.units == {}
+    assert facts.deployed.file_sha1 == {} and facts.deployed.lock_owner == ""
+
+
+def test_deployed_files_reads_sums_and_the_lock(tmp_path, bin_dir):
+    (tmp_path / "owner").write_text('{"holder": "bob@x", "pid": 1, "since": 2}\n')
+    state = DeployedFiles().process(run(DeployedFiles().command([str(tmp_path / "none")], str(tmp_path / "owner")), bin_dir))
+    assert state.file_sha1 == {str(tmp_path / "none"): None}
+    assert json.loads(state.lock_owner) == {"holder": "bob@x", "pid": 1, "since": 2}

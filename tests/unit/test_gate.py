@@ -317,6 +317,8 @@ def test_smoke_command_never_holds_the_key():
     assert '"Authorization: Bearer $SGLANG_API_KEY"' in cmd
     assert "http://127.0.0.1:30000/v1/chat/completions" in cmd
     assert "http://127.0.0.1:30000/server_info" in cmd
+    # SGLang 0.5.23 wants the key on every path but /health*, /ready*, /metrics*: /server_info too
+    assert cmd.count('"Authorization: Bearer $SGLANG_API_KEY"') == 2
 
 
 def test_smoke_command_without_key_sends_no_auth():

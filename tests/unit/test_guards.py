@@ -19,6 +19,7 @@ from fleet.guards import (
     unit_violations,
 )
 from fleet.parse import (
+    DeployState,
     Engine,
     Gpu,
     GpuList,
@@ -96,6 +97,7 @@ def good_facts(**changes) -> HostFacts:
         models={TARGET: target(), DRAFT: draft()},
         units={"sglang.service": unit("sglang.service", active_state="active"),
                "dflash-train.service": unit("dflash-train.service", active_state="active")},
+        deployed=DeployState({}, ""),
     )
     return replace(facts, **changes)
 

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from fleet.report import HostReport, RunReport, describe_gpus, table
+from facts.deploy import DeployedFiles
+from fleet.parse import parse_deploy_state
 from fleet.rollout import (
+    redact,
     KEEP_BACKUPS,
     backup_command,
     deployed_spec_file,
@@ -26,7 +29,7 @@ from fleet.rollout import (
     lock_command,
     lock_dir,
     lock_owner,
-    lock_read_command,
+    lock_owner_file,
     managed_files,
     record_command,
     restore_command,
@@ -332,21 +335,26 @@ def test_lock_owner():
     assert s.held and not s.stale
 
 
+def read_lock(host) -> str:
+    """The lock owner as preflight reads it: the DeployedFiles fact's command and parser."""
+    return parse_deploy_state(host.run(DeployedFiles().command([], lock_owner_file(SPEC))).stdout).lock_owner
+
+
 def test_lock_commands_work(host):
     me = {"holder": "root@deployer", "pid": 1, "since": 1}
     other = {"holder": "bob@elsewhere", "pid": 2, "since": 2}
-    assert host.run(lock_read_command(SPEC)).stdout == ""
+    assert read_lock(host) == ""
     host.run(lock_command(SPEC, me, take_over=False))
-    assert json.loads(host.run(lock_read_command(SPEC)).stdout) == me
+    assert json.loads(read_lock(host)) == me
     r = host.run(lock_command(SPEC, other, take_over=False), check=False)
     assert r.returncode == 1
     assert r.stdout.splitlines()[0] == "locked:"
     assert json.loads(r.stdout.splitlines()[1]) == me
     host.run(lock_command(SPEC, other, take_over=True))
-    assert json.loads(host.run(lock_read_command(SPEC)).stdout) == other
+    assert json.loads(read_lock(host)) == other
     host.run(unlock_command(SPEC))
     assert not host.path(lock_dir(SPEC)).exists()
-    assert host.run(lock_read_command(SPEC)).stdout == ""
+    assert read_lock(host) == ""
 
 
 # --- the report table --------------------------------------------------------------
@@ -408,3 +416,9 @@ def test_run_report_prints_to_stderr(capsys, monkeypatch):
     assert err.startswith("\n--> title\n") and "    - why" in err
     RunReport("empty").print()
     assert capsys.readouterr().err == ""
+
+
+def test_redact_hides_the_key_sglang_logs_with_its_server_args():
+    line = f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30000)"
+    assert KEY not in redact(line, SPEC) and "api_key='***'" in redact(line, SPEC)
+    assert redact(line, make_spec()) == line  # no key declared: nothing to hide

@@ -425,3 +425,9 @@ def test_ddtree_is_its_own_model():
     spec = validate_class(SRC, data(speculative={"algorithm": "DDTREE", "draft_model_path": "/d", "tree_budget": 64}))
     assert isinstance(spec.speculative, DDTree) and not isinstance(spec.speculative, DFlash)
     assert spec.speculative.algorithm == "DDTREE"
+
+
+def test_eagle_num_steps_without_topk_is_refused():
+    # real SGLang 0.5.23 crashes at start on it (tests/fixtures/sglang-0.5.23-resolve.txt, eagle-steps-only)
+    with pytest.raises(ValidationError, match="num_steps needs topk"):
+        ClassSpec.model_validate(data(speculative={"algorithm": "EAGLE", "num_steps": 3}))
