@@ -1,6 +1,7 @@
 """`make verify`: testinfra checks of every host in an inventory against its declared spec.
 
-The inventory is the same file pyinfra uses (--inventory, default inventory.py); the
+The inventory is the same file pyinfra uses (--inventory; `make verify` passes INVENTORY,
+default inventory.py); the
 spec is the same group_data. SSH settings come from the inventory's host data.
 """
 
@@ -25,10 +26,6 @@ class Target:
     group: str
     spec: ClassSpec
     data: dict
-
-
-def pytest_addoption(parser):
-    parser.addoption("--inventory", default=str(ROOT / "inventory.py"), help="pyinfra inventory file")
 
 
 def load_targets(inventory: str) -> list[Target]:
