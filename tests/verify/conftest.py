@@ -17,7 +17,8 @@ import testinfra
 from fleet.groupdata import check_inventory, class_files
 from fleet.spec import ClassSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+# Like pyinfra: group_data/ of the directory it runs in.
+GROUP_DATA = Path("group_data")
 
 
 @dataclass
@@ -38,8 +39,8 @@ def load_targets(inventory: str) -> list[Target]:
             host, data = entry if isinstance(entry, tuple) else (entry, {})
             groups.setdefault(name, []).append(host)
             hosts_data.setdefault(host, {}).update(data)
-    specs = check_inventory(groups, hosts_data, ROOT / "group_data")
-    classes = class_files(ROOT / "group_data")
+    specs = check_inventory(groups, hosts_data, GROUP_DATA)
+    classes = class_files(GROUP_DATA)
     targets = []
     for group, hosts in groups.items():
         if group in classes:
