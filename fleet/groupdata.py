@@ -171,12 +171,9 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     return specs
 
 
-def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> None:
-    """Called at the end of an inventory file: refuse to connect anywhere if the data is wrong.
-
-    inventory_namespace is the inventory module's globals(); groups are its public lists,
-    as pyinfra reads them.
-    """
+def inventory_groups(inventory_namespace: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, dict]]:
+    """(group -> host names, host -> its data) from an inventory module's globals, as pyinfra
+    reads them: public lists of names or (name, data) tuples."""
     groups: dict[str, list[str]] = {}
     hosts_data: dict[str, dict] = {}
     for name, value in inventory_namespace.items():
@@ -186,8 +183,14 @@ def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("g
             host, data = entry if isinstance(entry, tuple) else (entry, {})
             groups.setdefault(name, []).append(host)
             hosts_data.setdefault(host, {}).update(data)
+    return groups, hosts_data
+
+
+def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> None:
+    """Called at the end of an inventory file (with its globals()): refuse to connect anywhere
+    if the data is wrong."""
     try:
-        check_inventory(groups, hosts_data, group_dir)
+        check_inventory(*inventory_groups(inventory_namespace), group_dir)
     except SpecError as e:
         print("group_data / inventory check failed; no host was contacted:", file=sys.stderr)
         for problem in e.problems:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from fleet.groupdata import check_inventory, class_files
+from fleet.groupdata import check_inventory, class_files, inventory_groups
 from fleet.spec import ClassSpec
 
 # Like pyinfra: group_data/ of the directory it runs in.
@@ -30,15 +30,7 @@ class Target:
 
 
 def load_targets(inventory: str) -> list[Target]:
-    namespace = runpy.run_path(inventory)
-    groups, hosts_data = {}, {}
-    for name, value in namespace.items():
-        if name.startswith("_") or not isinstance(value, list):
-            continue
-        for entry in value:
-            host, data = entry if isinstance(entry, tuple) else (entry, {})
-            groups.setdefault(name, []).append(host)
-            hosts_data.setdefault(host, {}).update(data)
+    groups, hosts_data = inventory_groups(runpy.run_path(inventory))
     specs = check_inventory(groups, hosts_data, GROUP_DATA)
     classes = class_files(GROUP_DATA)
     targets = []
