@@ -16,10 +16,9 @@ pf = preflight.check()  # a refused host gets no operation but the refusal
 if pf is not None:
     changes = install.pending_changes(pf)
     to_stop = workloads.running(pf)
-    if changes or to_stop or not preflight.serving(pf):  # else: a second run changes nothing
+    if preflight.planned(pf, changes, to_stop):  # else: already as declared, no operation at all
         activate.take_lock(pf)
         workloads.stop(pf)
         stamp = install.new_backup_stamp() if changes else None
         file_ops = install.service_files(pf, stamp) if changes else []
         activate.service(pf, file_ops, stamp)  # releases the lock, whatever happens
-    preflight.planned(pf, changes, to_stop)

@@ -56,7 +56,7 @@ def base_url(spec: ClassSpec) -> str:
 
 
 def poll_command(spec: ClassSpec) -> str:
-    unit = shlex.quote(spec.service.unit + ".service")
+    unit = shlex.quote(spec.service_unit)
     return (
         f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result {unit}; "
         f"echo health=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 2 {base_url(spec)}/health)"

@@ -178,7 +178,7 @@ def busy_gpus(
         return []
     if processes.status != "ok":
         return [Violation(host, "GPU processes", "nvidia-smi to list the GPU processes", processes.message)]
-    own = spec.service.unit + ".service"
+    own = spec.service_unit
     ignored = list(ignore_units)
     allowed = {own, *ignored}
     expected = f"GPUs free of processes outside {own}" + (f" and {', '.join(ignored)}" if ignored else "")
@@ -188,7 +188,7 @@ def busy_gpus(
 def unit_violations(host: str, spec: ClassSpec, units: dict[str, UnitState]) -> list[Violation]:
     """The service's and the workloads' states must be readable: the rollout acts on them."""
     found = []
-    for name in [spec.service.unit + ".service", *spec.workloads]:
+    for name in spec.watched_units:
         unit = units.get(name)
         if unit is None or unit.message:
             found.append(Violation(host, "systemd unit", f"the state of {name}", unit.message if unit else NO_ANSWER))

@@ -274,6 +274,16 @@ class ClassSpec(Strict):
         return self
 
     @property
+    def service_unit(self) -> str:
+        """The systemd unit's full name, e.g. sglang.service."""
+        return f"{self.service.unit}.service"
+
+    @property
+    def watched_units(self) -> list[str]:
+        """The service's unit and the workloads', whose states preflight reads."""
+        return [self.service_unit, *self.workloads]
+
+    @property
     def model_paths(self) -> list[str]:
         """Target first, then the draft if the algorithm has one."""
         draft = getattr(self.speculative, "draft_model_path", None)

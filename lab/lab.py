@@ -267,7 +267,7 @@ def write_inventory(st: dict[str, Any]) -> Path:
     for h in st["hosts"]:
         groups.setdefault(h["group"], []).append(h)
     lines = [
-        f'"""pyinfra inventory of the running lab (written by `python -m lab.lab up`; do not edit)."""',
+        '"""pyinfra inventory of the running lab (written by `python -m lab.lab up`; do not edit)."""',
         "",
         f"_lab_file = {st['lab_file']!r}",
         f"_lab_name = {st['lab_name']!r}",

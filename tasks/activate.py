@@ -19,7 +19,7 @@ from tasks.preflight import Preflight
 
 def service(pf: Preflight, file_ops: list, backup_stamp: str | None) -> None:
     python.call(
-        name=f"Activate {pf.spec.service.unit}.service (restart if changed, wait for /health, smoke test)",
+        name=f"Activate {pf.spec.service_unit} (restart if changed, wait for /health, smoke test)",
         function=_activate,
         pf=pf,
         file_ops=file_ops,
@@ -67,7 +67,7 @@ def wait_ready(host, spec: ClassSpec) -> gate.Verdict:
 
 
 def _restart(host, spec: ClassSpec) -> bool:
-    unit = spec.service.unit + ".service"
+    unit = spec.service_unit
     ok, out = run(host, f"systemctl daemon-reload && systemctl enable --quiet {unit} && systemctl restart {unit}")
     if not ok:
         host.log_styled(f"systemctl could not start {unit}: {out}", fg="red")
@@ -76,7 +76,7 @@ def _restart(host, spec: ClassSpec) -> bool:
 
 def _journal(host, spec: ClassSpec) -> None:
     _, out = run(host, rollout.journal_command(spec))
-    host.log_styled(f"last journal lines of {spec.service.unit}.service:", fg="yellow")
+    host.log_styled(f"last journal lines of {spec.service_unit}:", fg="yellow")
     for line in rollout.redact(out, spec).splitlines():
         host.log(f"  | {line}")
 
@@ -88,13 +88,13 @@ def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | No
     try:
         changed = any(op.did_change() for op in file_ops)
         # Asked now, not at preflight: a deploy that held the lock before us may have started it.
-        active = run(host, f"systemctl is-active {spec.service.unit}.service")[1].strip() == "active"
+        active = run(host, f"systemctl is-active {spec.service_unit}")[1].strip() == "active"
         if not changed and active:
-            report.action = "no restart (nothing changed)"
+            report.action += " (no restart: unit, environment and secret unchanged)"
             report.verdict = "OK"
             return True
-        report.action = "restart" if changed else "start"
-        host.log(f"{report.action} {spec.service.unit}.service: waiting for /health (not 'active', not /v1/models)")
+        host.log(f"{'restart' if changed else 'start'} {spec.service_unit}: "
+                 "waiting for /health (not 'active', not /v1/models)")
         verdict = wait_ready(host, spec) if _restart(host, spec) else gate.Verdict(True, False, "systemctl failed")
         if verdict.ready:
             report.ready_s = verdict.elapsed_s
@@ -107,7 +107,7 @@ def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | No
                 report.verdict = "OK"
                 return True
             verdict = gate.Verdict(True, False, f"smoke test failed: {smoke.reason}")
-        host.log_styled(f"{spec.service.unit}.service did not become ready: {verdict.reason}", fg="red")
+        host.log_styled(f"{spec.service_unit} did not become ready: {verdict.reason}", fg="red")
         record.update(result="failed", reason=verdict.reason)
         _journal(host, spec)
         report.reasons.append(verdict.reason)
@@ -121,7 +121,7 @@ def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | No
 
 def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
     spec = pf.spec
-    unit = spec.service.unit + ".service"
+    unit = spec.service_unit
     backup = f"{rollout.state_dir(spec)}/backups/{backup_stamp}" if backup_stamp else None
     has_backup = backup is not None and run(host, f"test -e {backup}/{unit}")[0]
     if not has_backup:

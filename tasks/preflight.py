@@ -59,7 +59,7 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         HostSnapshot,
         launcher=spec.service.launcher,
         model_paths=spec.model_paths,
-        units=[spec.service.unit + ".service", *spec.workloads],
+        units=spec.watched_units,
         files=rollout.managed_files(spec),
         lock_owner=rollout.lock_owner_file(spec),
     )
@@ -93,17 +93,24 @@ def _refused(report, reasons: list[str]) -> None:
     return None
 
 
-def serving(pf: Preflight) -> bool:
-    unit = pf.facts.units.get(pf.spec.service.unit + ".service")
+def _serving(pf: Preflight) -> bool:
+    unit = pf.facts.units.get(pf.spec.service_unit)
     return unit is not None and unit.active_state == "active" and unit.unit_file_state == "enabled"
 
 
-def planned(pf: Preflight, changes: list[str], to_stop: list[str]) -> None:
-    """What the run intends, shown as is by --dry; activate overwrites it with what happened."""
+def planned(pf: Preflight, changes: list[str], to_stop: list[str]) -> bool:
+    """Whether the host has work to do; what it is goes into the report (--dry shows it as is,
+    activate amends it with what happened)."""
     report = RUN.host(host.name)
-    if not (changes or to_stop or not serving(pf)):
+    if not (changes or to_stop or not _serving(pf)):
         report.action, report.verdict = "none (already as declared)", "OK"
-        return
+        return False
     parts = [f"stop {', '.join(to_stop)}"] if to_stop else []
-    parts.append(f"write {len(changes)} files, restart" if changes else "start")
-    report.action = "; ".join(parts)
+    if pf.facts.deployed.file_sha1.get(pf.spec.unit_file) is None:
+        parts.append("install")
+    elif changes:
+        parts.append(f"update {', '.join(Path(c).name for c in changes)}")
+    else:
+        parts.append("start")
+    report.action = ", ".join(parts)
+    return True

@@ -35,8 +35,8 @@ def test_gpus_match_the_class(node, target):
 
 def test_unit_enabled_and_active(node, target):
     svc = node.service(target.spec.service.unit)
-    assert svc.is_enabled, f"{target.spec.service.unit}.service is not enabled"
-    assert svc.is_running, f"{target.spec.service.unit}.service is not active"
+    assert svc.is_enabled, f"{target.spec.service_unit} is not enabled"
+    assert svc.is_running, f"{target.spec.service_unit} is not active"
 
 
 def test_port_listening_on_configured_address(node, target):
@@ -60,7 +60,7 @@ def test_deployed_unit_and_command_match_spec(node, target):
     spec = target.spec
     assert node.file(spec.unit_file).content_string == render_unit(spec, target.group)
     assert node.file(spec.env_file).content_string == render_env(spec)
-    pid = node.check_output(f"systemctl show -p MainPID --value {spec.service.unit}.service")
+    pid = node.check_output(f"systemctl show -p MainPID --value {spec.service_unit}")
     # argv[0] is whatever the interpreter's symlink chain leaves; the flags must match exactly.
     argv = node.file(f"/proc/{pid}/cmdline").content_string.split("\0")[1:-1]
     expected = server_argv(spec)[1:]

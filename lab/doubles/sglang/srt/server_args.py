@@ -365,7 +365,7 @@ def get_config(path: str, **_kwargs) -> dict:
             )
         raise OSError(
             "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find "
-            f"them in the cached files.\nCheck your internet connection or see how to run the "
+            "them in the cached files.\nCheck your internet connection or see how to run the "
             "library in offline mode at 'https://huggingface.co/docs/transformers/installation#offline-mode'."
         )
     config_file = os.path.join(path, "config.json")
