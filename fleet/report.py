@@ -59,6 +59,7 @@ class RunReport:
         self.title = title
         self.hosts: dict[str, HostReport] = {}
         self._registered = False
+        self.failed_hosts = lambda: set()  # names pyinfra itself failed (set by the deploy)
 
     def host(self, name: str) -> HostReport:
         if not self._registered:
@@ -67,6 +68,12 @@ class RunReport:
         return self.hosts.setdefault(name, HostReport(name))
 
     def print(self) -> None:
+        for name in self.failed_hosts():
+            # An operation pyinfra ran failed on its own (an upload, a systemctl): say so here too.
+            r = self.hosts.get(name)
+            if r is not None and r.verdict not in ("REFUSED",) and not r.verdict.startswith("FAILED"):
+                r.verdict = "FAILED"
+                r.reasons.append(f"{name}: an operation failed: see its error above")
         if self.hosts:
             print(f"\n--> {self.title}\n{table(list(self.hosts.values()))}", file=sys.stderr, flush=True)
 

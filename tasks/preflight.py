@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.operations import python
 
 from facts.preflight import HostSnapshot
@@ -45,6 +45,8 @@ def _refuse(state, host, reasons):
 def check(group_dir: str = "group_data") -> Preflight | None:
     """Gather the host's facts in one round trip, judge them, and refuse the host if anything fails."""
     report = RUN.host(host.name)
+    run_state = state._get_module()  # the object itself: the context is gone when the table prints
+    RUN.failed_hosts = lambda: {h.name for h in run_state.failed_hosts}
     classes = [g for g in host.groups if g in class_files(Path(group_dir))]
     report.gpu_class = ",".join(classes) or "-"
     try:

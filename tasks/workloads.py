@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 
-from pyinfra.operations import python, systemd
+from pyinfra.operations import python
 
 from facts.gpu import GpuProcesses
 from fleet import guards
 from fleet.parse import parse_gpu_processes
-from tasks.common import run
+from tasks.common import fail, run
 from tasks.preflight import Preflight
 
 
@@ -24,33 +25,34 @@ def running(pf: Preflight) -> list[str]:
 
 def stop(pf: Preflight) -> None:
     units = running(pf)
-    if not units:
-        return
-    for unit in units:
-        # Disabled too: a reboot must not hand the GPUs back to the training job.
-        systemd.service(name=f"Stop workload {unit}", service=unit, running=False, enabled=False)
-    python.call(name="Wait until the GPUs are released", function=_wait_released, pf=pf)
+    if units:
+        python.call(
+            name=f"Stop {', '.join(units)} and wait until the GPUs are released",
+            function=_stop_and_wait,
+            pf=pf,
+            units=units,
+        )
 
 
-def _wait_released(state, host, pf: Preflight) -> bool:
+def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
     spec = pf.spec
+    # Disabled too: a reboot must not hand the GPUs back to the training job.
+    ok, out = run(host, "systemctl disable --now " + " ".join(shlex.quote(u) for u in units))
+    if not ok:
+        return fail(host, spec, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s
     command = GpuProcesses().command()
     while True:
-        ok, out = run(host, command)
+        _, out = run(host, command)
         processes = parse_gpu_processes(out)
         held = [p for p in processes.processes if p.unit in spec.workloads]
         if not held:
             busy = guards.busy_gpus(host.name, spec, processes, ignore_units=())
-            for v in busy:
-                host.log_styled(str(v), fg="red")
-            return not busy
+            return fail(host, spec, *map(str, busy)) if busy else True
         if time.monotonic() > deadline:
-            for p in held:
-                host.log_styled(
-                    f"{host.name}: workloads: expected {p.unit} to release GPU memory within "
-                    f"{spec.readiness.workload_release_timeout_s:g}s, found pid {p.pid} still holding "
-                    f"{p.used_memory_mib} MiB", fg="red",
-                )
-            return False
+            return fail(host, spec, *(
+                f"{host.name}: workloads: expected {p.unit} to release GPU memory within "
+                f"{spec.readiness.workload_release_timeout_s:g}s, found pid {p.pid} still holding "
+                f"{p.used_memory_mib} MiB" for p in held
+            ))
         time.sleep(1)

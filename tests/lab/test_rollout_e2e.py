@@ -26,7 +26,14 @@ name = "hang"
 name = "first-crash"
 {COMMON}load = "crash"
 load_seconds = 1
+
+[[hosts]]
+name = "stubborn"
+{COMMON}{NEXTN}workloads = ["dflash-train"]
 """
+# A training unit that systemd refuses to stop by hand: the deploy must stop there.
+REFUSE_STOP = ("mkdir -p /etc/systemd/system/dflash-train.service.d && printf '[Unit]\\nRefuseManualStop=yes\\n' "
+               "> /etc/systemd/system/dflash-train.service.d/stubborn.conf && systemctl daemon-reload")
 
 SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "progress_every_s": 3, '
                  '"workload_release_timeout_s": 30}')
@@ -35,6 +42,7 @@ SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "pro
 @pytest.fixture(scope="module")
 def rolled(lab_manager, tmp_path_factory):
     lab = lab_manager.ensure(LAB)
+    sh(lab, "stubborn", REFUSE_STOP)
     return lab, deploy(lab, workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT))
 
 
@@ -65,3 +73,14 @@ def test_first_install_that_crashes_is_stopped_and_frees_the_gpu(rolled):
     assert "FAILED (stopped)" in summary_row(run.out, "first-crash"), run.out
     assert sh(lab, "first-crash", "systemctl is-active sglang.service") != "active"
     assert gpu_apps(lab, "first-crash") == []
+
+
+def test_a_workload_that_will_not_stop_fails_the_host_before_its_service_is_touched(rolled):
+    lab, run = rolled
+    row = summary_row(run.out, "stubborn")
+    assert "FAILED" in row, run.out
+    assert "expected dflash-train.service to stop" in run.out
+    assert sh(lab, "stubborn", "systemctl is-active dflash-train.service") == "active"
+    assert "NEXTN" in sh(lab, "stubborn", "cat /etc/systemd/system/sglang.service")
+    assert health(lab, "stubborn") == "200"
+    assert sh(lab, "stubborn", "ls /run/sglang-fleet/") == ""  # the lock was released
