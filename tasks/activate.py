@@ -125,10 +125,11 @@ def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
     backup = f"{rollout.state_dir(spec)}/backups/{backup_stamp}" if backup_stamp else None
     has_backup = backup is not None and run(host, f"test -e {backup}/{unit}")[0]
     if not has_backup:
-        # First install: nothing to return to. Free the GPUs, keep the files for inspection.
+        # A first install (or a start with no file changed): nothing to return to.
+        # Free the GPUs, keep the files for inspection.
         run(host, f"systemctl stop {unit}; systemctl disable --quiet {unit}")
-        host.log_styled(f"first install failed: {unit} stopped and disabled, GPUs released", fg="red")
-        report.action = "install failed, stopped"
+        host.log_styled(f"nothing to roll back to: {unit} stopped and disabled, GPUs released", fg="red")
+        report.action += ", stopped: nothing to roll back to"
         return "FAILED (stopped)"
     host.log_styled(f"rolling back to {backup}", fg="yellow")
     ok, out = run(host, rollout.restore_command(spec, backup))
