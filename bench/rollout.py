@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -39,12 +40,7 @@ class LabHost:
 
     def run_shell_command(self, command, **_):
         p = self.lab.ssh(self.name, str(command), timeout=60)
-
-        class Out:
-            stdout = p.stdout
-            output = p.stdout + p.stderr
-
-        return p.returncode == 0, Out()
+        return p.returncode == 0, SimpleNamespace(stdout=p.stdout, output=p.stdout + p.stderr)
 
     def log(self, message: str) -> None:
         print(f"    [{self.name}] {message}")

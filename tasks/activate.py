@@ -13,7 +13,7 @@ from pyinfra.operations import python
 from fleet import gate, rollout
 from fleet.report import RUN
 from fleet.spec import ClassSpec
-from tasks.common import run
+from tasks.common import fail, run
 from tasks.preflight import Preflight
 
 
@@ -33,16 +33,12 @@ def take_lock(pf: Preflight) -> None:
 
 def _take_lock(state, host, pf: Preflight) -> bool:
     ok, out = run(host, rollout.lock_command(pf.spec, rollout.lock_owner(), pf.take_over_stale_lock))
-    if not ok:
-        # Another deploy got here between our preflight and now.
-        owner = out.split("locked:", 1)[-1]
-        held = rollout.judge_lock(owner, time.time(), rollout.stale_after(pf.spec), lambda pid: True)
-        reason = f"{host.name}: deploy lock: expected no other deploy, found {held.message}"
-        host.log_styled(reason, fg="red")
-        report = RUN.host(host.name)
-        report.verdict, report.action = "REFUSED", "none"
-        report.reasons.append(reason)
-    return ok
+    if ok:
+        return True
+    # Another deploy got here between our preflight and now.
+    owner = out.split("locked:", 1)[-1]
+    held = rollout.judge_lock(owner, time.time(), rollout.stale_after(pf.spec), lambda pid: True)
+    return fail(host, pf.spec, f"{host.name}: deploy lock: expected no other deploy, found {held.message}", ours=False)
 
 
 def wait_ready(host, spec: ClassSpec) -> gate.Verdict:

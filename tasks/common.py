@@ -16,13 +16,17 @@ def run(host, command: str, timeout: float | None = None) -> tuple[bool, str]:
     return ok, output.stdout if ok else output.output
 
 
-def fail(host, spec: ClassSpec, *reasons: str) -> bool:
-    """Fail the host after changes began: say why, record it, and free the deploy lock.
+def fail(host, spec: ClassSpec, *reasons: str, ours: bool = True) -> bool:
+    """Fail the host at execution time: say why, record it, and free the deploy lock if it is
+    ours (ours=False: another deploy holds it, and the host is refused untouched).
     Returns False, which is how a python.call callback fails its host in pyinfra."""
     report = RUN.host(host.name)
-    report.verdict = "FAILED"
+    report.verdict = "FAILED" if ours else "REFUSED"
     for reason in reasons:
         host.log_styled(reason, fg="red")
         report.reasons.append(reason)
-    run(host, rollout.unlock_command(spec))
+    if ours:
+        run(host, rollout.unlock_command(spec))
+    else:
+        report.action = "none"
     return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 
@@ -68,8 +69,8 @@ def test_verify_passes_after_deploy_and_fails_when_stopped_by_hand(deployed):
 def test_two_concurrent_deploys_one_is_refused(deployed):
     lab, _ = deployed
     sh(lab, "a6000-1", "systemctl stop sglang.service")  # both runs will have work to do
-    env_cmd = [str(BIN / "pyinfra"), "-y", str(lab.inventory), "deploy.py"]
-    procs = [subprocess.Popen(env_cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [str(BIN / "pyinfra"), "-y", str(lab.inventory), "deploy.py"]
+    procs = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     codes = sorted(p.returncode for p in procs)
@@ -81,7 +82,7 @@ def test_two_concurrent_deploys_one_is_refused(deployed):
 
 def test_stale_lock_is_reported_and_taken_over(deployed):
     lab, _ = deployed
-    owner = {"holder": "root@" + __import__("socket").gethostname(), "pid": 999999, "since": int(time.time()) - 60}
+    owner = {"holder": "root@" + socket.gethostname(), "pid": 999999, "since": int(time.time()) - 60}
     sh(lab, "a6000-1", f"mkdir -p /run/sglang-fleet/sglang.lock && echo '{json.dumps(owner)}' "
                       "> /run/sglang-fleet/sglang.lock/owner && systemctl stop sglang.service")
     run = deploy(lab)
