@@ -106,10 +106,23 @@ _env.filters["systemd_quote"] = systemd_quote
 _env.filters["env_quote"] = env_quote
 
 
+RESTART_DELAY_S = 10  # RestartSec: a crashed server is started again after this
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
 def render_unit(spec: ClassSpec, group: str) -> str:
+    attempts = spec.service.restarts_on_crash + 1
     return _env.get_template("sglang.service.j2").render(
         spec=spec,
         group=group,
+        restart_delay=_seconds(RESTART_DELAY_S),
+        drain_timeout=_seconds(spec.service.drain_timeout_s),
+        start_limit_burst=attempts,
+        # wide enough to hold every attempt, each a full load: the limit must be reachable
+        start_limit_interval=_seconds(attempts * (spec.readiness.load_timeout_s + RESTART_DELAY_S)),
         command=[spec.service.launcher, *MODULE],
         env_files=[spec.env_file] + ([spec.secret_file] if spec.service.api_key is not None else []),
         arg_lines=server_arg_groups(spec),

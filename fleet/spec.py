@@ -98,6 +98,22 @@ class Service(Strict):
         description="API key for /v1/*. Never written into the unit: it goes to a 0600 file "
         "the unit reads, and is never printed. Read it from the operator's environment.",
     )
+    drain_timeout_s: float = Field(
+        120,
+        gt=0,
+        le=3600,
+        description="How long a stop lets in-flight requests finish: SGLang drains on SIGTERM "
+        "(the unit sends it to the server only, KillMode=mixed); systemd kills what is left after "
+        "this (TimeoutStopSec).",
+    )
+    restarts_on_crash: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="How often systemd restarts a crashed server before it gives up and leaves the "
+        "unit failed (StartLimitBurst = this + 1, within a window of that many load timeouts), "
+        "instead of reloading the model forever.",
+    )
 
     @field_validator("api_key")
     @classmethod
@@ -140,8 +156,6 @@ class Service(Strict):
             if a.split("=", 1)[0] in owned:
                 raise ValueError(f"{a.split('=', 1)[0]} is set by its own field, not extra_args")
         return args
-
-
 
 
 class NoSpeculation(Strict):
@@ -223,7 +237,10 @@ class Readiness(Strict):
         1200, gt=0, description="Give up (and roll back) if /health is not 200 by then. "
         "Sized for a 27B model load from local NVMe plus CUDA graph capture."
     )
-    poll_interval_s: float = Field(1.0, gt=0, le=2, description="Seconds between polls; a crash is seen within one.")
+    poll_interval_s: float = Field(
+        0.5, gt=0, le=2, description="Seconds between polls of the unit and /health, made on the host itself "
+        "(one SSH command per change of state, not per poll); a crash is seen within one."
+    )
     progress_every_s: float = Field(15, gt=0, description="Print elapsed time and state this often while waiting.")
     workload_release_timeout_s: float = Field(
         120, gt=0, description="How long stopped workloads get to release GPU memory."

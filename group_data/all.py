@@ -7,7 +7,7 @@ Spec reference: README.md ("Spec reference"), generated from fleet/spec.py.
 # How long the rollout waits for /health and how it reports progress.
 readiness = {
     "load_timeout_s": 1200,  # a 27B load plus CUDA graph capture; hangs end here
-    "poll_interval_s": 1.0,  # a crash is seen within one poll
+    "poll_interval_s": 0.5,  # polled on the host; a crash is seen within one poll
     "progress_every_s": 15,
     "workload_release_timeout_s": 120,
 }

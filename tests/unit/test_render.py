@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -310,6 +312,37 @@ def test_unit_sections():
     assert lines["EnvironmentFile"] == ["/etc/sglang/sglang.env"]
     assert lines["WantedBy"] == ["multi-user.target"]
     assert lines["After"] == ["network-online.target"]
+
+
+def test_stop_drains_the_server_and_crashes_give_up():
+    """SIGTERM to the server only (its schedulers have no handler: SGLang drains, then stops them);
+    a server that keeps crashing stays failed after restarts_on_crash restarts, each a full load."""
+    lines = unit_lines(render_unit(make_spec(), "lab"))
+    assert lines["KillMode"] == ["mixed"] and lines["TimeoutStopSec"] == ["120s"] and lines["RestartSec"] == ["10s"]
+    assert lines["StartLimitBurst"] == ["3"] and lines["StartLimitIntervalSec"] == [f"{3 * (1200 + 10)}s"]
+    spec = make_spec(drain_timeout_s=30.5, restarts_on_crash=0)
+    spec = spec.model_copy(update={"readiness": spec.readiness.model_copy(update={"load_timeout_s": 90})})
+    lines = unit_lines(render_unit(spec, "lab"))
+    assert lines["TimeoutStopSec"] == ["30.5s"] and lines["StartLimitBurst"] == ["1"]
+    assert lines["StartLimitIntervalSec"] == ["100s"]
+    # the start limit belongs to [Unit]: systemd ignores it in [Service]
+    unit = render_unit(make_spec(), "lab")
+    assert unit.index("StartLimitBurst=") < unit.index("[Service]") < unit.index("KillMode=")
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd here")  # allowed: CI (Debian) has it
+@pytest.mark.parametrize("algorithm", list(SPECULATIVE))
+def test_systemd_itself_accepts_the_rendered_unit(algorithm, tmp_path):
+    """`systemd-analyze verify` reads the unit as systemd would (the launcher must exist: a local one)."""
+    spec = make_spec(SPECULATIVE[algorithm], api_key=KEY, launcher=sys.executable)
+    path = tmp_path / "sglang.service"
+    path.write_text(render_unit(spec, "lab"))
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    # and it does complain, about a bad setting
+    path.write_text(render_unit(spec, "lab").replace("KillMode=mixed", "KillMode=gently"))
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert "Failed to parse kill mode" in r.stderr
 
 
 # --- the API key --------------------------------------------------------------------
