@@ -8,6 +8,7 @@ from facts import marker
 from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
+from facts.service import RunningService
 from facts.sglang import SglangEngine
 from facts.systemd import UnitStates
 from fleet.parse import HostFacts, sections
@@ -20,19 +21,14 @@ SECTIONS = {
     "models": ModelDirs,
     "units": UnitStates,
     "deployed": DeployedFiles,
+    "runtime": RunningService,
 }
 
 
 class HostSnapshot(FactBase[HostFacts]):
-    def command(
-        self, launcher: str, model_paths: list[str], units: list[str], files: list[str], lock_owner: str
-    ) -> str:
-        args = {
-            "engine": (launcher,),
-            "models": (model_paths,),
-            "units": (units,),
-            "deployed": (files, lock_owner),
-        }
+    def command(self, engine: list, models: list, units: list, deployed: list, runtime: list) -> str:
+        """Each argument: the arguments of that section's fact command (the GPU facts take none)."""
+        args = {"engine": engine, "models": models, "units": units, "deployed": deployed, "runtime": runtime}
         return "; ".join(
             f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )

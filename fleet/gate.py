@@ -55,7 +55,10 @@ def base_url(spec: ClassSpec) -> str:
     return f"http://{local_address(spec)}:{spec.service.port}"
 
 
-def poll_command(spec: ClassSpec) -> str:
+OBSERVATION_MARK = "@@observation"
+
+
+def _observe(spec: ClassSpec) -> str:
     unit = shlex.quote(spec.service_unit)
     return (
         f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result {unit}; "
@@ -63,8 +66,30 @@ def poll_command(spec: ClassSpec) -> str:
     )
 
 
+def observe_command(spec: ClassSpec) -> str:
+    """One observation of the unit and /health, after OBSERVATION_MARK."""
+    return f"echo {OBSERVATION_MARK}; {_observe(spec)}"
+
+
+def wait_command(spec: ClassSpec, previous: str, budget_s: float) -> str:
+    """Poll on the host, every poll_interval_s, until the observation differs from `previous`
+    (the last one the controller saw) or budget_s has passed; print the last one. The wait
+    costs one SSH command per change of state, not one per poll."""
+    return (
+        f"prev={shlex.quote(previous)}; end=$(( $(date +%s) + {max(1, int(budget_s + 0.999))} )); "
+        f"while :; do obs=$({_observe(spec)}); [ \"$obs\" != \"$prev\" ] && break; "
+        f"[ \"$(date +%s)\" -ge \"$end\" ] && break; sleep {spec.readiness.poll_interval_s:g}; done; "
+        f"echo {OBSERVATION_MARK}; printf '%s\\n' \"$obs\""
+    )
+
+
+def observation_text(stdout: str) -> str:
+    """The observation part of a command's output (what wait_command compares with)."""
+    return stdout.rpartition(OBSERVATION_MARK)[2].strip()
+
+
 def parse_observation(stdout: str) -> Observation:
-    kv = dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+    kv = dict(line.split("=", 1) for line in observation_text(stdout).splitlines() if "=" in line)
     health = kv.get("health", "").strip()
     return Observation(
         active_state=kv.get("ActiveState", "unknown"),

@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
+from fleet.plan import read_pending
 from fleet.render import MODULE, server_argv
+from fleet.rollout import pending_file
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
 
 DFLASH_ARCHITECTURE = "DFlashDraftModel"
@@ -195,6 +197,35 @@ def unit_violations(host: str, spec: ClassSpec, units: dict[str, UnitState]) -> 
     return found
 
 
+# Drop-in settings that would make the service run something other than the declared spec.
+OVERRIDING_KEYS = ("ExecStart", "Environment", "EnvironmentFile", "UnsetEnvironment", "PassEnvironment")
+
+
+def drift_violations(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
+    """Local changes a deploy must not paper over: drop-ins that replace what the spec
+    declares, a masked unit, a pending-rollout record nobody can read."""
+    found = []
+    for path, text in sorted(facts.runtime.dropins.items()):
+        keys = sorted({line.split("=", 1)[0].strip() for line in text.splitlines()
+                       if "=" in line and not line.lstrip().startswith(("#", ";"))} & set(OVERRIDING_KEYS))
+        if keys:
+            found.append(Violation(
+                host, "drop-in", f"no local override of {spec.service_unit}'s {' or '.join(OVERRIDING_KEYS[:2])}",
+                f"{path} sets {', '.join(keys)} (move it into group_data, or remove it)",
+            ))
+    unit = facts.units.get(spec.service_unit)
+    if unit is not None and unit.unit_file_state.startswith("masked"):
+        found.append(Violation(host, "systemd unit", f"{spec.service_unit} not masked",
+                               f"masked (someone wants it off: `systemctl unmask {spec.service_unit}` to deploy)"))
+    if facts.deployed.pending is not None:
+        try:
+            read_pending(facts.deployed.pending)
+        except ValueError as e:
+            found.append(Violation(host, "pending rollout", f"a readable record at {pending_file(spec)}",
+                                   f"{e}: inspect it, then remove it"))
+    return found
+
+
 def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
     """Every read-only check before anything on the host is touched."""
     return [
@@ -204,4 +235,5 @@ def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
         # the declared workloads are stopped next; a failed nvidia-smi is reported once, above
         *(busy_gpus(host, spec, facts.gpu_processes, spec.workloads) if facts.gpus.status == "ok" else []),
         *unit_violations(host, spec, facts.units),
+        *drift_violations(host, spec, facts),
     ]

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fleet.lock import LockFacts
+
 MARK = "@@"
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
 
@@ -31,6 +33,7 @@ UNIT_PROPERTIES = {
     "NRestarts": "n_restarts",
     "UnitFileState": "unit_file_state",
     "ExecMainStatus": "exec_main_status",
+    "NeedDaemonReload": "need_daemon_reload",
 }
 
 # config.json keys that count a model's built-in draft (MTP) layers: DeepSeek-V3, GLM,
@@ -112,15 +115,43 @@ class UnitState:
     n_restarts: int | None = None
     unit_file_state: str = ""
     exec_main_status: int | None = None
+    need_daemon_reload: str = ""  # "yes": the unit file changed on disk since systemd loaded it
     message: str = ""  # systemctl's words when it could not answer
 
 
 @dataclass(frozen=True)
-class DeployState:
-    """What earlier rollouts left: sha1 of each managed file (None: absent), the lock owner's text."""
+class FileState:
+    """A managed file or directory as `stat -c '%a %U:%G'` (and sha1sum, for files) saw it."""
 
-    file_sha1: dict[str, str | None]
-    lock_owner: str
+    mode: str
+    owner: str
+    sha1: str = ""
+
+
+@dataclass(frozen=True)
+class DeployState:
+    """What earlier rollouts left: each managed file and directory (None: absent), the text of
+    the files a diff shows, the deploy lock, and the pending-rollout record (None: none)."""
+
+    files: dict[str, FileState | None]
+    dirs: dict[str, FileState | None]
+    contents: dict[str, str]
+    lock: LockFacts
+    pending: str | None
+
+    def sha1(self, path: str) -> str | None:
+        state = self.files.get(path)
+        return state.sha1 if state else None
+
+
+@dataclass(frozen=True)
+class ServiceRuntime:
+    """The service as it runs now: its main process's arguments (None: no process; an API key
+    shown as ***), its drop-in files' text, and what /health answers (0: nothing)."""
+
+    cmdline: tuple[str, ...] | None
+    dropins: dict[str, str]
+    health: int
 
 
 @dataclass(frozen=True)
@@ -133,6 +164,7 @@ class HostFacts:
     models: dict[str, ModelDir]
     units: dict[str, UnitState]
     deployed: DeployState
+    runtime: ServiceRuntime
 
 
 def _split(text: str, prefix: str) -> list[tuple[str, list[str]]]:
@@ -155,14 +187,49 @@ def _blocks(text: str) -> list[tuple[str, str, list[str]]]:
     return blocks
 
 
+def _file_state(lines: list[str]) -> FileState | None:
+    """`MODE USER:GROUP` then, for a file, its sha1; nothing: absent."""
+    words = [line.strip() for line in lines if line.strip()]
+    if not words or len(words[0].split()) != 2:
+        return None
+    mode, owner = words[0].split()
+    return FileState(mode, owner, words[1] if len(words) > 1 else "")
+
+
 def parse_deploy_state(text: str) -> DeployState:
-    files, lock = {}, ""
-    for name, value, lines in _blocks(text):
-        if name == "file":
-            files[value] = _last_line(lines) or None
-        elif name == "lock":
-            lock = "\n".join(lines).strip()
-    return DeployState(files, lock)
+    """`@@file=P`, `@@dir=P` (stat, sha1), `@@content=P` (text), `@@lock=present|absent` (text)
+    with `@@lock-session=START`, `@@pending=present|absent` (text)."""
+    files: dict[str, FileState | None] = {}
+    dirs: dict[str, FileState | None] = {}
+    contents: dict[str, str] = {}
+    lock_present, lock_text, session_start, pending = False, "", "", None
+    for key, value, lines in _blocks(text):
+        if key == "file":
+            files[value] = _file_state(lines)
+        elif key == "dir":
+            dirs[value] = _file_state(lines)
+        elif key == "content":
+            contents[value] = "".join(line + "\n" for line in lines)
+        elif key == "lock":
+            lock_present, lock_text = value == "present", "\n".join(lines).strip()
+        elif key == "lock-session":
+            session_start = value.strip()
+        elif key == "pending" and value == "present":
+            pending = "\n".join(lines).strip()
+    return DeployState(files, dirs, contents, LockFacts(lock_present, lock_text, session_start), pending)
+
+
+def parse_service_runtime(text: str) -> ServiceRuntime:
+    """`@@cmdline=PID` (argv, a line each), `@@dropin=PATH` (its text), `@@health=CODE`."""
+    cmdline, dropins, health = None, {}, 0
+    for key, value, lines in _blocks(text):
+        if key == "cmdline" and value.strip() not in ("", "0") and lines:
+            cmdline = tuple(lines)
+        elif key == "dropin":
+            dropins[value] = "\n".join(lines)
+        elif key == "health":
+            health = _int(value) or 0
+    return ServiceRuntime(cmdline, dropins, health)
 
 
 def sections(text: str) -> dict[str, list[str]]:

@@ -1,45 +1,91 @@
-"""What a rollout leaves on the host besides the unit: backups, a deploy record, a lock.
-
-Shell snippets are built here from the spec so they are tested without hosts; the
-task files only run them.
+"""What a rollout writes on a host and the shell that writes it, built from the spec so it is
+tested without hosts; the task files only run these commands.
 
 On the host, per service unit U:
+  /etc/systemd/system/U.service, /etc/sglang/U.env, /etc/sglang/U.secret   the service's files
   /var/lib/sglang-fleet/U/spec.json        the spec the deployed files came from
-  /var/lib/sglang-fleet/U/backups/STAMP/   the files replaced by a rollout (last KEEP_BACKUPS)
+  /var/lib/sglang-fleet/U/pending.json     an unfinished rollout: what the host looked like before it
+  /var/lib/sglang-fleet/U/backups/STAMP/   the files a rollout replaced (last KEEP_BACKUPS)
   /var/lib/sglang-fleet/U/deploys.jsonl    one JSON record per rollout
-  /run/sglang-fleet/U.lock/owner           who is deploying (gone on reboot)
+  /run/sglang-fleet/U.lock                 who is deploying (fleet/lock.py)
+New files are uploaded beside their live path as hidden `.NAME.sglang-fleet-new` (systemd
+ignores hidden files), so putting them live is an atomic rename on the same filesystem.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from fleet import lock
+from fleet.render import render_env, render_secret, render_unit
 from fleet.spec import ClassSpec
 
 KEEP_BACKUPS = 5
+OWNER = "root:root"  # every managed file and directory
+DIR_MODE = "700"  # config and state directories: the secret and its backups live there
+STAGED_SUFFIX = ".sglang-fleet-new"
 
 
 def state_dir(spec: ClassSpec) -> str:
     return f"/var/lib/sglang-fleet/{spec.service.unit}"
 
 
-def lock_dir(spec: ClassSpec) -> str:
-    return f"/run/sglang-fleet/{spec.service.unit}.lock"
+def backups_dir(spec: ClassSpec) -> str:
+    return f"{state_dir(spec)}/backups"
 
 
 def deployed_spec_file(spec: ClassSpec) -> str:
     return f"{state_dir(spec)}/spec.json"
 
 
-def managed_files(spec: ClassSpec) -> list[str]:
-    """Everything a rollout replaces and a rollback puts back, the secret included."""
-    return [spec.unit_file, spec.env_file, spec.secret_file, deployed_spec_file(spec)]
+def pending_file(spec: ClassSpec) -> str:
+    return f"{state_dir(spec)}/pending.json"
+
+
+def records_file(spec: ClassSpec) -> str:
+    return f"{state_dir(spec)}/deploys.jsonl"
+
+
+@dataclass(frozen=True)
+class ManagedFile:
+    path: str
+    mode: str  # octal, as `stat -c %a` prints it
+    content: str | None  # what the spec wants there; None: must not exist
+    restarts: bool  # a change of content needs a restart of the service
+    secret: bool = False  # never shown, not even in a diff
+
+
+def service_files(spec: ClassSpec) -> list[str]:
+    """The files the service runs from: a change to any of them needs a restart."""
+    return [spec.unit_file, spec.env_file, spec.secret_file]
+
+
+def managed_paths(spec: ClassSpec) -> list[str]:
+    """Everything a rollout replaces and a rollback puts back: the service's files, the secret
+    included, and the spec record (which changes with them but restarts nothing)."""
+    return [*service_files(spec), deployed_spec_file(spec)]
+
+
+def desired_files(spec: ClassSpec, group: str) -> list[ManagedFile]:
+    """The managed files as the spec wants them, in managed_paths order."""
+    return [
+        ManagedFile(spec.unit_file, "644", render_unit(spec, group), restarts=True),
+        ManagedFile(spec.env_file, "644", render_env(spec), restarts=True),
+        ManagedFile(spec.secret_file, "600", render_secret(spec), restarts=True, secret=True),
+        ManagedFile(deployed_spec_file(spec), "600", spec_record(spec, group), restarts=False),
+    ]
+
+
+def managed_dirs(spec: ClassSpec) -> list[str]:
+    return [str(PurePosixPath(spec.env_file).parent), state_dir(spec), backups_dir(spec)]
+
+
+def staged_path(path: str) -> str:
+    p = PurePosixPath(path)
+    return str(p.parent / f".{p.name}{STAGED_SUFFIX}")
 
 
 def spec_record(spec: ClassSpec, group: str) -> str:
@@ -48,31 +94,146 @@ def spec_record(spec: ClassSpec, group: str) -> str:
     return json.dumps({"group": group, "spec": data}, indent=2, sort_keys=True) + "\n"
 
 
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+def _sha1_of(path: str) -> str:
+    return f"$(sha1sum {_q(path)} 2>/dev/null | cut -d' ' -f1)"
+
+
+def _write_json(path: str, data: dict) -> str:
+    """Write a JSON file atomically (printf, not echo: dash's echo would turn escapes into characters)."""
+    return f"printf '%s\\n' {_q(json.dumps(data, sort_keys=True))} > {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
+
+
+def _drop_staged(spec: ClassSpec) -> str:
+    return "rm -f " + " ".join(_q(staged_path(p)) for p in managed_paths(spec))
+
+
 def backup_command(spec: ClassSpec, stamp: str) -> str:
-    """Copy the current files to backups/STAMP (0700), keep the last KEEP_BACKUPS; prints the dir or nothing."""
-    d = shlex.quote(f"{state_dir(spec)}/backups/{stamp}")
-    files = " ".join(shlex.quote(f) for f in managed_files(spec))
-    root = shlex.quote(f"{state_dir(spec)}/backups")
+    """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS; prints the dir or
+    nothing (nothing there yet). A failed copy fails the command and leaves no partial set."""
+    d = _q(f"{backups_dir(spec)}/{stamp}")
+    files = " ".join(_q(f) for f in managed_paths(spec))
     return (
-        f"set -e; umask 077; mkdir -p {d}; for f in {files}; do if [ -e \"$f\" ]; then cp -p \"$f\" {d}/; fi; done; "
+        f"mkdir -p {d} || exit 1; copied=yes; for f in {files}; do "
+        f"if [ -e \"$f\" ]; then cp -p \"$f\" {d}/ || {{ copied=no; break; }}; fi; done; "
+        f"if [ $copied = no ]; then rm -rf {d}; exit 1; fi; "
         f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi; "
-        f"ls -1d {root}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
+        f"ls -1d {_q(backups_dir(spec))}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
     )
 
 
-def restore_command(spec: ClassSpec, backup: str) -> str:
-    """Put every managed file back as it was in `backup`; files that did not exist then are removed."""
+BEGUN = "@@begun"
+
+
+def begin_command(
+    spec: ClassSpec,
+    who: dict,
+    lock_seen: lock.LockFacts,
+    files_seen: dict[str, str | None],
+    backup_stamp: str | None,
+    pending: dict,
+    stage_secret: bool,
+) -> str:
+    """Before the first change: take the lock, check the files are still what preflight read,
+    fix the directories, back up, write the pending-rollout record. Prints BEGUN at the end.
+    Whatever fails after the lock is taken releases it and changes nothing else."""
+    release = lock.release_command(spec)
+    fail = f"{{ {release}; exit 1; }}"
+    steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
+    for path, sha1 in files_seen.items():
+        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo '@@changed='{_q(path)}; {release}; exit 1; }}")
+    for d in managed_dirs(spec):
+        steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
+    if backup_stamp:
+        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail}")
+    steps.append(f"{_drop_staged(spec)}; {_write_json(pending_file(spec), pending)} || {fail}")
+    if stage_secret:  # the upload then writes into a file that is 0600 from its first byte
+        steps.append(f"install -m 600 /dev/null {_q(staged_path(spec.secret_file))} || {fail}")
+    steps.append(f"echo {BEGUN}")
+    return "; ".join(steps)
+
+
+def apply_command(
+    spec: ClassSpec,
+    swap: list[ManagedFile],
+    repairs: list[ManagedFile],
+    daemon_reload: bool,
+    enable: bool,
+    restart: bool,
+) -> str:
+    """Put the staged files live (atomic renames), repair modes and owners, then systemctl."""
+    unit = _q(spec.service_unit)
     parts = ["set -e"]
-    for f in managed_files(spec):
-        saved = shlex.quote(f"{backup}/{PurePosixPath(f).name}")
-        parts.append(f"if [ -e {saved} ]; then cp -p {saved} {shlex.quote(f)}; else rm -f {shlex.quote(f)}; fi")
+    for f in swap:
+        staged = _q(staged_path(f.path))
+        if f.content is None:
+            parts.append(f"rm -f {_q(f.path)}")
+        else:
+            parts.append(f"chown {OWNER} {staged}; chmod {f.mode} {staged}; mv -f {staged} {_q(f.path)}")
+    for f in repairs:
+        parts.append(f"chown {OWNER} {_q(f.path)}; chmod {f.mode} {_q(f.path)}")
+    if daemon_reload:
+        parts.append("systemctl daemon-reload")
+    if enable:
+        parts.append(f"systemctl enable --quiet {unit}")
+    if restart:
+        # reset-failed also clears the start limit, which earlier rollouts' starts count towards
+        parts.append(f"systemctl reset-failed {unit} 2>/dev/null || true; systemctl restart {unit}")
     return "; ".join(parts)
 
 
+RESTORED = "@@restored="
+
+
+def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup_stamp: str | None, stop: bool,
+                    enabled: str, pending: dict) -> str:
+    """Mark the pending record as rolling back, then put back the files that differ from before
+    (from backups/STAMP; a file that did not exist is removed). The service is stopped first if one
+    of its own files comes back, or if `stop`. Its enabled state ("enabled"/"disabled") is put
+    back where its unit file exists. Prints RESTORED and the paths put back."""
+    unit = _q(spec.service_unit)
+    parts = [f"umask 077; {_write_json(pending_file(spec), pending)} || exit 1", "changed=''"]
+    for path, sha1 in before_files.items():
+        parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed {path} \"")
+    patterns = "|".join(f"*' {p} '*" for p in service_files(spec))
+    parts.append(f"stop={'yes' if stop else 'no'}; case \"$changed\" in {patterns}) stop=yes;; esac")
+    parts.append(f"[ $stop = no ] || systemctl stop {unit} 2>/dev/null || true")
+    for path, sha1 in before_files.items():
+        saved = _q(f"{backups_dir(spec)}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
+        if sha1 is None:
+            put_back = f"rm -f {_q(path)}"
+        elif saved:
+            put_back = f"cp -p {saved} {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
+        else:
+            put_back = f"echo 'no backup of {path}' >&2; false"
+        parts.append(f"case \"$changed\" in *' {path} '*) {put_back} || exit 1;; esac")
+    parts.append(_drop_staged(spec))
+    parts.append("[ -z \"$changed\" ] || systemctl daemon-reload")
+    if enabled in ("enabled", "disabled"):
+        verb = "enable" if enabled == "enabled" else "disable"
+        parts.append(f"[ ! -e {_q(spec.unit_file)} ] || systemctl {verb} --quiet {unit}")
+    parts.append(f"echo {RESTORED}\"$changed\"")
+    return "; ".join(parts)
+
+
+def finish_command(spec: ClassSpec, record: dict) -> str:
+    """The end of every rollout that ran: the record, the pending record and the lock gone."""
+    return "; ".join(
+        [
+            record_command(spec, record),
+            f"rm -f {_q(pending_file(spec))}",
+            _drop_staged(spec),
+            lock.release_command(spec),
+        ]
+    )
+
+
 def record_command(spec: ClassSpec, record: dict) -> str:
-    line = shlex.quote(json.dumps(record, sort_keys=True))
-    # printf, not echo: dash's echo would turn the JSON's escapes into raw characters.
-    return f"mkdir -p {shlex.quote(state_dir(spec))}; printf '%s\\n' {line} >> {shlex.quote(state_dir(spec) + '/deploys.jsonl')}"
+    line = _q(json.dumps(record, sort_keys=True))
+    return f"mkdir -p {_q(state_dir(spec))}; printf '%s\\n' {line} >> {_q(records_file(spec))}"
 
 
 def redact(text: str, spec: ClassSpec) -> str:
@@ -83,64 +244,4 @@ def redact(text: str, spec: ClassSpec) -> str:
 
 
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:
-    return f"journalctl -u {shlex.quote(spec.service.unit + '.service')} -n {lines} --no-pager -o short-iso"
-
-
-# --- the deploy lock -------------------------------------------------------------
-
-def lock_owner() -> dict:
-    """Who this deploy is, as written into the host's lock."""
-    return {
-        "holder": f"{os.environ.get('USER', 'root')}@{socket.gethostname()}",
-        "pid": os.getpid(),
-        "since": int(time.time()),
-    }
-
-
-@dataclass(frozen=True)
-class LockState:
-    held: bool
-    stale: bool
-    message: str
-
-
-def judge_lock(owner_text: str, now: float, stale_after_s: float, pid_alive) -> LockState:
-    """owner_text: the lock's owner file ('' = no lock). pid_alive(pid) -> bool, for holders on this machine."""
-    if not owner_text.strip():
-        return LockState(False, False, "")
-    try:
-        owner = json.loads(owner_text)
-        holder, pid, since = owner["holder"], int(owner["pid"]), float(owner["since"])
-    except (ValueError, KeyError, TypeError):
-        return LockState(True, True, f"unreadable deploy lock ({owner_text.strip()[:80]!r})")
-    age = now - since
-    held_for = f"held by {holder} (pid {pid}) since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(since))}"
-    if holder.endswith("@" + socket.gethostname()) and not pid_alive(pid):
-        return LockState(True, True, f"stale deploy lock {held_for}: that process is gone")
-    if age > stale_after_s:
-        return LockState(True, True, f"stale deploy lock {held_for}: older than {stale_after_s:g}s")
-    return LockState(True, False, f"another deploy is running: lock {held_for}")
-
-
-def stale_after(spec: ClassSpec) -> float:
-    """No honest rollout holds the lock longer than two load timeouts (new + rollback) and a margin."""
-    r = spec.readiness
-    return 2 * r.load_timeout_s + r.workload_release_timeout_s + 600
-
-
-def lock_command(spec: ClassSpec, owner: dict, take_over: bool) -> str:
-    d = shlex.quote(lock_dir(spec))
-    clear = f"rm -rf {d}; " if take_over else ""
-    return (
-        f"mkdir -p {shlex.quote(str(PurePosixPath(lock_dir(spec)).parent))}; {clear}"
-        f"if mkdir {d} 2>/dev/null; then echo {shlex.quote(json.dumps(owner))} > {shlex.quote(lock_owner_file(spec))}; "
-        f"else echo 'locked:'; cat {shlex.quote(lock_owner_file(spec))}; exit 1; fi"
-    )
-
-
-def unlock_command(spec: ClassSpec) -> str:
-    return f"rm -rf {shlex.quote(lock_dir(spec))}"
-
-
-def lock_owner_file(spec: ClassSpec) -> str:
-    return f"{lock_dir(spec)}/owner"
+    return f"journalctl -u {_q(spec.service_unit)} -n {lines} --no-pager -o short-iso"

@@ -1,147 +1,181 @@
-"""Activate: restart only if a file changed, wait for real readiness, smoke-test, or roll back.
-
-Runs at execution time inside one python.call, so the gate sees the unit as it is
-after the restart: a crash or a restart ends the wait at the next poll.
+"""Activate: put the new files live, restart if the plan says so, wait for real readiness,
+smoke-test; or roll back to the state recorded before the rollout (fleet/activation.py
+decides, HostSteps does it over SSH). Runs at execution time inside one python.call, so the
+gate sees the unit as it is after the restart: a crash or a restart ends the wait at once.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 
 from pyinfra.operations import python
 
-from fleet import gate, rollout
+from facts.gpu import GpuProcesses
+from fleet import activation, gate, lock, rollout
+from fleet.parse import parse_gpu_processes
 from fleet.report import RUN
 from fleet.spec import ClassSpec
-from tasks.common import fail, run
+from tasks.common import BEGUN, Begun, run
 from tasks.preflight import Preflight
 
+COLORS = {"red": "red", "green": "green", "yellow": "yellow"}
 
-def service(pf: Preflight, file_ops: list, backup_stamp: str | None) -> None:
+
+def service(pf: Preflight) -> None:
     python.call(
-        name=f"Activate {pf.spec.service_unit} (restart if changed, wait for /health, smoke test)",
+        name=f"Activate {pf.spec.service_unit} (files live, restart if needed, wait for /health, smoke test)",
         function=_activate,
         pf=pf,
-        file_ops=file_ops,
-        backup_stamp=backup_stamp,
     )
 
 
-def take_lock(pf: Preflight) -> None:
-    python.call(name="Take the deploy lock", function=_take_lock, pf=pf)
-
-
-def _take_lock(state, host, pf: Preflight) -> bool:
-    ok, out = run(host, rollout.lock_command(pf.spec, rollout.lock_owner(), pf.take_over_stale_lock))
-    if ok:
-        return True
-    # Another deploy got here between our preflight and now.
-    owner = out.split("locked:", 1)[-1]
-    held = rollout.judge_lock(owner, time.time(), rollout.stale_after(pf.spec), lambda pid: True)
-    return fail(host, pf.spec, f"{host.name}: deploy lock: expected no other deploy, found {held.message}", ours=False)
-
-
-def wait_ready(host, spec: ClassSpec) -> gate.Verdict:
-    """Poll the unit and /health from the host until ready, failed, or the load timeout."""
+def wait_ready(host, spec: ClassSpec, first: str | None = None) -> gate.Verdict:
+    """Wait until the unit serves (/health 200), fails, or the load timeout passes. One SSH
+    command per change of state (the host polls), at least one per progress_every_s.
+    first: an observation already made (the restart command prints one)."""
     r = spec.readiness
     started = time.monotonic()
-    command = gate.poll_command(spec)
-    _, out = run(host, command)
-    first = gate.parse_observation(out)
-    last_progress = started
+    out = first if first is not None else run(host, gate.observe_command(spec))[1]
+    start = gate.parse_observation(out)
     while True:
-        _, out = run(host, command)
         now = gate.parse_observation(out)
         elapsed = time.monotonic() - started
-        verdict = gate.judge(first, now, elapsed, r.load_timeout_s)
+        verdict = gate.judge(start, now, elapsed, r.load_timeout_s)
         if verdict.done:
             return verdict
-        if time.monotonic() - last_progress >= r.progress_every_s:
+        if elapsed >= r.progress_every_s:
             host.log(f"waiting for /health: {elapsed:.0f}s of {r.load_timeout_s:g}s, {now.describe()}")
-            last_progress = time.monotonic()
-        time.sleep(r.poll_interval_s)
+        budget = min(r.progress_every_s, max(0.0, r.load_timeout_s - elapsed))
+        out = run(host, gate.wait_command(spec, gate.observation_text(out), budget), timeout=budget + 30)[1]
 
 
-def _restart(host, spec: ClassSpec) -> bool:
-    unit = spec.service_unit
-    ok, out = run(host, f"systemctl daemon-reload && systemctl enable --quiet {unit} && systemctl restart {unit}")
-    if not ok:
-        host.log_styled(f"systemctl could not start {unit}: {out}", fg="red")
-    return ok
+class HostSteps:
+    """activation.Steps over a pyinfra host."""
+
+    def __init__(self, host, begun: Begun):
+        self.host, self.begun = host, begun
+        self.pf = pf = begun.pf
+        self.spec = pf.spec
+        self.unit = shlex.quote(pf.spec.service_unit)
+        self.first: str | None = None  # the observation the restart command ended with
+
+    def log(self, message: str, color: str | None = None) -> None:
+        if color:
+            self.host.log_styled(message, fg=COLORS[color])
+        else:
+            self.host.log(message)
+
+    def apply(self) -> tuple[bool, str]:
+        p = self.pf.plan
+        command = rollout.apply_command(self.spec, list(p.swap), list(p.repairs), p.daemon_reload, p.enable, p.restart)
+        if p.wait:
+            action = "restart" if p.restart else "check"
+            self.log(f"{action} {self.spec.service_unit}: waiting for /health (not 'active', not /v1/models)")
+        self.begun.applied = True  # from here a failure may have started the new service
+        ok, out = run(self.host, f"{command}; {gate.observe_command(self.spec)}")
+        self.first = out if ok else None
+        return ok, out.strip()
+
+    def wait_ready(self) -> gate.Verdict:
+        first, self.first = self.first, None
+        return wait_ready(self.host, self.spec, first)
+
+    def smoke(self) -> gate.SmokeResult:
+        _, out = run(self.host, gate.smoke_command(self.spec), timeout=self.spec.smoke.timeout_s + 15)
+        return gate.parse_smoke(out)
+
+    def show_journal(self) -> None:
+        _, out = run(self.host, rollout.journal_command(self.spec))
+        self.host.log_styled(f"last journal lines of {self.spec.service_unit}:", fg="yellow")
+        for line in rollout.redact(out, self.spec).splitlines():
+            self.host.log(f"  | {line}")
+
+    def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]:
+        p = self.pf.plan
+        ok, out = run(self.host, rollout.restore_command(
+            self.spec, p.before.files, p.before.backup, stop, p.before.service.enabled,
+            p.record.rolling_back(reason).to_json()))
+        restored = out.rsplit(rollout.RESTORED, 1)[-1].split() if ok else []
+        if restored:
+            self.log(f"restored {', '.join(restored)}" + (f" from backups/{p.before.backup}" if p.before.backup else ""),
+                     "yellow")
+        return ok, any(path in rollout.service_files(self.spec) for path in restored), out.strip()
+
+    def restart(self) -> bool:
+        ok, out = run(self.host, f"systemctl reset-failed {self.unit} 2>/dev/null; systemctl restart {self.unit}; "
+                                 f"{gate.observe_command(self.spec)}")
+        self.first = out if ok else None
+        if not ok:
+            self.log(f"systemctl could not start {self.spec.service_unit}: {out.strip()}", "red")
+        return ok
+
+    def stop_and_disable(self) -> None:
+        # No crash loop, not at boot either; the files stay for inspection.
+        run(self.host, f"systemctl stop {self.unit}; systemctl disable --quiet {self.unit}")
+
+    def give_back(self, workloads: list[str]) -> list[str]:
+        """Enable and start the workloads as they were, then wait until each holds GPU memory."""
+        before = self.pf.plan.before.workloads
+        commands = [f"systemctl enable --quiet {shlex.quote(w)}" for w in workloads if before[w].enabled == "enabled"]
+        commands += [f"systemctl start {shlex.quote(w)}" for w in workloads if before[w].active in ("active", "activating", "reloading")]
+        ok, out = run(self.host, " && ".join(commands) or "true")
+        if not ok:
+            return [f"could not start {', '.join(workloads)} again: {out.strip()}"]
+        running = [w for w in workloads if before[w].active in ("active", "activating", "reloading")]
+        deadline = time.monotonic() + self.spec.readiness.workload_release_timeout_s
+        while running:
+            holding = {p.unit for p in parse_gpu_processes(run(self.host, GpuProcesses().command())[1]).processes}
+            running = [w for w in running if w not in holding]
+            if not running:
+                break
+            if time.monotonic() > deadline:
+                return [f"{w} runs again but holds no GPU memory after "
+                        f"{self.spec.readiness.workload_release_timeout_s:g}s" for w in running]
+            time.sleep(1)
+        self.log(f"gave back {', '.join(workloads)}: running and holding the GPUs as before", "yellow")
+        return []
+
+    def finish(self, record: dict) -> None:
+        run(self.host, rollout.finish_command(self.spec, record))
+        BEGUN.pop(self.host.name, None)
 
 
-def _journal(host, spec: ClassSpec) -> None:
-    _, out = run(host, rollout.journal_command(spec))
-    host.log_styled(f"last journal lines of {spec.service_unit}:", fg="yellow")
-    for line in rollout.redact(out, spec).splitlines():
-        host.log(f"  | {line}")
+def _record(pf: Preflight) -> dict:
+    return {"time": int(time.time()), "by": lock.owner()["holder"], "group": pf.group, "stamp": pf.stamp,
+            "algorithm": pf.spec.speculative.algorithm, "action": pf.plan.action()}
 
 
-def _activate(state, host, pf: Preflight, file_ops: list, backup_stamp: str | None) -> bool:
-    spec, report = pf.spec, RUN.host(host.name)
-    record = {"time": int(time.time()), "by": rollout.lock_owner()["holder"], "group": pf.group,
-              "algorithm": spec.speculative.algorithm}
+def _report(host, outcome: activation.Outcome) -> bool:
+    report = RUN.host(host.name)
+    report.verdict = outcome.verdict
+    if outcome.ready is not None and outcome.ready.ready:
+        report.ready_s = outcome.ready.elapsed_s
+    if outcome.smoke is not None:
+        report.smoke = outcome.smoke.summary()
+    report.reasons += outcome.reasons
+    if outcome.left:
+        report.reasons.append(f"left: {outcome.left}")
+    if outcome.next:
+        report.reasons.append(f"next: {outcome.next}")
+    return outcome.ok
+
+
+def _activate(state, host, pf: Preflight) -> bool:
+    begun = BEGUN[host.name]
+    outcome = activation.activate(pf.plan, HostSteps(host, begun), pf.spec.service_unit, _record(pf))
+    return _report(host, outcome)
+
+
+def after_failure(host, begun: Begun, reason: str) -> None:
+    """A pyinfra operation failed after the rollout began: roll back, free the lock."""
+    pf = begun.pf
     try:
-        changed = any(op.did_change() for op in file_ops)
-        # Asked now, not at preflight: a deploy that held the lock before us may have started it.
-        active = run(host, f"systemctl is-active {spec.service_unit}")[1].strip() == "active"
-        if not changed and active:
-            report.action += " (no restart: unit, environment and secret unchanged)"
-            report.verdict = "OK"
-            return True
-        host.log(f"{'restart' if changed else 'start'} {spec.service_unit}: "
-                 "waiting for /health (not 'active', not /v1/models)")
-        verdict = wait_ready(host, spec) if _restart(host, spec) else gate.Verdict(True, False, "systemctl failed")
-        if verdict.ready:
-            report.ready_s = verdict.elapsed_s
-            _, out = run(host, gate.smoke_command(spec), timeout=spec.smoke.timeout_s + 15)
-            smoke = gate.parse_smoke(out)
-            report.smoke = smoke.summary()
-            record.update(result="ok" if smoke.ok else "smoke-failed", ready=verdict.reason, smoke=smoke.summary())
-            if smoke.ok:
-                host.log_styled(f"serving: {verdict.reason}; smoke test {smoke.summary()}: {smoke.text!r}", fg="green")
-                report.verdict = "OK"
-                return True
-            verdict = gate.Verdict(True, False, f"smoke test failed: {smoke.reason}")
-        host.log_styled(f"{spec.service_unit} did not become ready: {verdict.reason}", fg="red")
-        record.update(result="failed", reason=verdict.reason)
-        _journal(host, spec)
-        report.reasons.append(verdict.reason)
-        report.verdict = _roll_back(host, pf, backup_stamp, report)
-        record["rollback"] = report.verdict
-        return False
-    finally:
-        run(host, rollout.record_command(spec, record))
-        run(host, rollout.unlock_command(spec))
-
-
-def _roll_back(host, pf: Preflight, backup_stamp: str | None, report) -> str:
-    spec = pf.spec
-    unit = spec.service_unit
-    backup = f"{rollout.state_dir(spec)}/backups/{backup_stamp}" if backup_stamp else None
-    has_backup = backup is not None and run(host, f"test -e {backup}/{unit}")[0]
-    if not has_backup:
-        # A first install (or a start with no file changed): nothing to return to.
-        # Free the GPUs, keep the files for inspection.
-        run(host, f"systemctl stop {unit}; systemctl disable --quiet {unit}")
-        host.log_styled(f"nothing to roll back to: {unit} stopped and disabled, GPUs released", fg="red")
-        report.action += ", stopped: nothing to roll back to"
-        return "FAILED (stopped)"
-    host.log_styled(f"rolling back to {backup}", fg="yellow")
-    ok, out = run(host, rollout.restore_command(spec, backup))
-    if ok and _restart(host, spec):
-        verdict = wait_ready(host, spec)
-        if verdict.ready:
-            _, previous = run(host, f"grep -o -e '--speculative-algorithm [A-Za-z0-9]*' {backup}/{unit} || true")
-            what = previous.split()[-1] if previous.strip() else "no speculative decoding"
-            host.log_styled(
-                f"rolled back to the service backed up at {backup_stamp} ({what}): serving again, {verdict.reason}",
-                fg="yellow",
-            )
-            report.action = f"rolled back to {backup_stamp} ({what})"
-            return "FAILED (rolled back)"
-        report.reasons.append(f"the restored service did not come back either: {verdict.reason}")
-    else:
-        report.reasons.append(f"restore failed: {out}")
-    host.log_styled("ROLLBACK FAILED: the previous service is not serving", fg="red")
-    return "FAILED (rollback failed)"
+        outcome = activation.roll_back(pf.plan, HostSteps(host, begun), pf.spec.service_unit, _record(pf), reason,
+                                       started=begun.applied and pf.plan.record.restart)
+    except Exception as e:  # noqa: BLE001 - a lost connection, say: the next run finishes the job
+        RUN.host(host.name).reasons.append(
+            f"{host.name}: could not roll back ({e}); the host keeps its pending-rollout record: "
+            "the next run finishes this rollout or rolls it back")
+        return
+    _report(host, outcome)

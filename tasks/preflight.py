@@ -1,8 +1,8 @@
-"""Preflight: every read-only check, before any change. A refused host gets no change at all."""
+"""Preflight: every read-only check, before any change, and the plan. A refused host gets no change at all."""
 
 from __future__ import annotations
 
-import os
+import difflib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +11,11 @@ from pyinfra import host, logger, state
 from pyinfra.operations import python
 
 from facts.preflight import HostSnapshot
-from fleet import guards, rollout
+from fleet import guards, lock, rollout
+from fleet.gate import base_url
 from fleet.groupdata import SpecError, class_files, validate_class
 from fleet.parse import HostFacts
+from fleet.plan import Plan, plan, read_pending
 from fleet.report import RUN, describe_gpus
 from fleet.spec import ClassSpec
 
@@ -23,17 +25,8 @@ class Preflight:
     group: str
     spec: ClassSpec
     facts: HostFacts
-    take_over_stale_lock: bool
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    plan: Plan
+    stamp: str  # names this run's backup and records
 
 
 def _refuse(state, host, reasons):
@@ -43,7 +36,8 @@ def _refuse(state, host, reasons):
 
 
 def check(group_dir: str = "group_data") -> Preflight | None:
-    """Gather the host's facts in one round trip, judge them, and refuse the host if anything fails."""
+    """Gather the host's facts in one round trip, judge them, refuse the host if anything
+    fails, else plan what to do (nothing, if it is already as declared)."""
     report = RUN.host(host.name)
     run_state = state._get_module()  # the object itself: the context is gone when the table prints
     RUN.failed_hosts = lambda: {h.name for h in run_state.failed_hosts}
@@ -59,30 +53,29 @@ def check(group_dir: str = "group_data") -> Preflight | None:
 
     facts = host.get_fact(
         HostSnapshot,
-        launcher=spec.service.launcher,
-        model_paths=spec.model_paths,
-        units=spec.watched_units,
-        files=rollout.managed_files(spec),
-        lock_owner=rollout.lock_owner_file(spec),
+        engine=[spec.service.launcher],
+        models=[spec.model_paths],
+        units=[spec.watched_units],
+        deployed=[rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
+                  lock.lock_file(spec), rollout.pending_file(spec)],
+        runtime=[spec.service_unit, f"{base_url(spec)}/health"],
     )
     report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
-
-    lock = rollout.judge_lock(
-        facts.deployed.lock_owner,
-        time.time(),
-        rollout.stale_after(spec),
-        _pid_alive,
-    )
-    if lock.held and not lock.stale:
-        violations.append(f"{host.name}: deploy lock: expected no other deploy, found {lock.message}")
-    elif lock.stale:
-        host.log_styled(f"{lock.message}; taking it over", fg="yellow")
-
+    held = lock.judge(facts.deployed.lock, lock.lock_file(spec), time.time(), lock.stale_after(spec))
+    if not held.free_to_take:
+        violations.append(f"{host.name}: deploy lock: expected no other deploy, found {held.message}")
     if violations:
         return _refused(report, violations)
-    report.verdict = "passed preflight"
-    return Preflight(group, spec, facts, take_over_stale_lock=lock.stale)
+    if held.kind == "stale":
+        host.log_styled(f"{held.message}; taking it over", fg="yellow")
+
+    interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    pf = Preflight(group, spec, facts, plan(spec, group, facts, interrupted, stamp, int(now), lock.owner()["holder"]), stamp)
+    _show(pf)
+    return pf
 
 
 def _refused(report, reasons: list[str]) -> None:
@@ -95,24 +88,23 @@ def _refused(report, reasons: list[str]) -> None:
     return None
 
 
-def _serving(pf: Preflight) -> bool:
-    unit = pf.facts.units.get(pf.spec.service_unit)
-    return unit is not None and unit.active_state == "active" and unit.unit_file_state == "enabled"
-
-
-def planned(pf: Preflight, changes: list[str], to_stop: list[str]) -> bool:
-    """Whether the host has work to do; what it is goes into the report (--dry shows it as is,
-    activate amends it with what happened)."""
+def _show(pf: Preflight) -> None:
+    """The plan in the report, what drifted, and with --diff the files' diffs (secrets never shown)."""
     report = RUN.host(host.name)
-    if not (changes or to_stop or not _serving(pf)):
-        report.action, report.verdict = "none (already as declared)", "OK"
-        return False
-    parts = [f"stop {', '.join(to_stop)}"] if to_stop else []
-    if pf.facts.deployed.file_sha1.get(pf.spec.unit_file) is None:
-        parts.append("install")
-    elif changes:
-        parts.append(f"update {', '.join(Path(c).name for c in changes)}")
-    else:
-        parts.append("start")
-    report.action = ", ".join(parts)
-    return True
+    report.action = pf.plan.action()
+    report.verdict = "passed preflight" if pf.plan.has_work else "OK"
+    if pf.plan.interrupted:
+        host.log_styled(f"an earlier rollout was interrupted: {pf.plan.action()}", fg="yellow")
+    for why in pf.plan.why:
+        host.log_styled(f"drift: {why}", fg="yellow")
+    if not state.config.DIFF:
+        return
+    for f in pf.plan.swap:
+        if f.secret or f.path not in pf.facts.deployed.contents:
+            host.log(f"Will write {f.path} (content not shown)")
+            continue
+        diff = difflib.unified_diff(
+            pf.facts.deployed.contents[f.path].splitlines(), (f.content or "").splitlines(),
+            fromfile=f"{f.path} (on the host)", tofile=f"{f.path} (declared)", lineterm="",
+        )
+        host.log("\n".join(["Will change " + f.path, *diff]))

@@ -14,17 +14,8 @@ from tasks.common import fail, run
 from tasks.preflight import Preflight
 
 
-def running(pf: Preflight) -> list[str]:
-    """Declared workloads that are active, or enabled (they would come back at boot)."""
-    units = pf.facts.units
-    return [
-        w for w in pf.spec.workloads
-        if w in units and (units[w].active_state in ("active", "activating", "reloading") or units[w].unit_file_state == "enabled")
-    ]
-
-
 def stop(pf: Preflight) -> None:
-    units = running(pf)
+    units = pf.plan.stop_workloads
     if units:
         python.call(
             name=f"Stop {', '.join(units)} and wait until the GPUs are released",
@@ -36,10 +27,11 @@ def stop(pf: Preflight) -> None:
 
 def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
     spec = pf.spec
-    # Disabled too: a reboot must not hand the GPUs back to the training job.
+    # Disabled too: a reboot must not hand the GPUs back to the training job. A rollback
+    # gives them back as they were (the pending record holds their states).
     ok, out = run(host, "systemctl disable --now " + " ".join(shlex.quote(u) for u in units))
     if not ok:
-        return fail(host, spec, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
+        return fail(host, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s
     command = GpuProcesses().command()
     while True:
@@ -48,9 +40,9 @@ def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
         held = [p for p in processes.processes if p.unit in spec.workloads]
         if not held:
             busy = guards.busy_gpus(host.name, spec, processes, ignore_units=())
-            return fail(host, spec, *map(str, busy)) if busy else True
+            return fail(host, *map(str, busy)) if busy else True
         if time.monotonic() > deadline:
-            return fail(host, spec, *(
+            return fail(host, *(
                 f"{host.name}: workloads: expected {p.unit} to release GPU memory within "
                 f"{spec.readiness.workload_release_timeout_s:g}s, found pid {p.pid} still holding "
                 f"{p.used_memory_mib} MiB" for p in held

@@ -3,8 +3,10 @@ hosts) against stand-in binaries that print recorded outputs, and their process(
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -15,9 +17,21 @@ from facts.deploy import DeployedFiles
 from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.preflight import SECTIONS, HostSnapshot
+from facts.service import RunningService
 from facts.sglang import SglangEngine
 from facts.systemd import UnitStates
-from fleet.parse import UNIT_PROPERTIES, DeployState, Gpu, GpuList, HostFacts, parse_flags, unit_of_cgroup
+from fleet.lock import LockFacts
+from fleet.parse import (
+    UNIT_PROPERTIES,
+    DeployState,
+    FileState,
+    Gpu,
+    GpuList,
+    HostFacts,
+    ServiceRuntime,
+    parse_flags,
+    unit_of_cgroup,
+)
 from fleet.spec import SGLANG_0523_ALGORITHMS
 
 HELP_0523 = Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt"
@@ -37,21 +51,28 @@ def test_queries_are_the_documented_ones():
 
 
 def test_facts_are_plain_pyinfra_facts():
-    for fact in (GpuInventory, GpuProcesses, SglangEngine, ModelDirs, UnitStates, DeployedFiles, HostSnapshot):
+    for fact in (GpuInventory, GpuProcesses, SglangEngine, ModelDirs, UnitStates, DeployedFiles, RunningService,
+                 HostSnapshot):
         assert issubclass(fact, FactBase) and fact().requires_command() is None and fact.shell_executable is None
     assert ModelDirs.default() == {} and UnitStates.default() == {}
 
 
+DEPLOYED = (["/etc/systemd/system/sglang.service"], ["/etc/sglang"], ["/etc/systemd/system/sglang.service"],
+            "/run/sglang-fleet/sglang.lock", "/var/lib/sglang-fleet/sglang/pending.json")
+RUNTIME = ("sglang.service", "http://127.0.0.1:30000/health")
+
+
 def test_combined_command_reuses_each_fact_command():
-    files, lock = ["/etc/systemd/system/sglang.service"], "/run/sglang-fleet/sglang.lock/owner"
-    command = HostSnapshot().command("/opt/sglang/bin/python", ["/m/t", "/m/d"], ["sglang.service"], files, lock)
+    command = HostSnapshot().command(["/opt/sglang/bin/python"], [["/m/t", "/m/d"]], [["sglang.service"]],
+                                     list(DEPLOYED), list(RUNTIME))
     for part in (
         GpuInventory().command(),
         GpuProcesses().command(),
         SglangEngine().command("/opt/sglang/bin/python"),
         ModelDirs().command(["/m/t", "/m/d"]),
         UnitStates().command(["sglang.service"]),
-        DeployedFiles().command(files, lock),
+        DeployedFiles().command(*DEPLOYED),
+        RunningService().command(*RUNTIME),
     ):
         assert part in command
     assert list(SECTIONS) == list(HostFacts.__dataclass_fields__)
@@ -73,7 +94,7 @@ def bin_dir(tmp_path):
     """A PATH holding only what the commands use besides sh builtins (and the stand-ins we add)."""
     d = tmp_path / "bin"
     d.mkdir()
-    for tool in ("cat", "sha1sum", "cut"):
+    for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr"):
         (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
@@ -207,17 +228,23 @@ def test_unit_states(bin_dir):
     assert units["bad@"].message == "systemctl exited 1: Failed to get properties: Unit name bad@ is not valid."
 
 
+def curl(bin_dir: Path, code: str) -> None:
+    stand_in(bin_dir / "curl", f"printf {code}\n")
+
+
 def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
     nvidia_smi(bin_dir, H200_ROW + "\n")
     systemctl(bin_dir)
+    curl(bin_dir, "200")
     py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
     (tmp_path / "t").mkdir()
     (tmp_path / "t/config.json").write_text('{"vocab_size": 248320}')
     paths, units = [str(tmp_path / "t"), str(tmp_path / "d")], ["sglang.service", "dflash-train.service"]
-
     (tmp_path / "unit").write_text("x\n")
-    files, lock = [str(tmp_path / "unit"), str(tmp_path / "gone")], str(tmp_path / "owner")
-    facts = HostSnapshot().process(run(HostSnapshot().command(py, paths, units, files, lock), bin_dir))
+    deployed = [[str(tmp_path / "unit"), str(tmp_path / "gone")], [str(tmp_path)], [str(tmp_path / "unit")],
+                str(tmp_path / "lock"), str(tmp_path / "pending.json")]
+    runtime = ["sglang.service", "http://127.0.0.1:30000/health"]
+    facts = HostSnapshot().process(run(HostSnapshot().command([py], [paths], [units], deployed, runtime), bin_dir))
 
     assert facts == HostFacts(
         gpus=GpuInventory().process(run(GpuInventory().command(), bin_dir)),
@@ -225,10 +252,15 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
         engine=SglangEngine().process(run(SglangEngine().command(py), bin_dir)),
         models=ModelDirs().process(run(ModelDirs().command(paths), bin_dir)),
         units=UnitStates().process(run(UnitStates().command(units), bin_dir)),
-        deployed=DeployedFiles().process(run(DeployedFiles().command(files, lock), bin_dir)),
+        deployed=DeployedFiles().process(run(DeployedFiles().command(*deployed), bin_dir)),
+        runtime=RunningService().process(run(RunningService().command(*runtime), bin_dir)),
     )
-    # sha1 of "x\n"; an absent file and an absent lock read as such
-    assert facts.deployed == DeployState({files[0]: "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a", files[1]: None}, "")
+    # sha1 of "x\n"; an absent file, lock and pending record read as such
+    owner = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
+    assert facts.deployed.files[deployed[0][0]] == FileState("644", owner, "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a")
+    assert facts.deployed.files[deployed[0][1]] is None and facts.deployed.contents == {deployed[0][0]: "x\n"}
+    assert facts.deployed.lock == LockFacts() and facts.deployed.pending is None
+    assert facts.runtime.health == 200
     assert facts.gpus.gpus[0].name == "NVIDIA H200" and facts.engine.status == "ok"
     assert facts.models[paths[1]].status == "no directory" and facts.units["sglang.service"].active_state == "active"
 
@@ -238,11 +270,56 @@ def test_snapshot_with_missing_sections_never_passes():
     assert facts.gpus.status == "ok"
     assert facts.gpu_processes.status == "nvidia-smi failed" and facts.engine.status == "not importable"
     assert facts.models == {} and facts.units == {}
-    assert facts.deployed.file_sha1 == {} and facts.deployed.lock_owner == ""
+    assert facts.deployed == DeployState({}, {}, {}, LockFacts(), None)
+    assert facts.runtime == ServiceRuntime(None, {}, 0)  # no answer from /health: not serving
 
 
-def test_deployed_files_reads_sums_and_the_lock(tmp_path, bin_dir):
-    (tmp_path / "owner").write_text('{"holder": "bob@x", "pid": 1, "since": 2}\n')
-    state = DeployedFiles().process(run(DeployedFiles().command([str(tmp_path / "none")], str(tmp_path / "owner")), bin_dir))
-    assert state.file_sha1 == {str(tmp_path / "none"): None}
-    assert json.loads(state.lock_owner) == {"holder": "bob@x", "pid": 1, "since": 2}
+def test_deployed_files_modes_owners_dirs_lock_and_pending(tmp_path, bin_dir):
+    secret, gone, conf = tmp_path / "sglang.secret", tmp_path / "none", tmp_path / "conf"
+    secret.write_text("K=v\n")
+    secret.chmod(0o644)
+    conf.mkdir(mode=0o755)
+    conf.chmod(0o755)
+    lock, pending = tmp_path / "sglang.lock", tmp_path / "pending.json"
+    # the lock names this test's own process as its session: its start time is read back
+    me = os.getpid()
+    start = Path(f"/proc/{me}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    lock.write_text(json.dumps({"holder": "bob@x", "pid": 1, "since": 2, "session": me, "session_start": int(start)}) + "\n")
+    pending.write_text('{"phase": "rolling-out"}\n')
+    state = DeployedFiles().process(run(DeployedFiles().command(
+        [str(secret), str(gone)], [str(conf), str(tmp_path / "nodir")], [str(gone)], str(lock), str(pending)), bin_dir))
+    assert state.files[str(secret)].mode == "644" and state.files[str(gone)] is None
+    assert state.dirs[str(conf)].mode == "755" and state.dirs[str(tmp_path / "nodir")] is None
+    assert state.contents == {str(gone): ""}
+    assert state.lock.present and json.loads(state.lock.text)["holder"] == "bob@x"
+    assert state.lock.session_start_now == start
+    assert state.pending == '{"phase": "rolling-out"}'
+
+
+def test_lock_whose_session_is_gone(tmp_path, bin_dir):
+    lock = tmp_path / "sglang.lock"
+    lock.write_text(json.dumps({"holder": "bob@x", "pid": 1, "since": 2, "session": 2147483646, "session_start": 5}))
+    state = DeployedFiles().process(run(DeployedFiles().command([], [], [], str(lock), str(tmp_path / "p")), bin_dir))
+    assert state.lock.present and state.lock.session_start_now == ""
+
+
+def test_running_service_masks_the_api_key_and_reads_drop_ins(tmp_path, bin_dir):
+    server = subprocess.Popen(["/bin/sh", "-c", "sleep 30", "sh", "--api-key", "sk-secret-123", "--port", "1"])
+    try:
+        dropin = tmp_path / "override.conf"
+        dropin.write_text("[Service]\nExecStart=\nExecStart=/bin/other\n")
+        stand_in(bin_dir / "systemctl", f'case "$3" in MainPID) echo {server.pid};; DropInPaths) echo {dropin};; esac\n')
+        curl(bin_dir, "503")
+        rt = RunningService().process(run(RunningService().command(*RUNTIME), bin_dir))
+    finally:
+        server.kill()
+        server.wait()
+    assert rt.cmdline == ("/bin/sh", "-c", "sleep 30", "sh", "--api-key", "***", "--port", "1")
+    assert rt.dropins == {str(dropin): "[Service]\nExecStart=\nExecStart=/bin/other"}
+    assert rt.health == 503
+
+
+def test_running_service_without_a_process(bin_dir):
+    stand_in(bin_dir / "systemctl", 'case "$3" in MainPID) echo 0;; esac\n')
+    curl(bin_dir, "000")
+    assert RunningService().process(run(RunningService().command(*RUNTIME), bin_dir)) == ServiceRuntime(None, {}, 0)

@@ -23,7 +23,9 @@ from fleet.gate import (
     local_address,
     parse_observation,
     parse_smoke,
-    poll_command,
+    observation_text,
+    observe_command,
+    wait_command,
     smoke_command,
 )
 from fleet.spec import ClassSpec
@@ -32,12 +34,13 @@ KEY = "sk-Fleet0123456789abcdef"
 TIMEOUT = 1200.0
 
 
-def make_spec(**service) -> ClassSpec:
+def make_spec(readiness=None, **service) -> ClassSpec:
     return ClassSpec.model_validate(
         {
             "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
             "service": {"model_path": "/root/models/Qwen3.6-27B", "served_model_name": "qwen3.6-27b", **service},
             "speculative": {"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash"},
+            "readiness": readiness or {},
         }
     )
 
@@ -181,8 +184,8 @@ def test_local_address(host, address):
     assert base_url(spec) == f"http://{address}:30123"
 
 
-def test_poll_command_shape():
-    cmd = poll_command(make_spec(host="0.0.0.0", port=30001))
+def test_observe_command_shape():
+    cmd = observe_command(make_spec(host="0.0.0.0", port=30001))
     assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in cmd
     assert "http://127.0.0.1:30001/health" in cmd
     assert "0.0.0.0" not in cmd
@@ -199,21 +202,50 @@ def fake_bin(tmp_path: Path, scripts: dict[str, str]) -> dict[str, str]:
     return {**os.environ, "PATH": f"{b}:{os.environ['PATH']}"}
 
 
-@pytest.mark.parametrize("code, expected", [("200", 200), ("000", 0), ("503", 503)])
-def test_poll_command_output_parses(tmp_path, code, expected):
-    log = tmp_path / "log"
-    env = fake_bin(tmp_path, {
+def unit_and_health(tmp_path: Path, codes: list[str]) -> dict[str, str]:
+    """systemctl: the unit running; curl: the next of `codes` on each call (the last one repeats)."""
+    log, left = tmp_path / "log", tmp_path / "codes"
+    left.write_text("\n".join(codes) + "\n")
+    return fake_bin(tmp_path, {
         "systemctl": f'echo "systemctl $*" >> {log}\n'
                      'printf "ActiveState=active\\nSubState=running\\nMainPID=4242\\nNRestarts=1\\nResult=success\\n"\n',
         # curl -w '%{http_code}' prints the code (000 when nothing answered)
-        "curl": f'echo "curl $*" >> {log}\nprintf {code}\n' + ("exit 7\n" if code == "000" else ""),
+        "curl": f'echo "curl $*" >> {log}\ncode=$(head -n 1 {left}); '
+                f'[ $(wc -l < {left}) -gt 1 ] && sed -i 1d {left}; printf "$code"\n',
     })
+
+
+@pytest.mark.parametrize("code, expected", [("200", 200), ("000", 0), ("503", 503)])
+def test_observe_command_output_parses(tmp_path, code, expected):
+    env = unit_and_health(tmp_path, [code])
     spec = make_spec(host="0.0.0.0", port=30001)
-    out = subprocess.run(["sh", "-c", poll_command(spec)], env=env, capture_output=True, text=True).stdout
+    out = subprocess.run(["sh", "-c", f"echo noise; {observe_command(spec)}"], env=env, capture_output=True,
+                         text=True).stdout
     assert parse_observation(out) == Observation("active", "running", 4242, 1, "success", expected)
-    calls = log.read_text()
+    calls = (tmp_path / "log").read_text()
     assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in calls
     assert "-w %{http_code}" in calls and "http://127.0.0.1:30001/health" in calls
+
+
+def test_wait_command_returns_at_the_first_change_of_state(tmp_path):
+    """The host polls; the controller hears once per change: 000, 000, 000, 503 -> one command."""
+    env = unit_and_health(tmp_path, ["000", "000", "000", "503", "200"])
+    spec = make_spec(readiness={"poll_interval_s": 0.05})
+    first = subprocess.run(["sh", "-c", observe_command(spec)], env=env, capture_output=True, text=True).stdout
+    out = subprocess.run(["sh", "-c", wait_command(spec, observation_text(first), 30)], env=env,
+                         capture_output=True, text=True).stdout
+    assert parse_observation(out).health == 503
+    assert (tmp_path / "log").read_text().count("curl") == 4
+
+
+def test_wait_command_returns_when_its_budget_is_spent(tmp_path):
+    env = unit_and_health(tmp_path, ["000"])
+    spec = make_spec(readiness={"poll_interval_s": 0.2})
+    first = observation_text(subprocess.run(["sh", "-c", observe_command(spec)], env=env, capture_output=True,
+                                            text=True).stdout)
+    out = subprocess.run(["sh", "-c", wait_command(spec, first, 1)], env=env, capture_output=True, text=True,
+                         timeout=30).stdout
+    assert observation_text(out) == first  # nothing changed: the same observation, after about a second
 
 
 # --- parse_smoke -------------------------------------------------------------------

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from builders import (
+    DRAFT,
+    LAUNCHER,
+    NO_DRIVER,
+    PRO,
+    SGLANG_0523,
+    SGLANG_DDTREE,
+    SPEC,
+    TARGET,
+    draft,
+    good_facts,
+    gpu,
+    make_spec,
+    process,
+    target,
+    unit,
+)
 
 from fleet.guards import (
     Violation,
     busy_gpus,
+    drift_violations,
     engine_violations,
     gpu_violations,
     model_violations,
@@ -18,88 +35,8 @@ from fleet.guards import (
     trained_block_size,
     unit_violations,
 )
-from fleet.parse import (
-    DeployState,
-    Engine,
-    Gpu,
-    GpuList,
-    GpuProcess,
-    GpuProcessList,
-    HostFacts,
-    ModelDir,
-    UnitState,
-    parse_algorithms,
-    parse_flags,
-)
+from fleet.parse import Engine, GpuList, GpuProcessList, ModelDir, ServiceRuntime, UnitState
 from fleet.spec import ClassSpec
-
-HELP_0523 = (Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt").read_text()
-SGLANG_0523 = Engine("ok", "0.5.23", parse_algorithms(HELP_0523), parse_flags(HELP_0523))
-# An engine with upstream PR 29907 (DDTree) merged: 0.5.23 plus the algorithm and its flag.
-SGLANG_DDTREE = replace(
-    SGLANG_0523,
-    version="0.6.0",
-    algorithms=SGLANG_0523.algorithms + ("DDTREE",),
-    flags=SGLANG_0523.flags | {"--speculative-ddtree-budget"},
-)
-
-PRO = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-TARGET, DRAFT = "/root/models/Qwen3.6-27B", "/root/models/Qwen3.6-27B-DFlash"
-LAUNCHER = "/opt/sglang/bin/python"
-NO_DRIVER = (
-    "exit 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running."
-)
-
-
-def make_spec(speculative=None, workloads=("dflash-train.service",), **gpu_class) -> ClassSpec:
-    return ClassSpec.model_validate(
-        {
-            "gpu_class": {"accepted_models": [PRO], "gpu_count": 1, "min_memory_mib": 95000, **gpu_class},
-            "service": {"model_path": TARGET, "served_model_name": "qwen3.6-27b", "launcher": LAUNCHER},
-            "speculative": speculative or {"algorithm": "DFLASH", "draft_model_path": DRAFT, "block_size": 16},
-            "workloads": list(workloads),
-        }
-    )
-
-
-SPEC = make_spec()
-
-
-def gpu(index=0, name=PRO, memory=97887) -> Gpu:
-    return Gpu(index, name, f"GPU-{index}", memory, "580.159.03", f"00000000:{0x18 + index:02X}:00.0")
-
-
-def target(**fields) -> ModelDir:
-    return ModelDir(TARGET, "ok", architectures=("Qwen3_5ForConditionalGeneration",), model_type="qwen3_5",
-                    vocab_size=248320, hidden_size=5120, num_hidden_layers=64, **fields)
-
-
-def draft(path=DRAFT, **fields) -> ModelDir:
-    base = dict(architectures=("DFlashDraftModel",), model_type="qwen3", vocab_size=248320, hidden_size=5120,
-                num_hidden_layers=5, block_size=16, dflash_config={"mask_token_id": 248077})
-    return ModelDir(path, "ok", **{**base, **fields})
-
-
-def process(pid, unit, memory=30512, name="python") -> GpuProcess:
-    return GpuProcess(pid, name, memory, "GPU-0", unit)
-
-
-def unit(name, **fields) -> UnitState:
-    return UnitState(name, **{"id": name, "load_state": "loaded", **fields})
-
-
-def good_facts(**changes) -> HostFacts:
-    facts = HostFacts(
-        gpus=GpuList("ok", (gpu(),)),
-        gpu_processes=GpuProcessList("ok", (process(4242, "dflash-train.service"), process(77, "sglang.service"))),
-        engine=SGLANG_0523,
-        models={TARGET: target(), DRAFT: draft()},
-        units={"sglang.service": unit("sglang.service", active_state="active"),
-               "dflash-train.service": unit("dflash-train.service", active_state="active")},
-        deployed=DeployState({}, ""),
-    )
-    return replace(facts, **changes)
 
 
 def checks(violations: list[Violation]) -> list[str]:
@@ -456,3 +393,39 @@ def test_preflight_collects_every_area():
     )
     assert checks(preflight("gpu1", SPEC, facts)) == [
         "GPU model", "GPU memory", "SGLang engine", "draft model", "GPUs busy", "systemd unit", "systemd unit"]
+
+
+# --- local changes a deploy must not paper over ---------------------------------------------
+
+OVERRIDE = "/etc/systemd/system/sglang.service.d/override.conf"
+
+
+@pytest.mark.parametrize("line", ["ExecStart=/bin/other", "Environment=CUDA_VISIBLE_DEVICES=1",
+                                  "EnvironmentFile=/etc/other.env", "UnsetEnvironment=HF_HOME", " PassEnvironment = X"])
+def test_a_drop_in_that_replaces_the_command_or_environment_is_refused_naming_the_file(line):
+    facts = good_facts(runtime=ServiceRuntime(None, {OVERRIDE: f"[Service]\n{line}\n"}, 200))
+    (v,) = drift_violations("gpu1", SPEC, facts)
+    assert v.check == "drop-in" and OVERRIDE in v.found and line.split("=")[0].strip() in v.found
+    assert "group_data" in v.found
+
+
+def test_other_drop_ins_and_comments_are_fine():
+    facts = good_facts(runtime=ServiceRuntime(None, {
+        OVERRIDE: "[Service]\n# ExecStart=/bin/other\n; Environment=X=1\nLimitNOFILE=1048576\nNice=-5\n",
+        "/usr/lib/systemd/system/service.d/10-timeout-abort.conf": "[Service]\nTimeoutStopFailureMode=abort\n",
+    }, 200))
+    assert drift_violations("gpu1", SPEC, facts) == []
+
+
+def test_a_masked_service_is_refused():
+    facts = good_facts(units={**good_facts().units, "sglang.service": unit("sglang.service", unit_file_state="masked")})
+    (v,) = drift_violations("gpu1", SPEC, facts)
+    assert "systemctl unmask sglang.service" in v.found
+
+
+def test_an_unreadable_pending_record_is_refused():
+    facts = good_facts(deployed=replace(good_facts().deployed, pending="{half a rec"))
+    (v,) = drift_violations("gpu1", SPEC, facts)
+    assert v.check == "pending rollout" and "/var/lib/sglang-fleet/sglang/pending.json" in v.expected
+    assert "unreadable pending-rollout record" in v.found and "remove it" in v.found
+    assert v in preflight("gpu1", SPEC, facts)

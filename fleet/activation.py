@@ -1,0 +1,131 @@
+"""Activate and roll back: the small state machine that ends every rollout that has begun.
+
+    apply ──ok──> [wait] gate ──ready──> smoke ──ok──> finish: OK
+      │                  └─failed─┐        └─failed─┐
+      └─failed──────────────────> roll back <───────┘
+
+    roll back: restore the files that differ from before (stopping the service first if its
+      files change, or if this run started a service that was not running), its enabled state
+      as it was, then
+        it was serving and its files came back -> restart, gate: serving again, or ROLLBACK FAILED
+        it was not serving                      -> left stopped (or not installed), as it was
+        it was serving, nothing came back       -> this run (re)started it: stopped, nothing to
+                                                   roll back to; else it is untouched
+      then every workload that ran (or was enabled) before is given back and must hold its
+      GPUs again; then finish: record, no pending record, no lock.
+    A failed rollback stops and disables the service (no crash loop) and keeps every file.
+
+No I/O here: `steps` does the work (tasks/activate.py over SSH; a script in the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fleet.gate import SmokeResult, Verdict
+from fleet.plan import Plan
+
+
+class Steps(Protocol):
+    def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
+    def wait_ready(self) -> Verdict: ...
+    def smoke(self) -> SmokeResult: ...
+    def show_journal(self) -> None: ...
+    def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]: ...  # (ok, a service file came back, message)
+    def restart(self) -> bool: ...
+    def stop_and_disable(self) -> None: ...
+    def give_back(self, workloads: list[str]) -> list[str]: ...  # problems, [] if all hold their GPUs
+    def finish(self, record: dict) -> None: ...
+    def log(self, message: str, color: str | None = None) -> None: ...
+
+
+@dataclass
+class Outcome:
+    verdict: str  # OK, or FAILED (...) saying what the host was left with
+    reasons: list[str] = field(default_factory=list)
+    left: str = ""  # the state the host is in now, when it is not the declared one
+    next: str = ""  # what the operator runs next
+    ready: Verdict | None = None
+    smoke: SmokeResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "OK"
+
+
+def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
+    """Run the plan's activation on a host whose rollout has begun (lock, backup, pending record)."""
+    started = plan.record.restart
+    if plan.finish_rollback:
+        steps.log(f"an interrupted run was rolling back ({plan.interrupted.reason}): finishing that rollback", "yellow")
+        return roll_back(plan, steps, unit, record, plan.interrupted.reason, started=started)
+    ok, message = steps.apply()
+    if not ok:
+        return roll_back(plan, steps, unit, record, f"applying the files failed: {message}", started=started)
+    ready = smoke = None
+    if plan.wait:
+        ready = steps.wait_ready()
+        if not ready.ready:
+            steps.show_journal()
+            return roll_back(plan, steps, unit, record, ready.reason, started=started)
+        smoke = steps.smoke()
+        if not smoke.ok:
+            steps.show_journal()
+            return roll_back(plan, steps, unit, record, f"smoke test failed: {smoke.reason}", started=started,
+                             ready=ready)
+        steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
+    steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
+                  "smoke": smoke.summary() if smoke else None})
+    return Outcome("OK", ready=ready, smoke=smoke)
+
+
+def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, started: bool,
+              ready: Verdict | None = None) -> Outcome:
+    """Return the host to plan.before, whatever this run (or the interrupted one) got to.
+    started: the service was (re)started with the new files."""
+    before = plan.before
+    steps.log(f"{reason}: rolling back", "red")
+    where = f"backups/{before.backup}" if before.backup else "no backup"
+    ok, restored, message = steps.restore(reason, stop=started and not before.serving)
+    if not ok:
+        steps.stop_and_disable()
+        out = Outcome("FAILED (rollback failed)", [reason, f"restoring the files failed: {message}"],
+                      left=f"{unit} stopped and disabled, its files as the failed restore left them ({where})")
+    elif restored and before.serving:
+        again = steps.wait_ready() if steps.restart() else Verdict(True, False, "systemctl could not start it")
+        if again.ready:
+            steps.log(f"rolled back: the previous service is serving again, {again.reason}", "yellow")
+            out = Outcome("FAILED (rolled back)", [reason], left=f"the previous {unit} serving again ({where})")
+        else:
+            steps.show_journal()
+            steps.stop_and_disable()
+            out = Outcome("FAILED (rollback failed)", [reason, f"the previous service did not come back: {again.reason}"],
+                          left=f"{unit} stopped and disabled with the previous files ({where}), kept for inspection")
+    elif restored or (started and not before.serving):
+        installed = any(before.files.values())
+        out = Outcome("FAILED (rolled back)", [reason],
+                      left=f"{unit} stopped, as it was" if installed else f"{unit} not installed, as it was")
+    elif started:
+        steps.stop_and_disable()
+        out = Outcome("FAILED (stopped: nothing to roll back to)", [reason],
+                      left=f"{unit} stopped and disabled: its files were already the declared ones, "
+                           "so there is no earlier service to return to")
+    else:
+        out = Outcome("FAILED (service untouched)", [reason], left=f"{unit} as it was: this run did not restart it")
+    give_back = sorted(before.workloads_to_give_back)
+    if give_back:
+        problems = steps.give_back(give_back)
+        out.left += f"; {', '.join(give_back)} given back" + (f" ({'; '.join(problems)})" if problems else "")
+        out.reasons += problems
+    out.next = _next(out, unit)
+    out.ready = ready
+    steps.finish({**record, "result": "rolled-back" if out.verdict == "FAILED (rolled back)" else "failed",
+                  "reason": reason, "rollback": out.verdict, "left": out.left})
+    return out
+
+
+def _next(out: Outcome, unit: str) -> str:
+    if out.verdict == "FAILED (rollback failed)":
+        return f"read `journalctl -u {unit}` on the host, repair it by hand or fix group_data, then make deploy"
+    return f"read the journal lines above (`journalctl -u {unit}` on the host), fix group_data, then make dry"

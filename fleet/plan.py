@@ -1,0 +1,262 @@
+"""The rollout as a plan over facts: (spec, the host's facts, what the host recorded of an
+unfinished rollout) in, what to do out. No I/O here; tasks/ only executes the plan.
+
+A host is "already as declared" only when its files (content, mode, owner), directories,
+unit state and running process all match the spec AND its service answers /health 200 now.
+Anything else is work, named in the operator's words ("sglang.secret mode 644, want 600").
+
+Before its first change a rollout writes a pending-rollout record on the host: what the host
+looked like (files, backup, the service's and each workload's enabled/active state). A
+record found at preflight means an earlier run was interrupted: this run takes it over, so
+its rollback target stays the state from before the interrupted run, and it ends with the
+gate and smoke test passed, or with that state restored. An interrupted rollback of the
+same spec is finished, not retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from fleet.gate import base_url
+from fleet.parse import HostFacts, UnitState
+from fleet.render import server_argv
+from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, managed_paths
+from fleet.spec import ClassSpec
+
+PENDING_VERSION = 1
+ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
+RUNNING_STATES = ("active", "activating", "reloading")
+
+
+@dataclass(frozen=True)
+class UnitBefore:
+    enabled: str  # systemd's UnitFileState: enabled, disabled, "" (no unit file) ...
+    active: str  # ActiveState: active, inactive, failed, activating ...
+
+
+@dataclass(frozen=True)
+class Before:
+    """The host before the rollout: what a rollback returns to."""
+
+    files: dict[str, str | None]  # managed path -> sha1 (None: absent)
+    backup: str | None  # backups/STAMP holding those files; None: no file changed, or none existed
+    service: UnitBefore
+    workloads: dict[str, UnitBefore]
+
+    @property
+    def serving(self) -> bool:
+        return self.service.active == "active"
+
+    @property
+    def workloads_to_give_back(self) -> dict[str, UnitBefore]:
+        return {w: u for w, u in self.workloads.items() if u.enabled == "enabled" or u.active in RUNNING_STATES}
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An unfinished rollout, as recorded on the host (pending.json)."""
+
+    phase: str  # ROLLING_OUT, or ROLLING_BACK once it has failed
+    since: int
+    by: str
+    target: str  # target_of() the files it was rolling out
+    restart: bool  # it (re)started the service with the new files
+    reason: str  # why it is rolling back
+    before: Before
+
+    def to_json(self) -> dict:
+        return {"version": PENDING_VERSION, **asdict(self)}
+
+    def rolling_back(self, reason: str) -> Pending:
+        return Pending(ROLLING_BACK, self.since, self.by, self.target, self.restart, reason, self.before)
+
+
+def read_pending(text: str) -> Pending:
+    """pending.json's text -> Pending; ValueError naming what is wrong."""
+    try:
+        d = json.loads(text)
+        b = d["before"]
+        before = Before(
+            files={str(k): v for k, v in b["files"].items()},
+            backup=b["backup"],
+            service=UnitBefore(**b["service"]),
+            workloads={str(k): UnitBefore(**v) for k, v in b["workloads"].items()},
+        )
+        return Pending(str(d["phase"]), int(d["since"]), str(d["by"]), str(d["target"]), bool(d["restart"]),
+                       str(d.get("reason", "")), before)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"unreadable pending-rollout record ({type(e).__name__}: {e})") from None
+
+
+def target_of(files: list[ManagedFile]) -> str:
+    """One hash for the files a rollout is heading to (what its record calls its target)."""
+    h = hashlib.sha1()
+    for f in files:
+        h.update(f"{f.path}\0{sha1(f.content)}\0".encode())
+    return h.hexdigest()
+
+
+def sha1(content: str | None) -> str | None:
+    return hashlib.sha1(content.encode()).hexdigest() if content is not None else None
+
+
+def masked_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """argv after the interpreter, the API key's value as '***' (as the runtime fact reads it)."""
+    out = list(argv[1:])
+    return ["***" if i and out[i - 1] == "--api-key" else a for i, a in enumerate(out)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    before: Before
+    swap: tuple[ManagedFile, ...] = ()  # content differs: staged, then renamed into place
+    repairs: tuple[ManagedFile, ...] = ()  # content right, mode or owner wrong
+    dirs: tuple[str, ...] = ()  # managed directories missing or with the wrong mode or owner
+    stop_workloads: tuple[str, ...] = ()
+    daemon_reload: bool = False
+    enable: bool = False
+    restart: bool = False
+    wait: bool = False  # through the gate and the smoke test before the rollout counts as done
+    backup: bool = False  # back up the current files first (into backups/<before.backup>)
+    interrupted: Pending | None = None  # the unfinished rollout found on the host, which this run takes over
+    finish_rollback: bool = False  # ... which was rolling back the same spec: finish that only
+    record: Pending | None = None  # the pending-rollout record this rollout keeps on the host (set by plan())
+    why: tuple[str, ...] = field(default=())  # the drift found, in words
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.interrupted or self.swap or self.repairs or self.dirs or self.stop_workloads
+                    or self.daemon_reload or self.enable or self.restart or self.wait)
+
+    def action(self) -> str:
+        """What the run does, as the summary table and the dry run say it."""
+        if not self.has_work:
+            return "none (already as declared)"
+        parts = []
+        if self.interrupted:
+            started = f"started {_utc(self.interrupted.since)} by {self.interrupted.by}"
+            if self.finish_rollback:
+                return f"finish the rollback of an interrupted rollout ({started}; it failed: {self.interrupted.reason})"
+            parts.append(f"take over an interrupted rollout ({started})")
+        if self.stop_workloads:
+            parts.append(f"stop {', '.join(self.stop_workloads)}")
+        if self.swap and not any(self.before.files.values()):
+            parts.append("install")
+        elif self.swap:
+            parts.append(f"update {', '.join(PurePosixPath(f.path).name for f in self.swap)}")
+        if self.repairs or self.dirs:
+            parts.append(f"fix mode/owner of {', '.join([PurePosixPath(f.path).name for f in self.repairs] + list(self.dirs))}")
+        if self.daemon_reload and not any(f.restarts for f in self.swap):
+            parts.append("daemon-reload")
+        if self.enable:
+            parts.append("enable")
+        if self.restart:
+            parts.append("restart" if self.before.serving else "start")
+        elif self.wait:
+            parts.append("wait for /health")
+        return ", ".join(parts)
+
+
+def _utc(ts: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _unit_before(unit: UnitState | None) -> UnitBefore:
+    return UnitBefore(unit.unit_file_state if unit else "", unit.active_state if unit else "")
+
+
+def before_of(spec: ClassSpec, facts: HostFacts, backup: str | None) -> Before:
+    """The host as preflight read it; backup: where its files are being backed up."""
+    return Before(
+        files={p: facts.deployed.sha1(p) for p in managed_paths(spec)},
+        backup=backup,
+        service=_unit_before(facts.units.get(spec.service_unit)),
+        workloads={w: _unit_before(facts.units.get(w)) for w in spec.workloads},
+    )
+
+
+def running_workloads(spec: ClassSpec, units: dict[str, UnitState]) -> list[str]:
+    """Declared workloads that are running, or enabled (they would come back at boot)."""
+    return [
+        w for w in spec.workloads
+        if w in units and (units[w].active_state in RUNNING_STATES or units[w].unit_file_state == "enabled")
+    ]
+
+
+def plan(spec: ClassSpec, group: str, facts: HostFacts, interrupted: Pending | None, stamp: str, now: int,
+         by: str) -> Plan:
+    """What to do on a host that passed preflight. interrupted: the record of its unfinished
+    rollout; stamp: the name a backup taken now gets; now, by: when and who, for the record."""
+    want = desired_files(spec, group)
+    deployed, runtime = facts.deployed, facts.runtime
+    unit = facts.units.get(spec.service_unit)
+    why: list[str] = []
+
+    swap = tuple(f for f in want if deployed.sha1(f.path) != sha1(f.content))
+    repairs = []
+    for f in want:
+        state = deployed.files.get(f.path)
+        if f not in swap and state is not None and (state.mode, state.owner) != (f.mode, OWNER):
+            repairs.append(f)
+            why.append(f"{f.path}: mode/owner {state.mode} {state.owner}, want {f.mode} {OWNER}")
+    dirs = []
+    for d in managed_dirs(spec):
+        state = deployed.dirs.get(d)  # a missing one is made with the first file it holds
+        if state is not None and (state.mode, state.owner) != (DIR_MODE, OWNER):
+            dirs.append(d)
+            why.append(f"{d}: mode/owner {state.mode} {state.owner}, want {DIR_MODE} {OWNER}")
+
+    active = unit is not None and unit.active_state == "active"
+    restarts_for_files = any(f.restarts for f in swap)
+    stale_unit = unit is not None and unit.need_daemon_reload == "yes"
+    if stale_unit:
+        why.append(f"systemd's copy of {spec.service_unit} is older than its file (daemon-reload pending)")
+    args_differ = (
+        active and not restarts_for_files and runtime.cmdline is not None
+        and masked_argv(runtime.cmdline) != masked_argv(server_argv(spec))
+    )
+    if args_differ:
+        why.append(f"the running server's arguments differ from {spec.service_unit}'s ExecStart")
+    if unit is not None and not active and unit.load_state != "not-found":
+        why.append(f"{spec.service_unit} is {unit.active_state} ({unit.sub_state})")
+    enable = unit is None or unit.unit_file_state != "enabled"
+    if unit is not None and unit.unit_file_state not in ("enabled", ""):
+        why.append(f"{spec.service_unit} is {unit.unit_file_state}, want enabled")
+    restart = restarts_for_files or not active or args_differ
+    if active and not restart and runtime.health != 200:
+        why.append(f"{spec.service_unit} is active but not serving: /health "
+                   f"{runtime.health or 'no answer'} at {base_url(spec)}")
+    wait = restart or runtime.health != 200 or interrupted is not None
+
+    recorded = interrupted.before if interrupted else before_of(spec, facts, None)
+    live = {p: deployed.sha1(p) for p in recorded.files}
+    # back up once per rollout, while the files are still the ones from before it
+    backup = bool(swap) and recorded.backup is None and live == recorded.files and any(live.values())
+    before = Before(recorded.files, stamp, recorded.service, recorded.workloads) if backup else recorded
+    target = target_of(want)
+    finish_rollback = interrupted is not None and interrupted.phase == ROLLING_BACK and interrupted.target == target
+    if finish_rollback:
+        record = interrupted
+    else:  # a taken-over rollout keeps its start and its before-state, and heads for this spec
+        record = Pending(ROLLING_OUT, interrupted.since if interrupted else now, interrupted.by if interrupted else by,
+                         target, restart or bool(interrupted and interrupted.restart), "", before)
+    return Plan(
+        before=before,
+        swap=swap,
+        repairs=tuple(repairs),
+        dirs=tuple(dirs),
+        stop_workloads=tuple(running_workloads(spec, facts.units)),
+        daemon_reload=spec.unit_file in [f.path for f in swap] or stale_unit,
+        enable=enable,
+        restart=restart,
+        wait=wait,
+        backup=backup,
+        interrupted=interrupted,
+        finish_rollback=finish_rollback,
+        record=record,
+        why=tuple(why),
+    )

@@ -1,0 +1,99 @@
+"""What makes a rollout recoverable: its beginning, and what happens when it cannot end normally.
+
+- begin: one command takes the deploy lock (compare-and-replace), checks the files are
+  still what preflight read, backs them up and writes the pending-rollout record.
+- a pyinfra operation that fails on a host after that (an upload, a workload that will not
+  stop) rolls the host back at once (a state callback), and frees the lock.
+- an interrupt (Ctrl-C, SIGTERM) stops at once: no command runs on a host after it. Each
+  begun host keeps its pending record, and its lock names a session that is gone, so the
+  next run, from any machine, takes the lock over and finishes or rolls back that rollout.
+  A controller killed outright (SIGKILL, a lost link) leaves the same state behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from pyinfra import host, state
+from pyinfra.api.state import BaseStateCallback
+from pyinfra.operations import python
+
+from fleet import lock, rollout
+from fleet.report import RUN
+from tasks import activate
+from tasks.common import BEGUN, Begun, fail, run
+from tasks.preflight import Preflight
+
+INTERRUPTED_EXIT = 130
+
+
+def begin(pf: Preflight) -> None:
+    _install_handlers()
+    python.call(name="Begin the rollout (deploy lock, backup, pending-rollout record)", function=_begin, pf=pf)
+
+
+def _begin(state, host, pf: Preflight) -> bool:
+    spec, p = pf.spec, pf.plan
+    ok, out = run(host, rollout.begin_command(
+        spec,
+        lock.owner(),
+        pf.facts.deployed.lock,
+        {path: pf.facts.deployed.sha1(path) for path in rollout.managed_paths(spec)},
+        p.before.backup if p.backup else None,
+        p.record.to_json(),
+        stage_secret=any(f.secret and f.content is not None for f in p.swap),
+    ))
+    if rollout.BEGUN in out:
+        BEGUN[host.name] = Begun(pf)
+        return True
+    if "@@lock=refused" in out:
+        RUN.host(host.name).action = "none"
+        holder = out.split("@@lock=refused", 1)[1].strip()
+        return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
+                          f"since preflight: {lock.describe(holder) if holder else 'it has let it go again'}",
+                    verdict="REFUSED")
+    changed = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("@@changed=")]
+    if changed:
+        return fail(host, f"{host.name}: {changed[0]} changed since preflight (another deploy, or a hand edit); "
+                          "nothing was done: run again", verdict="REFUSED")
+    return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {out.strip()[-300:]}")
+
+
+class _RollBackOnFailure(BaseStateCallback):
+    @staticmethod
+    def operation_host_error(state, host, op_hash, retry_count=0, max_retries=0):
+        begun = BEGUN.get(host.name)
+        if begun is not None:  # the failed operation's own error is printed above
+            names = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
+            activate.after_failure(host, begun, f"'{names}' failed")
+
+
+_handlers: list = []
+
+
+def _install_handlers() -> None:
+    if _handlers:
+        return
+    handler = _RollBackOnFailure()
+    state.add_callback_handler(handler)
+    _handlers.append(handler)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupted)
+
+
+def _interrupted(signum, frame) -> None:
+    """Stop now, and say where each host is. (pyinfra's own handler would exit 0.)"""
+    for name in BEGUN:
+        report = RUN.host(name)
+        report.verdict = "INTERRUPTED"
+        report.reasons.append(
+            f"{name}: interrupted mid-rollout; it keeps its pending-rollout record: the next run "
+            "(make deploy) finishes this rollout or rolls it back to the state recorded before it"
+        )
+    print(f"\nInterrupted ({signal.Signals(signum).name}): no further command runs on any host.", file=sys.stderr)
+    RUN.print()
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(INTERRUPTED_EXIT)

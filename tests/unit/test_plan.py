@@ -1,0 +1,267 @@
+"""fleet.plan: what a run does on a host, for every kind of difference from the spec (no hosts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from builders import SPEC, converged, make_spec, unit
+
+from fleet.parse import FileState, ServiceRuntime
+from fleet.plan import (
+    ROLLING_BACK,
+    ROLLING_OUT,
+    Before,
+    Pending,
+    UnitBefore,
+    masked_argv,
+    plan,
+    read_pending,
+    sha1,
+    target_of,
+)
+from fleet.rollout import desired_files, managed_paths
+
+UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file
+RECORD = "/var/lib/sglang-fleet/sglang/spec.json"
+STAMP, NOW, BY = "20261130T120000Z", 1_796_040_000, "alice@laptop"
+CHANGED = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash",
+                                 "block_size": 8})
+
+
+def plan_for(facts, spec=SPEC, interrupted=None):
+    return plan(spec, "pro6000", facts, interrupted, STAMP, NOW, BY)
+
+
+def with_file(facts, path, **fields):
+    files = dict(facts.deployed.files)
+    files[path] = replace(files[path], **fields) if files[path] else FileState(**fields)
+    return replace(facts, deployed=replace(facts.deployed, files=files))
+
+
+def with_unit(facts, name, **fields):
+    return replace(facts, units={**facts.units, name: replace(facts.units[name], **fields)})
+
+
+def with_runtime(facts, **fields):
+    return replace(facts, runtime=replace(facts.runtime, **fields))
+
+
+def names(files) -> list[str]:
+    return [f.path for f in files]
+
+
+# --- nothing to do ---------------------------------------------------------------------
+
+def test_a_converged_host_has_no_work():
+    p = plan_for(converged())
+    assert not p.has_work and p.action() == "none (already as declared)" and p.why == ()
+
+
+def test_the_api_key_in_the_running_arguments_is_not_a_difference():
+    keyed = make_spec(service={"api_key": "sk-Fleet0123456789abcdef"})
+    facts = converged(keyed)
+    assert "***" in facts.runtime.cmdline
+    assert not plan_for(facts, keyed).has_work
+
+
+# --- files -------------------------------------------------------------------------------
+
+def test_first_install():
+    facts = converged()
+    facts = replace(facts, deployed=replace(facts.deployed, files={p: None for p in managed_paths(SPEC)},
+                                            dirs={}),
+                    units={**facts.units, "sglang.service": unit("sglang.service", load_state="not-found",
+                                                                 active_state="inactive", sub_state="dead")},
+                    runtime=ServiceRuntime(None, {}, 0))
+    p = plan_for(facts)
+    assert names(p.swap) == [UNIT, ENV, RECORD]  # no key declared: no secret, and none there
+    assert p.restart and p.wait and p.enable and p.daemon_reload and not p.backup
+    assert p.before.backup is None and p.before.files == {path: None for path in managed_paths(SPEC)}
+    assert p.action() == "install, enable, start"
+    assert p.why == ()  # an absent unit is not drift
+
+
+def test_a_changed_spec_updates_unit_and_record_backs_up_and_restarts():
+    p = plan_for(converged(), spec=CHANGED)
+    assert names(p.swap) == [UNIT, RECORD]
+    assert p.backup and p.before.backup == STAMP and p.restart and p.daemon_reload and p.wait and not p.enable
+    assert p.action() == "update sglang.service, spec.json, restart"
+    assert p.record == Pending(ROLLING_OUT, NOW, BY, target_of(desired_files(CHANGED, "pro6000")), True, "", p.before)
+
+
+def test_an_env_change_restarts_without_daemon_reload():
+    p = plan_for(converged(), spec=make_spec(service={"environment": {"HF_HOME": "/x"}}))
+    assert names(p.swap) == [ENV, RECORD] and p.restart and not p.daemon_reload
+
+
+def test_a_change_of_the_spec_record_alone_restarts_nothing():
+    spec = SPEC.model_copy(update={"smoke": SPEC.smoke.model_copy(update={"prompt": "Say hi."})})
+    p = plan_for(converged(), spec=spec)
+    assert names(p.swap) == [RECORD] and p.backup
+    assert not (p.restart or p.wait or p.daemon_reload)
+    assert p.action() == "update spec.json"
+
+
+@pytest.mark.parametrize("field, value", [("mode", "644"), ("owner", "nobody:nogroup")])
+def test_a_secret_readable_by_others_is_repaired_without_a_restart(field, value):
+    keyed = make_spec(service={"api_key": "sk-Fleet0123456789abcdef"})
+    p = plan_for(with_file(converged(keyed), SECRET, **{field: value}), spec=keyed)
+    assert names(p.repairs) == [SECRET] and p.swap == ()
+    assert not (p.restart or p.wait or p.backup)
+    assert p.why == (f"{SECRET}: mode/owner {'644' if field == 'mode' else '600'} "
+                     f"{'root:root' if field == 'mode' else value}, want 600 root:root",)
+    assert p.action() == "fix mode/owner of sglang.secret"
+
+
+def test_a_file_with_other_content_is_rewritten_not_repaired():
+    p = plan_for(with_file(converged(), UNIT, mode="600", sha1="0" * 40))
+    assert names(p.swap) == [UNIT] and p.repairs == ()
+
+
+def test_a_directory_with_the_wrong_mode_is_repaired():
+    facts = converged()
+    facts = replace(facts, deployed=replace(facts.deployed, dirs={**facts.deployed.dirs,
+                                                                  "/etc/sglang": FileState("755", "root:root")}))
+    p = plan_for(facts)
+    assert p.dirs == ("/etc/sglang",) and not p.restart
+    assert p.why == ("/etc/sglang: mode/owner 755 root:root, want 700 root:root",)
+
+
+# --- the unit and the process -----------------------------------------------------------
+
+def test_enabled_but_stopped_is_started_through_the_gate():
+    p = plan_for(with_runtime(with_unit(converged(), "sglang.service", active_state="inactive", sub_state="dead"),
+                              health=0, cmdline=None))
+    assert p.restart and p.wait and not p.enable and p.swap == () and not p.backup
+    assert p.action() == "start"
+    assert p.why == ("sglang.service is inactive (dead)",)
+
+
+def test_active_but_disabled_is_enabled_without_a_restart():
+    p = plan_for(with_unit(converged(), "sglang.service", unit_file_state="disabled"))
+    assert p.enable and not (p.restart or p.wait)
+    assert p.why == ("sglang.service is disabled, want enabled",)
+    assert p.action() == "enable"
+
+
+def test_a_crash_loop_is_restarted_through_the_gate():
+    facts = with_unit(converged(), "sglang.service", active_state="activating", sub_state="auto-restart")
+    p = plan_for(with_runtime(facts, health=0))
+    assert p.restart and p.wait
+
+
+def test_a_pending_daemon_reload_is_done_and_restarts_nothing_when_the_process_matches():
+    p = plan_for(with_unit(converged(), "sglang.service", need_daemon_reload="yes"))
+    assert p.daemon_reload and not p.restart
+    assert p.action() == "daemon-reload"
+    assert "daemon-reload pending" in p.why[0]
+
+
+def test_a_process_running_other_arguments_is_restarted():
+    facts = converged()
+    argv = list(facts.runtime.cmdline)
+    argv[argv.index("--speculative-dflash-block-size") + 1] = "4"
+    p = plan_for(with_runtime(with_unit(facts, "sglang.service", need_daemon_reload="yes"), cmdline=tuple(argv)))
+    assert p.restart and p.wait and p.daemon_reload and p.swap == ()
+    assert p.action() == "daemon-reload, restart"
+    assert "the running server's arguments differ from sglang.service's ExecStart" in p.why
+
+
+def test_active_but_not_serving_is_waited_for_never_called_ok():
+    p = plan_for(with_runtime(converged(), health=503))
+    assert p.has_work and p.wait and not p.restart
+    assert p.action() == "wait for /health"
+    assert p.why == ("sglang.service is active but not serving: /health 503 at http://127.0.0.1:30000",)
+    assert plan_for(with_runtime(converged(), health=0)).why[0].endswith("/health no answer at http://127.0.0.1:30000")
+
+
+# --- workloads ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("active, enabled, stopped", [
+    ("active", "enabled", True), ("active", "disabled", True), ("inactive", "enabled", True),
+    ("activating", "disabled", True), ("inactive", "disabled", False), ("failed", "disabled", False),
+])
+def test_workloads_that_run_or_would_come_back_at_boot_are_stopped(active, enabled, stopped):
+    facts = with_unit(converged(), "dflash-train.service", active_state=active, unit_file_state=enabled)
+    p = plan_for(facts)
+    assert p.stop_workloads == (("dflash-train.service",) if stopped else ())
+    assert p.has_work is stopped
+    assert p.before.workloads == {"dflash-train.service": UnitBefore(enabled, active)}
+    assert p.before.workloads_to_give_back == ({"dflash-train.service": UnitBefore(enabled, active)} if stopped else {})
+
+
+def test_the_before_state_is_the_host_as_preflight_read_it():
+    facts = with_unit(converged(), "dflash-train.service", active_state="active", unit_file_state="enabled")
+    p = plan_for(facts, spec=CHANGED)
+    assert p.before == Before(
+        files={path: facts.deployed.sha1(path) for path in managed_paths(SPEC)},
+        backup=STAMP,
+        service=UnitBefore("enabled", "active"),
+        workloads={"dflash-train.service": UnitBefore("enabled", "active")},
+    )
+    assert p.before.serving
+    assert p.action() == "stop dflash-train.service, update sglang.service, spec.json, restart"
+
+
+# --- an interrupted rollout ---------------------------------------------------------------
+
+BEFORE = Before({UNIT: "a" * 40, ENV: "b" * 40, SECRET: None, RECORD: "c" * 40}, "20261129T080000Z",
+                UnitBefore("enabled", "active"), {"dflash-train.service": UnitBefore("enabled", "active")})
+
+
+def interrupted(phase=ROLLING_OUT, spec=SPEC, restart=True, before=BEFORE):
+    return Pending(phase, NOW - 600, "bob@desk", target_of(desired_files(spec, "pro6000")), restart,
+                   "the unit stopped" if phase == ROLLING_BACK else "", before)
+
+
+def test_an_interrupted_rollout_is_taken_over_and_goes_through_the_gate_even_if_healthy():
+    p = plan_for(converged(), interrupted=interrupted())
+    assert p.has_work and p.wait and not p.restart and not p.backup and not p.finish_rollback
+    assert p.before == BEFORE  # the rollback target stays the state before the interrupted run
+    assert p.record == Pending(ROLLING_OUT, NOW - 600, "bob@desk", p.record.target, True, "", BEFORE)
+    assert p.action().startswith("take over an interrupted rollout (started 2026-11-30 ") and "by bob@desk" in p.action()
+    assert p.action().endswith(", wait for /health")
+
+
+def test_an_interrupted_rollback_of_the_same_spec_is_finished_not_retried():
+    it = interrupted(ROLLING_BACK)
+    p = plan_for(converged(), interrupted=it)
+    assert p.finish_rollback and p.record == it
+    assert p.action().startswith("finish the rollback of an interrupted rollout") and "it failed: the unit stopped" in p.action()
+
+
+def test_an_interrupted_rollback_of_another_spec_heads_for_the_new_one():
+    p = plan_for(converged(), spec=CHANGED, interrupted=interrupted(ROLLING_BACK))
+    assert not p.finish_rollback and p.restart
+    assert p.record.phase == ROLLING_OUT and p.record.target == target_of(desired_files(CHANGED, "pro6000"))
+    assert p.before == BEFORE and not p.backup  # the interrupted run's backup still holds the old files
+
+
+def test_a_taken_over_rollout_without_a_backup_backs_up_while_the_files_are_still_the_old_ones():
+    facts = converged()
+    before = replace(BEFORE, files={path: facts.deployed.sha1(path) for path in managed_paths(SPEC)}, backup=None)
+    p = plan_for(facts, spec=CHANGED, interrupted=interrupted(before=before, restart=False))
+    assert p.backup and p.before.backup == STAMP and p.before.files == before.files
+
+
+def test_the_pending_record_round_trips_through_json():
+    it = interrupted(ROLLING_BACK)
+    assert read_pending(json.dumps(it.to_json())) == it
+    assert it.to_json()["version"] == 1 and it.rolling_back("x").reason == "x"
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"phase": "rolling-out"}', '{"before": 1, "phase": "x", "since": 1, '
+                                  '"by": "b", "target": "t", "restart": true}'])
+def test_an_unreadable_pending_record_says_so(text):
+    with pytest.raises(ValueError, match="unreadable pending-rollout record"):
+        read_pending(text)
+
+
+def test_masked_argv_hides_only_the_key():
+    assert masked_argv(["py", "-m", "x", "--api-key", "k", "--port", "1"]) == ["-m", "x", "--api-key", "***", "--port", "1"]
+
+
+def test_sha1_of_absent_content_is_none():
+    assert sha1(None) is None and sha1("x\n") == "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a"
