@@ -4,6 +4,7 @@ and what is allowed. Unknown keys are errors."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -109,6 +110,11 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
             return "not a number"
         return "out of range" if not 0 <= v <= 3600 else None
 
+    def rate(v):
+        if not _is_num(v):
+            return "not a number"
+        return "out of range" if not (v > 0 and math.isfinite(v)) else None
+
     def table(v):
         return None if isinstance(v, dict) else "not a table"
 
@@ -128,6 +134,7 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "preinstalled": (False, None, table, "a table of spec overrides over the group's spec"),
         "load": (False, "ok", *enum("ok", "crash", "hang")),
         "load_seconds": (False, 3.0, load_seconds, "a number of seconds 0..3600"),
+        "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
     }
@@ -204,7 +211,7 @@ def parse(path: Path, groups: list[str]) -> LabFile:
             if err:
                 problems.append(f"{where}: {label}: {k} = {v!r}: {err}; allowed: {allowed}")
                 continue
-            entry[k] = float(v) if k == "load_seconds" else v
+            entry[k] = float(v) if k in ("load_seconds", "decode_tokens_per_s") else v
         if isinstance(hname, str):
             if hname in seen:
                 problems.append(f"{where}: {label}: name {hname!r} used twice; host names must be unique")

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -65,6 +66,7 @@ class Lab:
         self.host_json = tmp / "host.json"
         self.models = REC.make_models(tmp / "models")
         self.procs: list[subprocess.Popen] = []
+        self.servers: list[subprocess.Popen] = []
         self.host = {
             "name": "h200-1",
             "group": "h200",
@@ -78,6 +80,7 @@ class Lab:
             "load": "ok",
             "load_seconds": 0.0,
             "preinstalled_argv": None,
+            "decode_tokens_per_s": 100.0,
         }
         self.set(**host)
 
@@ -102,13 +105,23 @@ class Lab:
     def uuid(self, i: int) -> str:
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.host['name']}/gpu{i}"))
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd="/")
+    def spawn(self, argv: list[str], **env: str) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**self.env, **env}, cwd="/")
         self.procs.append(p)
         return p
 
-    def sglang(self, *flags: str) -> subprocess.Popen:
-        return self.spawn([PY3, "-m", "sglang.launch_server", *flags])
+    def sglang(self, *flags: str, **env: str) -> subprocess.Popen:
+        p = self.spawn([PY3, "-m", "sglang.launch_server", *flags], **env)
+        self.servers.append(p)
+        return p
+
+    def registry(self) -> list[dict]:
+        """The GPU registry's entries of live processes (what nvidia-smi counts)."""
+        if not self.gpu_dir.exists():
+            return []
+        entries = [json.loads(f.read_text()) for f in sorted(self.gpu_dir.glob("*.json"))]
+        return [e for e in entries if alive(e["pid"])]
 
     def sglang_run(self, *flags: str, timeout=60) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -123,13 +136,26 @@ class Lab:
 
     def close(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
+            if p.poll() is not None:
+                continue
+            if p in self.servers:
+                # SIGKILL, not SIGTERM: a drain ends on a 5 s tick. Its schedulers die with it
+                # (PR_SET_PDEATHSIG); any that did not are killed by pid.
+                kids = children(p.pid)
+                p.kill()
+                p.wait(5)
+                for kid in kids:
+                    try:
+                        wait_for(lambda: not alive(kid), 5, f"scheduler {kid} gone")
+                    except AssertionError:
+                        os.kill(kid, signal.SIGKILL)
+                continue
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
 
 
 @pytest.fixture
@@ -152,6 +178,77 @@ def wait_for(cond, timeout: float, what: str, interval=0.05):
             return
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for: {what}")
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie is not): what the nvidia-smi double counts."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of pid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+                out.append(int(d))
+    return sorted(out)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether pid has a handler for sig (SigCgt in /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError(f"no SigCgt for {pid}")
+
+
+class Stream(threading.Thread):
+    """One streamed chat completion over a plain socket, read as it arrives: the SSE data
+    payloads, when each came, and whether the chunked body ended properly (a cut one does not)."""
+
+    def __init__(self, port: int, max_tokens: int):
+        super().__init__(daemon=True)
+        self.port = port
+        self.body = json.dumps({"model": "qwen-test", "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": max_tokens, "stream": True}).encode()
+        self.events: list[str] = []
+        self.times: list[float] = []
+        self.ended = False
+        self.start()
+
+    def run(self):
+        head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n").encode()
+        raw, pending = b"", b""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+            sock.sendall(head + self.body)
+            while data := sock.recv(65536):
+                raw += data
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    if line.startswith(b"data: "):
+                        self.events.append(line[len(b"data: "):].decode())
+                        self.times.append(time.monotonic())
+        self.ended = raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"\r\n0\r\n\r\n")
+
+    @property
+    def done(self) -> bool:
+        return bool(self.events) and self.events[-1] == "[DONE]"
+
+    @property
+    def tokens(self) -> list[str]:
+        """The content of each token chunk."""
+        chunks = [json.loads(e) for e in self.events if e != "[DONE]"]
+        return [c["choices"][0]["delta"]["content"] for c in chunks
+                if c["choices"] and c["choices"][0]["delta"].get("content")]
 
 
 def port_open(port: int) -> bool:
@@ -179,9 +276,9 @@ def serving_flags(lab: Lab, port: int, *extra: str) -> list[str]:
     return ["--model-path", f"{lab.models}/target", "--served-model-name", "qwen-test", "--port", str(port), *extra]
 
 
-def start_and_wait_healthy(lab: Lab, *flags: str) -> tuple[subprocess.Popen, int]:
+def start_and_wait_healthy(lab: Lab, *flags: str, **env: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    p = lab.sglang(*serving_flags(lab, port, *flags))
+    p = lab.sglang(*serving_flags(lab, port, *flags), **env)
     wait_for(lambda: p.poll() is not None or http_ok(port, "/health"), 30, "/health 200")
     assert p.poll() is None, p.stderr.read()
     return p, port
@@ -376,8 +473,8 @@ def test_sglang_start_up_sequence(lab):
     port = free_port()
     t0 = time.monotonic()
     p = lab.sglang(*serving_flags(lab, port, "--api-key", "k"))
-    # loading: GPU memory held, port closed
-    wait_for(lambda: (lab.gpu_dir / f"{p.pid}.json").exists(), 10, "GPU memory registered")
+    # loading: GPU memory held (by the scheduler process), port closed
+    wait_for(lambda: lab.registry(), 10, "GPU memory registered")
     assert not port_open(port)
     # the port opens: /v1/models answers 200 before /health does
     wait_for(lambda: port_open(port) or p.poll() is not None, 15, "port open")
@@ -391,22 +488,39 @@ def test_sglang_start_up_sequence(lab):
     assert seen[0] == (503, 200), seen
     assert seen[-1] == (200, 200), seen
     assert http(port, "/ready")[0] == 200 and http(port, "/health_generate")[0] == 200
-    entry = json.loads((lab.gpu_dir / f"{p.pid}.json").read_text())
+    [entry] = lab.registry()
+    assert entry["pid"] == children(p.pid)[0] and entry["process_name"] == "sglang::scheduler_TP0"
     assert entry["gpus"] == [0] and entry["used_memory_mib"] > 100000
-    # nvidia-smi sees it; SIGTERM ends it and frees the GPU
-    assert str(p.pid) in lab.smi("--query-compute-apps=pid", "--format=csv,noheader").stdout
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(10) == 0
-    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
-    err = p.stderr.read()
+    # nvidia-smi sees the scheduler (how SIGTERM ends it: the drain and stop tests below)
+    assert lab.smi("--query-compute-apps=pid", "--format=csv,noheader").stdout == f"{entry['pid']}\n"
+    p.kill()
+    err = p.communicate(timeout=10)[1]
     assert "Load weight begin" in err and "The server is fired up and ready to roll!" in err
 
 
-def test_sglang_tp_holds_memory_on_each_gpu(lab):
+def test_sglang_tp_holds_memory_on_each_gpu_in_one_scheduler_process_each(lab):
     lab.set(gpu_count=2, gpu_model="NVIDIA RTX A6000", gpu_memory_mib=49140)
     p, port = start_and_wait_healthy(lab, "--tp-size", "2", "--mem-fraction-static", "0.8")
     used = lab.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
     assert used == [str(round(49140 * 0.8))] * 2
+    # nvidia-smi lists the server's two scheduler children, one per GPU, not the server itself
+    kids = children(p.pid)
+    assert len(kids) == 2
+    apps = lab.smi("--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
+    rows = [line.split(", ") for line in apps.stdout.splitlines()]
+    assert sorted(int(pid) for pid, _, _, _ in rows) == kids
+    assert {gpu: (name, int(mib)) for _, name, gpu, mib in rows} == {
+        lab.uuid(0): ("sglang::scheduler_TP0", round(49140 * 0.8)),
+        lab.uuid(1): ("sglang::scheduler_TP1", round(49140 * 0.8)),
+    }
+    # the schedulers have no SIGTERM handler (the default kills them); the server has one
+    assert catches(p.pid, signal.SIGTERM)
+    assert not any(catches(k, signal.SIGTERM) for k in kids)
+    # and they die with the server, whatever kills it (PR_SET_PDEATHSIG)
+    p.kill()
+    p.wait(5)
+    wait_for(lambda: not any(alive(k) for k in kids), 5, "schedulers gone with the server")
+    assert lab.smi("--query-compute-apps=pid", "--format=csv,noheader").stdout == ""
 
 
 def test_sglang_load_crash_dies_by_signal_with_a_traceback(lab):
@@ -419,7 +533,7 @@ def test_sglang_load_crash_dies_by_signal_with_a_traceback(lab):
     assert "Traceback (most recent call last):" in err
     assert "Received sigquit from a child process. It usually means the child failed." in err
     assert not port_open(port)
-    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
+    assert lab.registry() == [] and not list(lab.gpu_dir.glob("*.json"))
 
 
 def test_sglang_load_hang_never_opens_the_port(lab):
@@ -428,10 +542,13 @@ def test_sglang_load_hang_never_opens_the_port(lab):
     p = lab.sglang(*serving_flags(lab, port))
     time.sleep(2.5)
     assert p.poll() is None and not port_open(port)
-    assert (lab.gpu_dir / f"{p.pid}.json").exists()
+    [scheduler] = children(p.pid)
+    assert [e["pid"] for e in lab.registry()] == [scheduler]
+    # SIGTERM while loading: out at once, the scheduler with it
     p.send_signal(signal.SIGTERM)
     assert p.wait(10) == 0
-    assert not (lab.gpu_dir / f"{p.pid}.json").exists()
+    wait_for(lambda: not alive(scheduler), 5, "scheduler gone")
+    assert lab.registry() == []
 
 
 def test_sglang_preinstalled_argv_always_loads(lab):
@@ -548,6 +665,102 @@ def test_sglang_metrics_need_enable_metrics(lab):
     p, port = start_and_wait_healthy(lab)
     assert http(port, "/metrics")[0] == 404
     assert http(port, "/no/such/path")[0] == 404
+
+
+# ----------------------------------------------------------------------------- SGLang: decoding and stopping
+
+
+CHAT = {"model": "qwen-test", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_sglang_decodes_at_the_hosts_rate_one_sse_chunk_per_token(lab):
+    lab.set(decode_tokens_per_s=1000.0)
+    p, port = start_and_wait_healthy(lab, LAB_SGLANG_DECODE_TOKENS_PER_S="40")  # the env wins over host.json
+    t0 = time.monotonic()
+    status, _, body = http(port, "/v1/chat/completions", dict(CHAT, max_tokens=20))
+    elapsed = time.monotonic() - t0
+    out = json.loads(body)
+    assert status == 200 and out["usage"]["completion_tokens"] == 20 and out["choices"][0]["finish_reason"] == "length"
+    assert elapsed >= 0.45, elapsed  # 20 tokens at 40 tok/s: 0.5 s (no upper bound: machines are noisy)
+    # without max_tokens the fixed reply; with more, it goes on (cycling it) up to max_tokens
+    plain = json.loads(http(port, "/v1/chat/completions", CHAT)[2])["choices"][0]
+    words = plain["message"]["content"].split()
+    assert plain["finish_reason"] == "stop" and len(words) < 40
+    long = json.loads(http(port, "/v1/chat/completions", dict(CHAT, max_tokens=40))[2])["choices"][0]
+    assert long["message"]["content"].split() == (words * 2)[:40] and long["finish_reason"] == "length"
+    # streamed: each token its own chunk, the last one after the 0.5 s it takes to make them
+    t0 = time.monotonic()
+    s = Stream(port, 20)
+    s.join(10)
+    assert s.ended and s.done and len(s.tokens) == 20 and len(s.events) == 1 + 20 + 1 + 1  # role, tokens, finish, [DONE]
+    assert s.times[20] - t0 >= 0.45
+
+
+def test_sglang_sigterm_drains_serving_new_requests_then_exits_0(lab):
+    lab.set(decode_tokens_per_s=10.0)
+    p, port = start_and_wait_healthy(lab, "--enable-metrics")
+    s = Stream(port, 35)  # 3.5 s
+    wait_for(lambda: len(s.tokens) >= 3, 5, "first tokens streamed")
+    [running] = [line for line in http(port, "/metrics")[2].splitlines() if line.startswith("sglang:num_running_reqs{")]
+    assert running.endswith(" 1.0"), running
+    p.send_signal(signal.SIGTERM)
+    wait_for(lambda: http(port, "/health")[0] == 503, 1, "/health 503 at once")
+    assert http(port, "/health_generate")[0] == 503 and http(port, "/ready")[0] == 503
+    # still accepted and served while draining
+    status, _, body = http(port, "/v1/chat/completions", dict(CHAT, max_tokens=10))
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 10
+    s.join(10)
+    assert s.ended and s.done and len(s.tokens) == 35
+    # the drain ends on the watchdog's 5 s tick, with nothing left
+    assert p.wait(15) == 0
+    assert lab.registry() == [] and not list(lab.gpu_dir.glob("*.json"))
+    assert not port_open(port)
+    err = p.stderr.read()
+    for line in ("SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+                 "Health check request received during shutdown. Returning 503.",
+                 "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].",
+                 f"kill_process_tree called: parent_pid={p.pid}, include_parent=False, pid={p.pid}",
+                 f"INFO:     Finished server process [{p.pid}]"):
+        assert line in err, line
+    assert "crashed" not in err and "SIGQUIT" not in err
+
+
+def test_sglang_sigterm_to_every_process_cuts_streams_and_kills_the_tree(lab):
+    """What systemd's KillMode=control-group does: SIGTERM to the server and its schedulers at once."""
+    lab.set(gpu_count=2, decode_tokens_per_s=10.0)
+    p, port = start_and_wait_healthy(lab, "--tp-size", "2")
+    kids = children(p.pid)
+    s = Stream(port, 50)
+    wait_for(lambda: len(s.tokens) >= 3, 5, "first tokens streamed")
+    for pid in (p.pid, *kids):
+        os.kill(pid, signal.SIGTERM)
+    s.join(5)
+    assert not s.is_alive() and not s.ended and not s.done and len(s.tokens) < 50
+    assert p.wait(5) == -signal.SIGKILL
+    assert lab.registry() == []
+    err = p.stderr.read()
+    assert any(f"Subprocess scheduler_0 (pid={k}) crashed with exit code -15. Triggering SIGQUIT for cleanup..." in err
+               for k in kids), err
+    for line in ("SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+                 "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+                 f"kill_process_tree called: parent_pid={p.pid}, include_parent=True, pid={p.pid}"):
+        assert line in err, line
+    assert "Gracefully exiting" not in err
+
+
+def test_sglang_force_shutdown_does_not_wait_for_requests(lab):
+    lab.set(decode_tokens_per_s=10.0)
+    p, port = start_and_wait_healthy(lab, SGL_FORCE_SHUTDOWN="1")
+    s = Stream(port, 100)  # 10 s
+    wait_for(lambda: len(s.tokens) >= 3, 5, "first tokens streamed")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(8) == 0  # on the watchdog's first tick, 5 s at most
+    s.join(5)
+    assert not s.is_alive() and not s.ended and not s.done and len(s.tokens) < 100
+    assert lab.registry() == []
+    err = p.stderr.read()
+    assert "Signal SIGTERM received while force shutdown flag set. Force exiting." in err
+    assert "Gracefully exiting" not in err
 
 
 # ----------------------------------------------------------------------------- the real SGLang

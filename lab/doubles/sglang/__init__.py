@@ -6,8 +6,10 @@ is a sh wrapper that puts /usr/local/lib/sglang-double on PYTHONPATH and execs
 /usr/bin/python3. It behaves, from the outside, like SGLang 0.5.23's server: the same
 flags (generated from the real parser into flags.json), the same start-up checks, the
 same start-up sequence (port closed while loading, /health 503 during warm-up), the same
-HTTP surface for what a deploy uses, the same GPU memory footprint as seen by the lab's
-nvidia-smi double. See docs/ARCHITECTURE.md, "Lab host contract".
+HTTP surface for what a deploy uses, the same processes (one scheduler child per GPU,
+holding its memory as seen by the lab's nvidia-smi double) and the same stop behaviour
+(SIGTERM drains; a dead scheduler takes the whole tree down). Tokens come at host.json's
+decode_tokens_per_s. See docs/ARCHITECTURE.md, "Lab host contract".
 
 The host's lab entry (/etc/lab/host.json, or $LAB_HOST_JSON) decides the version, the
 speculative algorithms this "engine" has, and whether loading succeeds, crashes or hangs.

@@ -2,7 +2,8 @@
 
 - host.json: $LAB_HOST_JSON, else /etc/lab/host.json (missing: a healthy default host).
 - GPU registry: $LAB_GPU_DIR, else /run/lab-gpu; one <pid>.json per live GPU process:
-  {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU).
+  {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU). The SGLang double
+  writes one per scheduler process (its pid, its GPU), as CUDA would count them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _DEFAULT_HOST = {
     "load": "ok",
     "load_seconds": 0.0,
     "preinstalled_argv": None,
+    "decode_tokens_per_s": 100.0,
 }
 
 
@@ -108,9 +110,5 @@ def unregister(pid: int) -> None:
         pass
 
 
-def used_mib_on(gpu: int, exclude_pid: int | None = None) -> int:
-    return sum(
-        int(e.get("used_memory_mib", 0))
-        for e in live_entries()
-        if gpu in e.get("gpus", []) and e.get("pid") != exclude_pid
-    )
+def used_mib_on(gpu: int) -> int:
+    return sum(int(e.get("used_memory_mib", 0)) for e in live_entries() if gpu in e.get("gpus", []))

@@ -1,16 +1,28 @@
-"""LAB DOUBLE of sglang.srt.entrypoints.http_server (not SGLang): start-up and HTTP.
+"""LAB DOUBLE of sglang.srt.entrypoints.http_server (not SGLang): start-up, HTTP, stop.
 
-Start-up, as SGLang 0.5.23 does it (see docs/ARCHITECTURE.md and the reference sheet):
-1. GPU memory: registers /run/lab-gpu/<pid>.json (the lab's stand-in for CUDA memory)
-   for tp_size GPUs at mem_fraction_static of each; removed on exit.
+Processes, as SGLang 0.5.23: this (main) process serves HTTP; at the start of loading it
+starts one scheduler process per GPU (sglang/srt/managers/scheduler.py), which hold the
+GPU memory and make the tokens. A scheduler that dies makes this process kill its tree.
+Start-up (see docs/ARCHITECTURE.md and the reference sheet):
+1. GPU memory: each scheduler's pid gets /run/lab-gpu/<pid>.json (the lab's stand-in for
+   CUDA memory) for its GPU, at mem_fraction_static of it.
 2. Loading: the HTTP port stays CLOSED for host.json's load_seconds. load "crash" dies
-   partway (traceback, then SIGKILL, as the real launcher's kill_process_tree does),
-   "hang" never opens the port, "ok" serves. A launch whose argv (ignoring
-   `--api-key VALUE`) equals host.json's preinstalled_argv always loads fine.
-   GPUs already held by other live processes beyond what is free: CUDA OOM crash
-   (except for the preinstalled argv, which the lab boots beside its workloads).
+   partway (TP0 prints the traceback and SIGQUITs this process, whose handler kills the
+   tree with SIGKILL, itself last, as the real kill_process_tree does), "hang" never opens
+   the port, "ok" serves. A launch whose argv (ignoring `--api-key VALUE`) equals
+   host.json's preinstalled_argv always loads fine. GPUs already held by other live
+   processes beyond what is free: CUDA OOM crash (except for the preinstalled argv,
+   which the lab boots beside its workloads).
 3. Port open: /v1/models answers 200 at once; /health, /health_generate and /ready
    answer 503 while the warm-up runs (~1 s), then 200.
+Serving: every generated token comes from TP0 at host.json's decode_tokens_per_s
+($LAB_SGLANG_DECODE_TOKENS_PER_S overrides); SSE chat streams send one chunk per token.
+Stop: SIGTERM (or SIGINT) drains as tokenizer_manager.py's sigterm_watchdog: health 503 at
+once, new requests still served; on each tick of that watchdog (every 5 s from the first
+request, so even an idle server takes up to 5 s) "Gracefully exiting... Remaining number
+of requests N" until N is 0, then the schedulers are stopped and the process exits 0; no
+drain timeout. SGL_FORCE_SHUTDOWN=1: exit on the first tick, cutting what still runs.
+Before the port opens SIGTERM exits at once.
 HTTP: a ThreadingHTTPServer that answers like the real FastAPI app for what a deploy
 uses: /health*, /ready, /v1/models, /v1/chat/completions (plain and SSE), /v1/completions,
 /generate, /model_info, /server_info, /metrics (--enable-metrics). The API key guards
@@ -19,9 +31,12 @@ every path except /health*, /ready* and /metrics* (as the real middleware does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
+import select
 import signal
 import socket
 import sys
@@ -32,10 +47,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import sglang
 from sglang import _lab
+from sglang.srt.managers.scheduler import SchedulerGone, SchedulerProcess, start_schedulers, tp_log
 
 logger = logging.getLogger(__name__)
 
 WARMUP_SECONDS = float(os.environ.get("LAB_SGLANG_WARMUP_SECONDS", "1.0"))
+# tokenizer_manager.py's sigterm_watchdog polls this often, from when its loop started
+DRAIN_POLL_SECONDS = 5.0
+# tokenizer_manager.py's _SCHEDULER_EXIT_TIMEOUT_SECS: how long stopped schedulers get
+SCHEDULER_EXIT_TIMEOUT_SECONDS = 15
+# SubprocessWatchdog's interval: how soon a dead scheduler is noticed
+WATCHDOG_SECONDS = 1.0
 
 # Mean accepted length per verify step, by algorithm (what /metrics, /server_info and
 # meta_info report): plausible, fixed, so lab runs are reproducible.
@@ -56,27 +78,34 @@ REPLY_WORDS = (
 ).split()
 
 
-def _ts() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def tp_log(msg: str, rank: int = 0) -> None:
-    """A scheduler-process line, as the real TP workers print them."""
-    print(f"[{_ts()} TP{rank}] {msg}", file=sys.stderr, flush=True)
-
-
 def http_log(msg: str) -> None:
-    print(f"[{_ts()}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def decode_tokens_per_s() -> float:
+    return float(os.environ.get("LAB_SGLANG_DECODE_TOKENS_PER_S") or _lab.host_config()["decode_tokens_per_s"])
+
+
+def reply(max_tokens) -> tuple[list[str], str]:
+    """The deterministic answer: REPLY_WORDS ("stop") unless max_tokens is given, then that
+    many words, REPLY_WORDS over and over ("length")."""
+    if max_tokens is None:
+        return list(REPLY_WORDS), "stop"
+    n = max(0, int(max_tokens))
+    return [REPLY_WORDS[i % len(REPLY_WORDS)] for i in range(n)], "length"
 
 
 class ServerState:
     def __init__(self, server_args):
         self.args = server_args
-        self.status = "Starting"  # Starting -> Up; "Shutdown" while exiting
+        self.status = "Starting"  # Starting -> Up
+        self.draining = False  # SIGTERM seen: the tokenizer manager's gracefully_exit
+        self.loop_started: float | None = None  # when the tokenizer manager's loop began (monotonic)
+        self.tp0: SchedulerProcess | None = None  # set by launch_server
         self.created = int(time.time())
         self.startup_time = time.time()
         self.lock = threading.Lock()
-        self.num_running = 0
+        self.running: dict[str, None] = {}  # rids of requests being generated (rid_to_state)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
@@ -86,20 +115,25 @@ class ServerState:
         self.accept_length = ACCEPT_LENGTH.get(algo, 2.5) if algo else None
         self.gpu_memory_mib = int(_lab.host_config().get("gpu_memory_mib", 81920))
 
-    # ---- deterministic "generation" ----
+    def start_loop(self) -> None:
+        """The first request to reach the tokenizer manager starts its loop (the warm-up's,
+        normally); from then on its SIGTERM handler and 5 s watchdog are in place."""
+        with self.lock:
+            if self.loop_started is None:
+                self.loop_started = time.monotonic()
 
-    def generate(self, prompt_tokens: int, max_tokens: int | None):
-        limit = len(REPLY_WORDS) if max_tokens is None else max(0, int(max_tokens))
-        words = REPLY_WORDS[:limit]
-        finish = "stop" if len(words) == len(REPLY_WORDS) else "length"
+    def running_rids(self) -> list[str]:
+        with self.lock:
+            return list(self.running)
+
+    def account(self, prompt_tokens: int, completion_tokens: int) -> None:
         with self.lock:
             self.requests_total += 1
             self.prompt_tokens_total += prompt_tokens
-            self.generation_tokens_total += len(words)
+            self.generation_tokens_total += completion_tokens
             if self.accept_length:
-                self.verify_calls_total += max(1, round(len(words) / self.accept_length))
+                self.verify_calls_total += max(1, round(completion_tokens / self.accept_length))
             self.last_gen_throughput = 42.0 * (self.accept_length or 1.0)
-        return words, finish
 
     def spec_meta(self, completion_tokens: int) -> dict:
         if not self.accept_length:
@@ -184,7 +218,7 @@ def _metrics(state: ServerState) -> str:
     )
     tok_labels = f'engine_type="unified",model_name="{a.served_model_name}"'
     gauges = [
-        ("sglang:num_running_reqs", "The number of running requests.", state.num_running),
+        ("sglang:num_running_reqs", "The number of running requests.", len(state.running)),
         ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", 0),
         ("sglang:num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0),
         ("sglang:gen_throughput", "The generation throughput (token/s).", state.last_gen_throughput),
@@ -232,8 +266,40 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing ----
 
+    def setup(self):
+        super().setup()
+        # as uvicorn: each SSE chunk leaves at once instead of waiting for the next one's ACK
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's name
         pass
+
+    @contextlib.contextmanager
+    def _generation(self, rid: str, n: int):
+        """One generate request: running (metrics, drain count) until it ends; gives the
+        iterator that waits for each of its n tokens from TP0 (SchedulerGone: TP0 died)."""
+        state = self.state
+        state.start_loop()
+        with state.lock:
+            state.running[rid] = None
+        tokens = state.tp0.generate(rid, n)
+        try:
+            yield tokens
+        finally:
+            tokens.close()
+            with state.lock:
+                del state.running[rid]
+
+    def _generate_all(self, rid: str, n: int) -> bool:
+        """Wait for all n tokens; False (the connection is then closed, no answer) if TP0 died."""
+        try:
+            with self._generation(rid, n) as tokens:
+                for _ in tokens:
+                    pass
+        except SchedulerGone:
+            self.close_connection = True
+            return False
+        return True
 
     def _access_log(self, code: int) -> None:
         try:
@@ -325,8 +391,14 @@ class Handler(BaseHTTPRequestHandler):
     # ---- endpoints ----
 
     def _health(self) -> None:
-        code = 200 if self.state.status == "Up" else 503
-        self._send(code)
+        if self.state.draining:
+            logger.info("Health check request received during shutdown. Returning 503.")
+            self._send(503)
+        elif self.state.status != "Up":
+            self._send(503)
+        else:
+            self.state.start_loop()  # its 1-token generation goes through the tokenizer manager
+            self._send(200)
 
     def _r_health(self, _body):
         self._health()
@@ -335,7 +407,7 @@ class Handler(BaseHTTPRequestHandler):
         self._health()
 
     def _r_ready(self, _body):
-        self._health()
+        self._send(200 if self.state.status == "Up" and not self.state.draining else 503)
 
     def _model_card(self, name: str) -> dict:
         return {
@@ -411,16 +483,21 @@ class Handler(BaseHTTPRequestHandler):
         text = req.get("text") or ""
         prompt_tokens = len(req["input_ids"]) if isinstance(req.get("input_ids"), list) else _count_tokens(str(text))
         params = req.get("sampling_params") or {}
-        words, finish = self.state.generate(prompt_tokens, params.get("max_new_tokens", 128))
+        words, finish = reply(params.get("max_new_tokens", 128))
+        rid = uuid.uuid4().hex
+        t0 = time.monotonic()
+        if not self._generate_all(rid, len(words)):
+            return
+        self.state.account(prompt_tokens, len(words))
         meta = {
-            "id": uuid.uuid4().hex,
+            "id": rid,
             "finish_reason": {"type": "length", "length": len(words)} if finish == "length" else {"type": "stop", "matched": 151645},
             "prompt_tokens": prompt_tokens,
             "weight_version": self.state.args.weight_version,
             "completion_tokens": len(words),
             "cached_tokens": 0,
             **self.state.spec_meta(len(words)),
-            "e2e_latency": 0.05,
+            "e2e_latency": round(time.monotonic() - t0, 6),
         }
         self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
 
@@ -430,11 +507,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         prompt = req.get("prompt") or ""
         prompt_tokens = _count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
-        words, finish = self.state.generate(prompt_tokens, req.get("max_tokens", 16))
+        words, finish = reply(req.get("max_tokens", 16))
+        rid = uuid.uuid4().hex
+        if not self._generate_all(rid, len(words)):
+            return
+        self.state.account(prompt_tokens, len(words))
         self._json(
             200,
             {
-                "id": uuid.uuid4().hex,
+                "id": rid,
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": req.get("model") or self.state.args.served_model_name,
@@ -462,14 +543,7 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         prompt_tokens = _messages_tokens(messages)
-        max_tokens = req.get("max_completion_tokens", req.get("max_tokens"))
-        with self.state.lock:
-            self.state.num_running += 1
-        try:
-            words, finish = self.state.generate(prompt_tokens, max_tokens)
-        finally:
-            with self.state.lock:
-                self.state.num_running -= 1
+        words, finish = reply(req.get("max_completion_tokens", req.get("max_tokens")))
         rid = uuid.uuid4().hex
         created = int(time.time())
         model = req.get("model") or self.state.args.served_model_name
@@ -481,6 +555,9 @@ class Handler(BaseHTTPRequestHandler):
             "reasoning_tokens": 0,
         }
         if not req.get("stream"):
+            if not self._generate_all(rid, len(words)):
+                return
+            self.state.account(prompt_tokens, len(words))
             self._json(
                 200,
                 {
@@ -502,40 +579,39 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        # Server-sent events, chunked, as the real StreamingResponse.
-        self.send_response_only(200)
-        self.send_header("date", self.date_time_string())
-        self.send_header("server", "uvicorn")
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
 
-        def chunk(delta, finish_reason=None, with_usage=None):
-            obj = {
-                "id": rid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}],
-                "usage": with_usage,
-            }
-            return obj
+        def event(delta, finish_reason=None):
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
+            self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [choice], "usage": None})
 
-        events = [chunk({"role": "assistant", "content": ""})]
-        for i, w in enumerate(words):
-            events.append(chunk({"role": None, "content": (" " if i else "") + w, "reasoning_content": None, "tool_calls": None}))
-        events.append(chunk({"role": None, "content": None, "reasoning_content": None, "tool_calls": None}, finish))
-        if (req.get("stream_options") or {}).get("include_usage"):
-            events.append({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": usage})
+        # Server-sent events, chunked, as the real StreamingResponse: one chunk per token as TP0 makes it.
         try:
-            for ev in events:
-                self._write_chunk(f"data: {json.dumps(ev, separators=(',', ':'))}\n\n".encode())
-                time.sleep(0.005)
+            with self._generation(rid, len(words)) as tokens:
+                self.send_response_only(200)
+                self.send_header("date", self.date_time_string())
+                self.send_header("server", "uvicorn")
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                self._access_log(200)  # uvicorn logs a response when it starts
+                event({"role": "assistant", "content": ""})
+                for i in tokens:
+                    event({"role": None, "content": (" " if i else "") + words[i], "reasoning_content": None, "tool_calls": None})
+            event({"role": None, "content": None, "reasoning_content": None, "tool_calls": None}, finish)
+            if (req.get("stream_options") or {}).get("include_usage"):
+                self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                   "choices": [], "usage": usage})
             self._write_chunk(b"data: [DONE]\n\n")
             self._write_chunk(b"")
-        except (BrokenPipeError, ConnectionResetError):
+        except (SchedulerGone, OSError):
+            # TP0 died (the process is about to kill itself) or the client left: no [DONE]
+            self.close_connection = True
             return
-        self._access_log(200)
+        self.state.account(prompt_tokens, len(words))
+
+    def _write_event(self, obj) -> None:
+        self._write_chunk(f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode())
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -569,21 +645,171 @@ def _strip_api_key(argv: list[str]) -> list[str]:
     return out
 
 
-def _die(pid: int, sig=signal.SIGKILL) -> None:
-    _lab.unregister(pid)
-    sys.stderr.flush()
-    os.kill(pid, sig)
-    time.sleep(5)
-    os._exit(137)
+class _Process:
+    """This (main) process's life: its signals, its schedulers, and the ways it ends.
+
+    Signal handlers only count; the main thread acts in pause(), woken through a pipe the
+    interpreter writes each signal to. Nothing prints or takes a lock inside a handler: it
+    runs in the main thread, which may be inside a print or holding that lock already.
+    """
+
+    def __init__(self, state: ServerState, schedulers: list[SchedulerProcess]):
+        self.pid = os.getpid()
+        self.state = state
+        self.schedulers = schedulers
+        self.httpd: ThreadingHTTPServer | None = None
+        self.watchdog_stop = threading.Event()
+        self._terms = 0  # SIGTERM/SIGINT received
+        self._terms_seen = 0
+        self._quit = False  # SIGQUIT received: a child failed
+        self._wake, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGQUIT, self._on_quit)
+
+    def _on_term(self, signum, frame):
+        self._terms += 1
+
+    def _on_quit(self, signum, frame):
+        self._quit = True
+
+    def pause(self, seconds: float | None, on_term) -> None:
+        """Sleep in the main thread (None: for ever). SIGQUIT ends the process here; each
+        SIGTERM/SIGINT calls on_term()."""
+        end = None if seconds is None else time.monotonic() + seconds
+        while True:
+            if self._quit:
+                self.sigquit()
+            if self._terms > self._terms_seen:
+                self._terms_seen = self._terms
+                on_term()
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            if select.select([self._wake], [], [], left)[0]:
+                os.read(self._wake, 512)
+
+    # ---- GPU memory: the schedulers hold it ----
+
+    def hold(self, gpus: list[int], mib: int) -> None:
+        for s in self.schedulers:
+            _lab.register(s.pid, f"sglang::scheduler_TP{s.rank}", [gpus[s.rank]], mib)
+
+    def release(self) -> None:
+        # the registry stands in for CUDA, which frees a process's memory when it ends
+        for s in self.schedulers:
+            _lab.unregister(s.pid)
+
+    # ---- ends ----
+
+    def exit_loading(self) -> None:
+        """SIGTERM/SIGINT before the port opens: exit 0 now; the schedulers die with this
+        process (PR_SET_PDEATHSIG)."""
+        self.release()
+        sys.exit(0)
+
+    def fail(self, text: str) -> None:
+        """A scheduler hits an exception while loading: TP0 logs it and SIGQUITs this
+        process, whose handler kills the tree."""
+        self.schedulers[0].send(op="raise", text=text)
+        self.pause(None, on_term=self.exit_loading)
+
+    def sigquit(self) -> None:
+        """SGLang's SIGQUIT handlers: the launch-phase one (engine.py) until the tokenizer
+        manager's loop starts, then its running-phase one; both kill_process_tree(own pid)."""
+        if self.state.loop_started is None:
+            logger.error("Received sigquit from a child process. It usually means the child failed.")
+        else:
+            logger.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self.kill_tree(include_parent=True)
+
+    def kill_tree(self, include_parent: bool) -> None:
+        """kill_process_tree: SIGKILL the children, wait for them, then this process too if asked."""
+        logger.info(f"kill_process_tree called: parent_pid={self.pid}, include_parent={include_parent}, pid={self.pid}")
+        self.release()
+        for s in self.schedulers:
+            s.kill()
+        if include_parent:
+            sys.stderr.flush()
+            os.kill(self.pid, signal.SIGKILL)
+        while any(s.exitcode() is None for s in self.schedulers):
+            time.sleep(0.01)
+
+    def watchdog(self) -> None:
+        """SGLang's SubprocessWatchdog: a scheduler that ended with a non-zero code makes
+        this process SIGQUIT itself."""
+        while not self.watchdog_stop.wait(WATCHDOG_SECONDS):
+            for s in self.schedulers:
+                code = s.exitcode()
+                if code:
+                    logger.error(
+                        f"Subprocess scheduler_{s.rank} (pid={s.pid}) crashed with exit code {code}. "
+                        "Triggering SIGQUIT for cleanup..."
+                    )
+                    os.kill(self.pid, signal.SIGQUIT)
+                    return
+
+    def on_term(self) -> None:
+        """The tokenizer manager's SIGTERM handler: health 503 from now on; the drain starts."""
+        logger.warning("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        if not self.state.draining:
+            self.state.draining = True
+            self.drain()
+
+    def drain(self) -> None:
+        """tokenizer_manager.py's sigterm_watchdog: it looks every 5 s (counted from when its
+        loop started) and, once SIGTERM was seen, logs what remains until nothing does.
+        Requests keep being accepted and served meanwhile."""
+        t0 = self.state.loop_started
+        if t0 is None:  # no request reached the tokenizer manager: uvicorn's own handler stops at once
+            self.stop()
+        since = time.monotonic() - t0
+        self.pause(DRAIN_POLL_SECONDS * (math.floor(since / DRAIN_POLL_SECONDS) + 1) - since, on_term=self.on_term)
+        while True:
+            rids = self.state.running_rids()
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true"):
+                logger.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            logger.info(f"Gracefully exiting... Remaining number of requests {len(rids)}. Remaining requests remaining_rids={rids}.")
+            if not rids:
+                break
+            self.pause(DRAIN_POLL_SECONDS, on_term=self.on_term)
+        self.stop()
+
+    def stop(self) -> None:
+        """The end of the drain: schedulers asked to exit (ShutdownReq), given 15 s, the rest
+        killed, then uvicorn stops; exit 0."""
+        self.watchdog_stop.set()  # their exits are expected now, not crashes
+        for s in self.schedulers:
+            s.shutdown()
+        deadline = time.monotonic() + SCHEDULER_EXIT_TIMEOUT_SECONDS
+        while time.monotonic() < deadline and any(s.exitcode() is None for s in self.schedulers):
+            time.sleep(0.05)
+        stragglers = [s.pid for s in self.schedulers if s.exitcode() is None]
+        if stragglers:
+            logger.warning(
+                f"Schedulers still alive {SCHEDULER_EXIT_TIMEOUT_SECONDS}s after ShutdownReq, "
+                f"killing them before they released: {stragglers}"
+            )
+        self.kill_tree(include_parent=False)
+        http_log("INFO:     Shutting down")
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        http_log("INFO:     Waiting for application shutdown.")
+        http_log("INFO:     Application shutdown complete.")
+        http_log(f"INFO:     Finished server process [{self.pid}]")
+        sys.exit(0)
 
 
-def _crash_traceback(kind: str, a, gpu: int, total_mib: int, free_mib: int) -> str:
+def _crash_traceback(kind: str, pid: int, gpu: int, total_mib: int, free_mib: int) -> str:
     ask_gib = 2.0 if kind == "oom" else 0.0
     if kind == "oom":
         err = (
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {ask_gib:.2f} GiB. GPU {gpu} has a total "
             f"capacity of {total_mib / 1024:.2f} GiB of which {max(0, free_mib) / 1024:.2f} GiB is free. "
-            f"Process {os.getpid()} has {max(0, total_mib - free_mib) / 1024:.2f} GiB memory in use. Of the allocated "
+            f"Process {pid} has {max(0, total_mib - free_mib) / 1024:.2f} GiB memory in use. Of the allocated "
             "memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved "
             "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
             "fragmentation.  See documentation for Memory Management  "
@@ -638,59 +864,45 @@ def launch_server(server_args) -> None:
     logger.info(f"server_args={a!r}")
     state = ServerState(a)
     Handler.state = state
-    stop = threading.Event()
-
-    def on_term(signum, frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-
-    def wait(seconds: float) -> bool:
-        """Sleep; True if asked to stop meanwhile (then clean up and exit)."""
-        if stop.wait(max(0.0, seconds)):
-            _lab.unregister(pid)
-            sys.exit(0)
-        return False
-
     gpus = _gpu_ids(a)
+    # first, while this process has no thread and no signal handler (see start_schedulers)
+    schedulers = start_schedulers(len(gpus), decode_tokens_per_s())
+    proc = _Process(state, schedulers)
+    state.tp0 = schedulers[0]
+
+    def wait(seconds: float) -> None:
+        proc.pause(max(0.0, seconds), on_term=proc.exit_loading)
+
     tp_log("Init torch distributed begin.")
     if max(gpus) >= gpu_count:
-        bad = max(gpus)
-        tp_log(
+        proc.fail(
             "Scheduler hit an exception: Traceback (most recent call last):\n"
             '  File "/opt/sglang/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
             "    scheduler = Scheduler(\n"
-            f"torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU {bad} does not exist: "
+            f"torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU {max(gpus)} does not exist: "
             f"this host has {gpu_count} GPU(s)."
         )
-        http_log("Received sigquit from a child process. It usually means the child failed.")
-        _die(pid)
     per_gpu = int(round(gpu_mib * float(a.mem_fraction_static)))
     # CUDA memory: the weights are loaded into what is free; other processes' memory counts.
-    short = [(g, gpu_mib - _lab.used_mib_on(g, exclude_pid=pid)) for g in gpus]
+    short = [(g, gpu_mib - _lab.used_mib_on(g)) for g in gpus]
     short = [(g, free) for g, free in short if free < per_gpu]
     if preinstalled:
         short = []  # the lab's old service always loads (it may share its GPUs with workloads)
-    _lab.register(pid, "sglang::scheduler_TP0", gpus, 0)
+    proc.hold(gpus, 0)
     wait(min(0.2, load_seconds * 0.05))
     tp_log("Init torch distributed ends. mem usage=0.00 GB")
     avail_gb = gpu_mib / 1024 - 0.5
     tp_log(f"Load weight begin. avail mem={avail_gb:.2f} GB")
     weight_mib = int(per_gpu * 0.55)
-    _lab.register(pid, "sglang::scheduler_TP0", gpus, weight_mib)
+    proc.hold(gpus, weight_mib)
 
     if short and load != "hang":
         wait(load_seconds * 0.5)
         g, free = short[0]
-        tp_log("Scheduler hit an exception: " + _crash_traceback("oom", a, g, gpu_mib, free))
-        http_log("Received sigquit from a child process. It usually means the child failed.")
-        _die(pid)
+        proc.fail("Scheduler hit an exception: " + _crash_traceback("oom", schedulers[gpus.index(g)].pid, g, gpu_mib, free))
     if load == "crash":
         wait(load_seconds * 0.5)
-        tp_log("Scheduler hit an exception: " + _crash_traceback("crash", a, gpus[0], gpu_mib, gpu_mib - per_gpu))
-        http_log("Received sigquit from a child process. It usually means the child failed.")
-        _die(pid, signal.SIGKILL)
+        proc.fail("Scheduler hit an exception: " + _crash_traceback("crash", schedulers[0].pid, gpus[0], gpu_mib, gpu_mib - per_gpu))
     wait(load_seconds * 0.5)
     arch = (a._hf_config.get("architectures") or ["UnknownForCausalLM"])[0]
     tp_log(
@@ -699,14 +911,13 @@ def launch_server(server_args) -> None:
     )
     if a.speculative_algorithm:
         tp_log(f"Load draft weight end. speculative_algorithm={a.speculative_algorithm}")
-    _lab.register(pid, "sglang::scheduler_TP0", gpus, per_gpu)
+    proc.hold(gpus, per_gpu)
     kv_tokens = int(gpu_mib * 4)
     tp_log(f"KV Cache is allocated. #tokens: {kv_tokens}, K size: {(per_gpu - weight_mib) / 2048:.2f} GB, V size: {(per_gpu - weight_mib) / 2048:.2f} GB")
     tp_log(f"Memory pool end. avail mem={(gpu_mib - per_gpu) / 1024:.2f} GB")
     tp_log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={(gpu_mib - per_gpu) / 1024:.2f} GB")
     if load == "hang":
-        while True:  # never opens the port; only SIGTERM/SIGKILL end it
-            wait(3600)
+        proc.pause(None, on_term=proc.exit_loading)  # never opens the port; only SIGTERM/SIGKILL end it
     wait(load_seconds * 0.3)
     tp_log(f"Capture cuda graph end. Time elapsed: {load_seconds * 0.3:.2f} s. mem usage=1.12 GB. avail mem={(gpu_mib - per_gpu) / 1024 - 1.12:.2f} GB.")
     tp_log(
@@ -716,45 +927,35 @@ def launch_server(server_args) -> None:
     )
     wait(load_seconds * 0.2)
 
-    # ---- the port opens ----
+    # ---- loaded: the schedulers are watched, the port opens ----
+    state.tp0.start_reader()
+    threading.Thread(target=proc.watchdog, name="subprocess-watchdog", daemon=True).start()
     bind_host = a.host or "127.0.0.1"
     _Server.address_family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
     try:
-        httpd = _Server((bind_host, int(a.port)), Handler)
+        proc.httpd = _Server((bind_host, int(a.port)), Handler)
     except OSError as e:
         http_log(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address ({bind_host!r}, {a.port}): {e.strerror.lower() if e.strerror else e}")
-        _lab.unregister(pid)
+        proc.release()
         sys.exit(1)
     http_log(f"INFO:     Started server process [{pid}]")
     http_log("INFO:     Waiting for application startup.")
     http_log("INFO:     Application startup complete.")
     http_log(f"INFO:     Uvicorn running on http://{bind_host}:{a.port} (Press CTRL+C to quit)")
-    server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    server_thread.start()
+    threading.Thread(target=proc.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
 
     def warmup():
-        if a.skip_server_warmup or int(a.node_rank or 0) >= 1:
-            state.status = "Up"
-        elif not stop.wait(WARMUP_SECONDS):
+        if not (a.skip_server_warmup or int(a.node_rank or 0) >= 1):
+            time.sleep(WARMUP_SECONDS)
+            state.start_loop()  # the warm-up request is the tokenizer manager's first
             http_log(f'INFO:     127.0.0.1:{40000 + pid % 20000} - "GET /model_info HTTP/1.1" 200 OK')
             http_log(
                 "Prefill batch, #new-seq: 1, #new-token: 3, #cached-token: 0, token usage: 0.00, "
                 "#running-req: 0, #queue-req: 0, "
             )
             http_log(f'INFO:     127.0.0.1:{40001 + pid % 20000} - "POST /generate HTTP/1.1" 200 OK')
-            state.status = "Up"
-        if state.status == "Up":
-            logger.info("The server is fired up and ready to roll!")
+        state.status = "Up"
+        logger.info("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, daemon=True).start()
-    while not stop.wait(0.5):
-        pass
-    state.status = "Shutdown"
-    http_log("INFO:     Shutting down")
-    httpd.shutdown()
-    httpd.server_close()
-    http_log("INFO:     Waiting for application shutdown.")
-    http_log("INFO:     Application shutdown complete.")
-    http_log(f"INFO:     Finished server process [{pid}]")
-    _lab.unregister(pid)
-    sys.exit(0)
+    proc.pause(None, on_term=proc.on_term)
