@@ -5,12 +5,14 @@
       └─failed──────────────────> roll back <───────┘
 
     roll back: restore the files that differ from before (stopping the service first if its
-      files change, or if this run started a service that was not running), its enabled state
-      as it was, then
-        it was serving and its files came back -> restart, gate: serving again, or ROLLBACK FAILED
-        it was not serving                      -> left stopped (or not installed), as it was
-        it was serving, nothing came back       -> this run (re)started it: stopped, nothing to
-                                                   roll back to; else it is untouched
+      files change, or if the rollout started a service that was not running), its enabled
+      state as it was, then
+        it was serving, and its files came back (or the rollout had replaced and started them)
+                                                 -> restart, gate: serving again, or ROLLBACK FAILED
+        it was not serving                       -> left stopped (or not installed), as it was
+        it was serving, its files were already the declared ones
+                                                 -> the rollout (re)started it: stopped, nothing to
+                                                    roll back to; else it is untouched
       then every workload that ran (or was enabled) before is given back and must hold its
       GPUs again; then finish: record, no pending record, no lock.
     A failed rollback stops and disables the service (no crash loop) and keeps every file.
@@ -92,7 +94,8 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
         steps.stop_and_disable()
         out = Outcome("FAILED (rollback failed)", [reason, f"restoring the files failed: {message}"],
                       left=f"{unit} stopped and disabled, its files as the failed restore left them ({where})")
-    elif restored and before.serving:
+    elif before.serving and (restored or (started and plan.replaces_service)):
+        # its files are back (now, or by an interrupted rollback), but the process may not be theirs
         again = steps.wait_ready() if steps.restart() else Verdict(True, False, "systemctl could not start it")
         if again.ready:
             steps.log(f"rolled back: the previous service is serving again, {again.reason}", "yellow")
@@ -102,11 +105,11 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
             steps.stop_and_disable()
             out = Outcome("FAILED (rollback failed)", [reason, f"the previous service did not come back: {again.reason}"],
                           left=f"{unit} stopped and disabled with the previous files ({where}), kept for inspection")
-    elif restored or (started and not before.serving):
+    elif not before.serving and (restored or started):
         installed = any(before.files.values())
         out = Outcome("FAILED (rolled back)", [reason],
                       left=f"{unit} stopped, as it was" if installed else f"{unit} not installed, as it was")
-    elif started:
+    elif started and before.serving:
         steps.stop_and_disable()
         out = Outcome("FAILED (stopped: nothing to roll back to)", [reason],
                       left=f"{unit} stopped and disabled: its files were already the declared ones, "

@@ -125,6 +125,8 @@ class Plan:
     interrupted: Pending | None = None  # the unfinished rollout found on the host, which this run takes over
     finish_rollback: bool = False  # ... which was rolling back the same spec: finish that only
     record: Pending | None = None  # the pending-rollout record this rollout keeps on the host (set by plan())
+    replaces_service: bool = False  # the service's files before differ from the declared ones: a rollback
+    #                                 has a previous service to return to
     why: tuple[str, ...] = field(default=())  # the drift found, in words
 
     @property
@@ -258,5 +260,6 @@ def plan(spec: ClassSpec, group: str, facts: HostFacts, interrupted: Pending | N
         interrupted=interrupted,
         finish_rollback=finish_rollback,
         record=record,
+        replaces_service=any(before.files.get(f.path) != sha1(f.content) for f in want if f.restarts),
         why=tuple(why),
     )

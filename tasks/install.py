@@ -9,16 +9,26 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra.api import FileUploadCommand, operation
+from pyinfra.api import FunctionCommand, operation
 
 from fleet.rollout import staged_path
 from tasks.preflight import Preflight
 
 
+def _upload(state, host, path: str, content: str) -> bool:
+    # pyinfra's own upload command lets a connector error (no SFTP subsystem, say) escape and
+    # end the whole run; here it fails this host's operation, which rolls the host back.
+    try:
+        return host.put_file(StringIO(content), staged_path(path))
+    except Exception as e:  # noqa: BLE001 - any transfer error fails the upload the same way
+        host.log_styled(f"upload of {path} failed: {e}", fg="red")
+        return False
+
+
 @operation()
 def _staged(files: list):
     for f in files:
-        yield FileUploadCommand(StringIO(f.content), staged_path(f.path))
+        yield FunctionCommand(_upload, (f.path, f.content), {})
 
 
 def stage(pf: Preflight) -> None:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -58,7 +59,8 @@ def _begin(state, host, pf: Preflight) -> bool:
     if changed:
         return fail(host, f"{host.name}: {changed[0]} changed since preflight (another deploy, or a hand edit); "
                           "nothing was done: run again", verdict="REFUSED")
-    return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {out.strip()[-300:]}")
+    said = "\n".join(line for line in out.splitlines() if not line.startswith("@@")).strip()
+    return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {said[-300:]}")
 
 
 class _RollBackOnFailure(BaseStateCallback):
@@ -81,17 +83,24 @@ def _install_handlers() -> None:
     _handlers.append(handler)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupted)
+    atexit.register(_unfinished, "the run ended (see its error above)")  # runs before the table prints
 
 
-def _interrupted(signum, frame) -> None:
-    """Stop now, and say where each host is. (pyinfra's own handler would exit 0.)"""
+def _unfinished(how: str) -> None:
+    """Say, for every host whose rollout began and did not end, where it is left."""
     for name in BEGUN:
         report = RUN.host(name)
         report.verdict = "INTERRUPTED"
         report.reasons.append(
-            f"{name}: interrupted mid-rollout; it keeps its pending-rollout record: the next run "
+            f"{name}: {how} mid-rollout; it keeps its pending-rollout record: the next run "
             "(make deploy) finishes this rollout or rolls it back to the state recorded before it"
         )
+    BEGUN.clear()
+
+
+def _interrupted(signum, frame) -> None:
+    """Stop now, and say where each host is. (pyinfra's own handler would exit 0.)"""
+    _unfinished("interrupted")
     print(f"\nInterrupted ({signal.Signals(signum).name}): no further command runs on any host.", file=sys.stderr)
     RUN.print()
     sys.stderr.flush()

@@ -73,10 +73,10 @@ class Steps:
         return [c[0] for c in self.calls]
 
 
-def make_plan(before=SERVING, restart=True, wait=True, interrupted=None, finish_rollback=False):
+def make_plan(before=SERVING, restart=True, wait=True, interrupted=None, finish_rollback=False, replaces_service=True):
     record = Pending(ROLLING_OUT, 1, "alice@laptop", "t", restart, "", before)
     return Plan(before=before, restart=restart, wait=wait, interrupted=interrupted, finish_rollback=finish_rollback,
-                record=interrupted if finish_rollback else record)
+                record=interrupted if finish_rollback else record, replaces_service=replaces_service)
 
 
 # --- activate -------------------------------------------------------------------------------
@@ -115,11 +115,15 @@ def test_every_failure_rolls_back_to_the_service_that_was_serving(failure, reaso
     assert ("show_journal",) in steps.calls or failure.get("apply")
 
 
-def test_an_interrupted_rollback_is_finished_without_applying_anything():
+@pytest.mark.parametrize("restored", [True, False])
+def test_an_interrupted_rollback_is_finished_without_applying_anything(restored):
+    """Its files may be back already (the interrupted run restored them): the previous service
+    is restarted either way, since the process running may still be the new one."""
     it = Pending(ROLLING_BACK, 1, "bob", "t", True, "the unit stopped", SERVING)
-    steps = Steps()
+    steps = Steps(restore=((True, restored, ""),))
     out = activate(make_plan(interrupted=it, finish_rollback=True), steps, UNIT, RECORD)
     assert "apply" not in steps.names and steps.calls[0] == ("restore", "the unit stopped", False)
+    assert steps.names[1:] == ["restart", "wait_ready", "give_back", "finish"]
     assert out.verdict == "FAILED (rolled back)"
 
 
@@ -166,7 +170,7 @@ def test_a_service_that_was_not_running_is_left_stopped(before, left):
 
 def test_a_restart_of_unchanged_files_that_fails_leaves_nothing_to_roll_back_to():
     steps = Steps(ready=(CRASHED,), restore=((True, False, ""),))
-    out = activate(make_plan(), steps, UNIT, RECORD)
+    out = activate(make_plan(replaces_service=False), steps, UNIT, RECORD)
     assert out.verdict == "FAILED (stopped: nothing to roll back to)"
     assert steps.names[-3:] == ["stop_and_disable", "give_back", "finish"]
 

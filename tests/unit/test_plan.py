@@ -87,6 +87,7 @@ def test_a_changed_spec_updates_unit_and_record_backs_up_and_restarts():
     p = plan_for(converged(), spec=CHANGED)
     assert names(p.swap) == [UNIT, RECORD]
     assert p.backup and p.before.backup == STAMP and p.restart and p.daemon_reload and p.wait and not p.enable
+    assert p.replaces_service  # a rollback has the previous service to return to
     assert p.action() == "update sglang.service, spec.json, restart"
     assert p.record == Pending(ROLLING_OUT, NOW, BY, target_of(desired_files(CHANGED, "pro6000")), True, "", p.before)
 
@@ -135,6 +136,7 @@ def test_enabled_but_stopped_is_started_through_the_gate():
     p = plan_for(with_runtime(with_unit(converged(), "sglang.service", active_state="inactive", sub_state="dead"),
                               health=0, cmdline=None))
     assert p.restart and p.wait and not p.enable and p.swap == () and not p.backup
+    assert not p.replaces_service  # the declared files are the ones there: nothing earlier to return to
     assert p.action() == "start"
     assert p.why == ("sglang.service is inactive (dead)",)
 
