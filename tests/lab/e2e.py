@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,3 +66,42 @@ def summary_row(output: str, host: str) -> str:
     """The host's row of the closing table."""
     table = output.rsplit("SGLang fleet rollout summary", 1)[-1]
     return next((line for line in table.splitlines() if line.startswith(host + " ")), "")
+
+
+def interrupted(lab, cwd: Path, host: str, sig: int, on_line: str | None = None, when=None, after: float = 0.0,
+                timeout: float = 300) -> subprocess.CompletedProcess:
+    """Deploy to one host and send `sig` to the controller once a line of its output contains
+    `on_line`, or once `when()` is true (polled), `after` seconds later. Returns the run, its
+    output in `.out` (whatever came before the signal: no trigger, no signal, a failing test)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+    p = subprocess.Popen(
+        [str(BIN / "pyinfra"), "-y", "--limit", host, str(lab.inventory), "deploy.py"],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in p.stdout:
+            lines.append(line)
+            if on_line is not None and on_line in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    fired = False
+    while p.poll() is None and time.monotonic() < deadline:
+        if seen.is_set() or (when is not None and when()):
+            time.sleep(after)
+            p.send_signal(sig)
+            fired = True
+            break
+        time.sleep(0.05 if when is None else 0.0)
+    if not fired:
+        p.kill()
+    p.wait(timeout=60)
+    reader.join(timeout=10)
+    done = subprocess.CompletedProcess(p.args, p.returncode)
+    done.out, done.fired = "".join(lines), fired
+    return done

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 
@@ -81,11 +80,31 @@ def test_two_concurrent_deploys_one_is_refused(deployed):
 
 
 def test_stale_lock_is_reported_and_taken_over(deployed):
+    """The lock names the SSH session of its deploy: once that session is gone (a killed
+    controller, a lost link), the next deploy, from any machine, takes the lock over."""
     lab, _ = deployed
-    owner = {"holder": "root@" + socket.gethostname(), "pid": 999999, "since": int(time.time()) - 60}
-    sh(lab, "a6000-1", f"mkdir -p /run/sglang-fleet/sglang.lock && echo '{json.dumps(owner)}' "
-                      "> /run/sglang-fleet/sglang.lock/owner && systemctl stop sglang.service")
+    owner = {"holder": "bob@elsewhere", "pid": 4242, "since": int(time.time()) - 60, "session": 999999,
+             "session_start": 12345}
+    sh(lab, "a6000-1", f"mkdir -p /run/sglang-fleet && echo '{json.dumps(owner)}' > /run/sglang-fleet/sglang.lock "
+                      "&& systemctl stop sglang.service")
     run = deploy(lab)
     assert run.returncode == 0, run.out
-    assert "stale deploy lock" in run.out and "taking it over" in run.out
+    assert "stale deploy lock held by bob@elsewhere" in run.out and "its SSH session (sshd pid 999999) is gone" in run.out
+    assert "taking it over" in run.out
     assert sh(lab, "a6000-1", "ls /run/sglang-fleet/") == ""
+    assert health(lab, "a6000-1") == "200"
+
+
+def test_a_lock_without_an_owner_is_refused_with_the_command_to_clear_it(deployed):
+    lab, _ = deployed
+    sh(lab, "a6000-1", "mkdir -p /run/sglang-fleet && : > /run/sglang-fleet/sglang.lock && systemctl stop sglang.service")
+    try:
+        run = deploy(lab)
+        assert run.returncode != 0
+        assert "REFUSED" in summary_row(run.out, "a6000-1")
+        assert "a deploy lock without a readable owner at /run/sglang-fleet/sglang.lock" in run.out
+        assert "rm -rf /run/sglang-fleet/sglang.lock" in run.out
+        assert sh(lab, "a6000-1", "systemctl is-active sglang.service") == "inactive"  # untouched
+    finally:
+        sh(lab, "a6000-1", "rm -f /run/sglang-fleet/sglang.lock")
+    assert deploy(lab).returncode == 0

@@ -58,7 +58,7 @@ def test_crash_rolls_back_and_nextn_answers_again(rolled):
     assert "the unit" in run.out and "Traceback" in run.out  # the journal excerpt is shown
     assert "NEXTN" in sh(lab, "crash", "cat /etc/systemd/system/sglang.service")
     assert health(lab, "crash") == "200"
-    assert records(lab, "crash")[-1]["result"] == "failed"
+    assert records(lab, "crash")[-1]["result"] == "rolled-back"
 
 
 def test_hang_ends_at_the_load_timeout_and_rolls_back(rolled):
@@ -68,19 +68,26 @@ def test_hang_ends_at_the_load_timeout_and_rolls_back(rolled):
     assert health(lab, "hang") == "200"
 
 
-def test_first_install_that_crashes_is_stopped_and_frees_the_gpu(rolled):
+def test_a_first_install_that_crashes_leaves_the_host_as_it_was(rolled):
     lab, run = rolled
-    assert "FAILED (stopped)" in summary_row(run.out, "first-crash"), run.out
-    assert sh(lab, "first-crash", "systemctl is-active sglang.service") != "active"
+    row = summary_row(run.out, "first-crash")
+    assert "FAILED (rolled back)" in row, run.out
+    assert "left: sglang.service not installed, as it was" in run.out
+    assert sh(lab, "first-crash", "systemctl is-active sglang.service; ls /etc/systemd/system/sglang.service "
+                                  "/etc/sglang/sglang.env 2>&1 | grep -c 'No such file'") == "inactive\n2"
     assert gpu_apps(lab, "first-crash") == []
+    assert records(lab, "first-crash")[-1]["result"] == "rolled-back"
 
 
 def test_a_workload_that_will_not_stop_fails_the_host_before_its_service_is_touched(rolled):
     lab, run = rolled
     row = summary_row(run.out, "stubborn")
-    assert "FAILED" in row, run.out
+    assert "FAILED (service untouched)" in row, run.out
     assert "expected dflash-train.service to stop" in run.out
-    assert sh(lab, "stubborn", "systemctl is-active dflash-train.service") == "active"
+    # `disable --now` disabled it before systemd refused the stop: the rollback enables it again
+    assert sh(lab, "stubborn", "systemctl is-active dflash-train.service; systemctl is-enabled dflash-train.service") \
+        == "active\nenabled"
     assert "NEXTN" in sh(lab, "stubborn", "cat /etc/systemd/system/sglang.service")
     assert health(lab, "stubborn") == "200"
-    assert sh(lab, "stubborn", "ls /run/sglang-fleet/") == ""  # the lock was released
+    assert sh(lab, "stubborn", "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>&1") \
+        == "ls: cannot access '/var/lib/sglang-fleet/sglang/pending.json': No such file or directory\n/run/sglang-fleet/:"
