@@ -4,6 +4,9 @@
 
 Prints:
   - wall time and SSH commands per host of a no-op converge (`pyinfra --debug` counts them);
+  - a change run: one spec field changed (the PRO 6000 class's DFlash block size), so that
+    host backs up, uploads, restarts, waits for /health and smoke-tests: wall time next to
+    the server's own load time (start to "ready" in its journal), SSH commands and uploads;
   - time from /health turning 200 to the readiness gate seeing it;
   - time from a crash (SIGKILL of the server while it loads) to the gate reporting it.
 The last two drive the deploy's own gate (tasks.activate.wait_ready) over the lab's SSH.
@@ -14,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +35,8 @@ from lab import lab as labmod  # noqa: E402
 from tasks.activate import wait_ready  # noqa: E402
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
+# As the deploy restarts: manual starts count towards the unit's start limit too.
+RESTART = "systemctl reset-failed sglang.service; systemctl restart sglang.service"
 
 
 class LabHost:
@@ -46,15 +53,60 @@ class LabHost:
         print(f"    [{self.name}] {message}")
 
 
-def converge(lab) -> tuple[float, dict[str, int], int]:
+def converge(lab, cwd: Path = REPO) -> tuple[float, dict[str, int], int, int]:
+    """(wall, SSH commands per host, uploads, exit code) of one `pyinfra --debug` run."""
     t = time.monotonic()
-    p = subprocess.run([PYINFRA, "-y", "--debug", str(lab.inventory), "deploy.py"], cwd=REPO,
+    p = subprocess.run([PYINFRA, "-y", "--debug", str(lab.inventory), "deploy.py"], cwd=cwd,
                        capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - t
     counts: dict[str, int] = {}
     for host in re.findall(r"Running command on (\S+?):", p.stdout + p.stderr):
         counts[host] = counts.get(host, 0) + 1
-    return wall, counts, p.returncode
+    return wall, counts, (p.stdout + p.stderr).count("Attempting upload of"), p.returncode
+
+
+def server_times(lab, host: str) -> tuple[float, float]:
+    """(stop, load) of the server's last restart, from its journal (systemd's clock): the old
+    server's stop (SGLang drains, checking every 5 s), then start to "ready to roll"."""
+    out = lab.ssh(host, "journalctl -u sglang.service -o json --no-pager -n 400", timeout=30).stdout
+    entries = [json.loads(line) for line in out.splitlines()]
+
+    def last(prefix: str) -> int:
+        return int([e for e in entries if str(e.get("MESSAGE", "")).startswith(prefix)][-1]["__REALTIME_TIMESTAMP"])
+
+    ready = [e for e in entries if "ready to roll" in str(e.get("MESSAGE", ""))]
+    stop = (last("Stopped sglang.service") - last("Stopping sglang.service")) / 1e6
+    return stop, (int(ready[-1]["__REALTIME_TIMESTAMP"]) - last("Started sglang.service")) / 1e6
+
+
+def change_runs(lab, runs: int) -> None:
+    """Each run changes one field of the PRO 6000 class (the block size, 8 <-> 16)."""
+    host = "pro6000-1"
+    walls, stops, loads, counts, uploads = [], [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = Path(tmp)
+        for name in ("deploy.py", "tasks", "fleet", "facts", "templates"):
+            (wd / name).symlink_to(REPO / name)
+        shutil.copytree(REPO / "group_data", wd / "group_data")
+        pro = wd / "group_data" / "pro6000.py"
+        declared = pro.read_text()
+        for i in range(runs):
+            pro.write_text(declared + f'\nspeculative = {{**speculative, "block_size": {8 if i % 2 == 0 else 16}}}\n')
+            wall, c, up, rc = converge(lab, wd)
+            assert rc == 0, f"change run {i} failed (exit {rc})"
+            walls.append(wall)
+            stop, load = server_times(lab, host)
+            stops.append(stop)
+            loads.append(load)
+            counts.append(c.get(host, 0))
+            uploads.append(up)
+    converge(lab)  # back to the declared spec
+    wall, stop, load = (statistics.median(x) for x in (walls, stops, loads))
+    print(f"change run on {host}, {runs} runs: wall median {wall:.2f}s, of which the old server's stop (drain) "
+          f"{stop:.2f}s and the new one's load (start -> ready) {load:.2f}s: the rollout's own time "
+          f"{wall - stop - load:.2f}s (pyinfra's start and preflight included)")
+    print(f"  {host}: {statistics.median(counts):.0f} SSH commands and {statistics.median(uploads):.0f} uploads "
+          f"(backup, upload, restart, gate, smoke test, record)")
 
 
 def ready_at(lab, host: str) -> float:
@@ -72,23 +124,24 @@ def main() -> int:
     lab = labmod.up(labmod.DEFAULT_LAB)
     specs = load_class_specs(REPO / "group_data")
     first = converge(lab)
-    print(f"first converge of the default lab: {first[0]:.1f}s (exit {first[2]})")
+    print(f"first converge of the default lab: {first[0]:.1f}s (exit {first[3]})")
 
     walls, counts = [], []
     for _ in range(runs):
-        wall, c, rc = converge(lab)
+        wall, c, _, rc = converge(lab)
         walls.append(wall)
         counts.append(c)
     print(f"no-op converge, {runs} runs: wall median {statistics.median(walls):.2f}s "
           f"(min {min(walls):.2f}s, max {max(walls):.2f}s)")
     for host in sorted(counts[-1]):
         print(f"  {host}: {counts[-1][host]} SSH commands")
+    change_runs(lab, runs)
 
     host = "pro6000-1"
     spec = specs["pro6000"]
     seen = []
     for _ in range(runs):
-        lab.ssh(host, "systemctl restart sglang.service")
+        lab.ssh(host, RESTART)
         verdict = wait_ready(LabHost(lab, host), spec)
         t_seen = time.time()
         seen.append(t_seen - ready_at(lab, host))
@@ -98,7 +151,7 @@ def main() -> int:
 
     crash = []
     for _ in range(runs):
-        lab.ssh(host, "systemctl restart sglang.service")
+        lab.ssh(host, RESTART)
         killed = {}
 
         def kill_later():
@@ -111,7 +164,7 @@ def main() -> int:
         crash.append(time.time() - killed["t"])
         assert not verdict.ready
         print(f"    crash reported: {verdict.reason}")
-    lab.ssh(host, "systemctl restart sglang.service")
+    lab.ssh(host, RESTART)
     wait_ready(LabHost(lab, host), spec)
     print(f"crash -> gate reports it: median {statistics.median(crash) * 1000:.0f} ms, max {max(crash) * 1000:.0f} ms")
     return 0
