@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 
 from fleet.gate import base_url
@@ -115,7 +115,7 @@ class Plan:
     before: Before
     swap: tuple[ManagedFile, ...] = ()  # content differs: staged, then renamed into place
     repairs: tuple[ManagedFile, ...] = ()  # content right, mode or owner wrong
-    dirs: tuple[str, ...] = ()  # managed directories missing or with the wrong mode or owner
+    dirs: tuple[str, ...] = ()  # managed directories with the wrong mode or owner (begin fixes them)
     stop_workloads: tuple[str, ...] = ()
     daemon_reload: bool = False
     enable: bool = False
@@ -127,7 +127,7 @@ class Plan:
     record: Pending | None = None  # the pending-rollout record this rollout keeps on the host (set by plan())
     replaces_service: bool = False  # the service's files before differ from the declared ones: a rollback
     #                                 has a previous service to return to
-    why: tuple[str, ...] = field(default=())  # the drift found, in words
+    why: tuple[str, ...] = ()  # the drift found, in words
 
     @property
     def has_work(self) -> bool:
@@ -171,11 +171,11 @@ def _unit_before(unit: UnitState | None) -> UnitBefore:
     return UnitBefore(unit.unit_file_state if unit else "", unit.active_state if unit else "")
 
 
-def before_of(spec: ClassSpec, facts: HostFacts, backup: str | None) -> Before:
-    """The host as preflight read it; backup: where its files are being backed up."""
+def before_of(spec: ClassSpec, facts: HostFacts) -> Before:
+    """The host as preflight read it (no backup yet)."""
     return Before(
         files={p: facts.deployed.sha1(p) for p in managed_paths(spec)},
-        backup=backup,
+        backup=None,
         service=_unit_before(facts.units.get(spec.service_unit)),
         workloads={w: _unit_before(facts.units.get(w)) for w in spec.workloads},
     )
@@ -234,7 +234,7 @@ def plan(spec: ClassSpec, group: str, facts: HostFacts, interrupted: Pending | N
                    f"{runtime.health or 'no answer'} at {base_url(spec)}")
     wait = restart or runtime.health != 200 or interrupted is not None
 
-    recorded = interrupted.before if interrupted else before_of(spec, facts, None)
+    recorded = interrupted.before if interrupted else before_of(spec, facts)
     live = {p: deployed.sha1(p) for p in recorded.files}
     # back up once per rollout, while the files are still the ones from before it
     backup = bool(swap) and recorded.backup is None and live == recorded.files and any(live.values())

@@ -61,4 +61,4 @@ def test_verify_passes_with_the_key(keyed):
         cwd=wd, capture_output=True, text=True, timeout=300,
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "8 passed" in p.stdout
+    assert "9 passed" in p.stdout

@@ -8,8 +8,10 @@ import shlex
 from facts.gpu import GpuInventory
 from fleet import guards
 from fleet.gate import base_url
+from fleet.lock import lock_file
 from fleet.parse import parse_gpu_inventory
 from fleet.render import API_KEY_REF, render_env, render_unit, server_argv
+from fleet.rollout import OWNER, desired_files, pending_file
 
 
 def _curl(node, target, path: str) -> tuple[int, str]:
@@ -73,10 +75,22 @@ def test_declared_workloads_stopped(node, target):
         assert not node.service(unit).is_running, f"workload {unit} is still running"
 
 
-def test_secret_file_is_0600(node, target):
+def test_files_have_their_modes_and_owners(node, target):
+    """Every managed file exists exactly when the spec wants it, with its mode, owned by root
+    (the secret 0600; no secret file when no key is declared)."""
+    for want in desired_files(target.spec, target.group):
+        f = node.file(want.path)
+        if want.content is None:
+            assert not f.exists, f"{want.path} exists but the spec does not want it"
+        else:
+            assert f.exists, f"{want.path} is missing"
+            assert (f"{f.mode:o}", f"{f.user}:{f.group}") == (want.mode, OWNER), \
+                f"{want.path} is {f.mode:o} {f.user}:{f.group}, want {want.mode} {OWNER}"
+
+
+def test_no_unfinished_rollout(node, target):
     spec = target.spec
-    f = node.file(spec.secret_file)
-    if spec.service.api_key is None:
-        assert not f.exists, f"{spec.secret_file} exists but the spec has no API key"
-    else:
-        assert f.exists and f.mode == 0o600 and f.user == "root"
+    pending = node.file(pending_file(spec))
+    assert not pending.exists, (f"{pending_file(spec)}: a rollout was interrupted and not finished; "
+                                "make deploy finishes it or rolls it back")
+    assert not node.file(lock_file(spec)).exists, f"{lock_file(spec)}: a deploy holds the lock"
