@@ -14,13 +14,11 @@ from pyinfra.operations import python
 from facts.gpu import GpuProcesses
 from fleet import activation, gate, lock, rollout
 from fleet.parse import parse_gpu_processes
+from fleet.plan import RUNNING_STATES
 from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks.common import BEGUN, Begun, run
 from tasks.preflight import Preflight
-
-COLORS = {"red": "red", "green": "green", "yellow": "yellow"}
-
 
 def service(pf: Preflight) -> None:
     python.call(
@@ -62,7 +60,7 @@ class HostSteps:
 
     def log(self, message: str, color: str | None = None) -> None:
         if color:
-            self.host.log_styled(message, fg=COLORS[color])
+            self.host.log_styled(message, fg=color)
         else:
             self.host.log(message)
 
@@ -118,11 +116,11 @@ class HostSteps:
         """Enable and start the workloads as they were, then wait until each holds GPU memory."""
         before = self.pf.plan.before.workloads
         commands = [f"systemctl enable --quiet {shlex.quote(w)}" for w in workloads if before[w].enabled == "enabled"]
-        commands += [f"systemctl start {shlex.quote(w)}" for w in workloads if before[w].active in ("active", "activating", "reloading")]
+        running = [w for w in workloads if before[w].active in RUNNING_STATES]
+        commands += [f"systemctl start {shlex.quote(w)}" for w in running]
         ok, out = run(self.host, " && ".join(commands) or "true")
         if not ok:
             return [f"could not start {', '.join(workloads)} again: {out.strip()}"]
-        running = [w for w in workloads if before[w].active in ("active", "activating", "reloading")]
         deadline = time.monotonic() + self.spec.readiness.workload_release_timeout_s
         while running:
             holding = {p.unit for p in parse_gpu_processes(run(self.host, GpuProcesses().command())[1]).processes}

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from pyinfra import host, state
+from pyinfra import state
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import python
 
