@@ -25,6 +25,7 @@ from fleet.spec import ClassSpec
 
 LOCK_ROOT = "/run/sglang-fleet"
 REFUSED_EXIT = 75  # the lock is not what preflight saw: another deploy got there first
+TAKEN_MARK, REFUSED_MARK = "@@lock=taken", "@@lock=refused"
 
 # The sshd process a command runs under (walking up from the shell) and its start time
 # (field 22 of /proc/PID/stat), so a reused pid is never mistaken for the session.
@@ -114,18 +115,18 @@ def stale_after(spec: ClassSpec) -> float:
 
 def take_command(spec: ClassSpec, who: dict, expected: LockFacts) -> str:
     """Take the lock if it is still what preflight saw (absent, or that exact stale text).
-    Prints `@@lock=taken`, or `@@lock=refused` and the lock's text, exit REFUSED_EXIT."""
+    Prints TAKEN_MARK, or REFUSED_MARK and the lock's text, exit REFUSED_EXIT."""
     path = shlex.quote(lock_file(spec))
     seen = ("present:" + expected.text.strip()) if expected.present else "absent"
     fields = ", ".join(f'"{k}": %s' for k in ("holder", "pid", "since", "session", "session_start"))
     return (
         f"mkdir -p {LOCK_ROOT} && ( flock -w 30 9 || exit {REFUSED_EXIT}; "
         f"if [ -e {path} ]; then now=\"present:$(cat {path} 2>/dev/null)\"; else now=absent; fi; "
-        f"if [ \"$now\" != {shlex.quote(seen)} ]; then echo '@@lock=refused'; cat {path} 2>/dev/null; exit {REFUSED_EXIT}; fi; "
+        f"if [ \"$now\" != {shlex.quote(seen)} ]; then echo {REFUSED_MARK}; cat {path} 2>/dev/null; exit {REFUSED_EXIT}; fi; "
         f"{_SESSION}; "
         f"printf '{{{fields}}}\\n' {shlex.quote(json.dumps(who['holder']))} {int(who['pid'])} {int(who['since'])} "
         f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} "
-        f") 9<{LOCK_ROOT} || exit $?; echo '@@lock=taken'"
+        f") 9<{LOCK_ROOT} || exit $?; echo {TAKEN_MARK}"
     )
 
 

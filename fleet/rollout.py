@@ -125,7 +125,7 @@ def backup_command(spec: ClassSpec, stamp: str) -> str:
     )
 
 
-BEGUN = "@@begun"
+BEGUN_MARK, CHANGED_MARK = "@@begun", "@@changed="
 
 
 def begin_command(
@@ -138,13 +138,14 @@ def begin_command(
     stage_secret: bool,
 ) -> str:
     """Before the first change: take the lock, check the files are still what preflight read,
-    fix the directories, back up, write the pending-rollout record. Prints BEGUN at the end.
+    fix the directories, back up, write the pending-rollout record. Prints BEGUN_MARK at the end,
+    or CHANGED_MARK and the path that changed.
     Whatever fails after the lock is taken releases it and changes nothing else."""
     release = lock.release_command(spec)
     fail = f"{{ {release}; exit 1; }}"
     steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
     for path, sha1 in files_seen.items():
-        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo '@@changed='{_q(path)}; {release}; exit 1; }}")
+        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo {CHANGED_MARK}{_q(path)}; {release}; exit 1; }}")
     for d in managed_dirs(spec):
         steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
     if backup_stamp:
@@ -152,7 +153,7 @@ def begin_command(
     steps.append(f"{_drop_staged(spec)}; {_write_json(pending_file(spec), pending)} || {fail}")
     if stage_secret:  # the upload then writes into a file that is 0600 from its first byte
         steps.append(f"install -m 600 /dev/null {_q(staged_path(spec.secret_file))} || {fail}")
-    steps.append(f"echo {BEGUN}")
+    steps.append(f"echo {BEGUN_MARK}")
     return "; ".join(steps)
 
 
@@ -180,9 +181,26 @@ def apply_command(
     if enable:
         parts.append(f"systemctl enable --quiet {unit}")
     if restart:
-        # reset-failed also clears the start limit, which earlier rollouts' starts count towards
-        parts.append(f"systemctl reset-failed {unit} 2>/dev/null || true; systemctl restart {unit}")
+        parts.append(restart_command(spec))
     return "; ".join(parts)
+
+
+def restart_command(spec: ClassSpec) -> str:
+    # reset-failed also clears the start limit, which every start counts towards, manual ones too
+    unit = _q(spec.service_unit)
+    return f"systemctl reset-failed {unit} 2>/dev/null || true; systemctl restart {unit}"
+
+
+def stop_and_disable_command(spec: ClassSpec) -> str:
+    """No crash loop, not at boot either; the files stay for inspection."""
+    unit = _q(spec.service_unit)
+    return f"systemctl stop {unit}; systemctl disable --quiet {unit}"
+
+
+def give_back_command(enable: list[str], start: list[str]) -> str:
+    """Workloads as they were before the rollout: these enabled, those started."""
+    commands = [f"systemctl enable --quiet {_q(w)}" for w in enable] + [f"systemctl start {_q(w)}" for w in start]
+    return " && ".join(commands) or "true"
 
 
 RESTORED = "@@restored="

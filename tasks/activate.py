@@ -6,7 +6,6 @@ gate sees the unit as it is after the restart: a crash or a restart ends the wai
 
 from __future__ import annotations
 
-import shlex
 import time
 
 from pyinfra.operations import python
@@ -55,7 +54,6 @@ class HostSteps:
         self.host, self.begun = host, begun
         self.pf = pf = begun.pf
         self.spec = pf.spec
-        self.unit = shlex.quote(pf.spec.service_unit)
         self.first: str | None = None  # the observation the restart command ended with
 
     def log(self, message: str, color: str | None = None) -> None:
@@ -101,24 +99,21 @@ class HostSteps:
         return ok, any(path in rollout.service_files(self.spec) for path in restored), out.strip()
 
     def restart(self) -> bool:
-        ok, out = run(self.host, f"systemctl reset-failed {self.unit} 2>/dev/null; systemctl restart {self.unit}; "
-                                 f"{gate.observe_command(self.spec)}")
+        ok, out = run(self.host, f"{rollout.restart_command(self.spec)}; {gate.observe_command(self.spec)}")
         self.first = out if ok else None
         if not ok:
             self.log(f"systemctl could not start {self.spec.service_unit}: {out.strip()}", "red")
         return ok
 
     def stop_and_disable(self) -> None:
-        # No crash loop, not at boot either; the files stay for inspection.
-        run(self.host, f"systemctl stop {self.unit}; systemctl disable --quiet {self.unit}")
+        run(self.host, rollout.stop_and_disable_command(self.spec))
 
     def give_back(self, workloads: list[str]) -> list[str]:
         """Enable and start the workloads as they were, then wait until each holds GPU memory."""
         before = self.pf.plan.before.workloads
-        commands = [f"systemctl enable --quiet {shlex.quote(w)}" for w in workloads if before[w].enabled == "enabled"]
         running = [w for w in workloads if before[w].active in RUNNING_STATES]
-        commands += [f"systemctl start {shlex.quote(w)}" for w in running]
-        ok, out = run(self.host, " && ".join(commands) or "true")
+        enabled = [w for w in workloads if before[w].enabled == "enabled"]
+        ok, out = run(self.host, rollout.give_back_command(enabled, running))
         if not ok:
             return [f"could not start {', '.join(workloads)} again: {out.strip()}"]
         deadline = time.monotonic() + self.spec.readiness.workload_release_timeout_s

@@ -37,7 +37,7 @@ def begin(pf: Preflight) -> None:
 
 def _begin(state, host, pf: Preflight) -> bool:
     spec, p = pf.spec, pf.plan
-    ok, out = run(host, rollout.begin_command(
+    _, out = run(host, rollout.begin_command(
         spec,
         lock.owner(),
         pf.facts.deployed.lock,
@@ -46,16 +46,17 @@ def _begin(state, host, pf: Preflight) -> bool:
         p.record.to_json(),
         stage_secret=any(f.secret and f.content is not None for f in p.swap),
     ))
-    if rollout.BEGUN in out:
+    if rollout.BEGUN_MARK in out:
         BEGUN[host.name] = Begun(pf)
         return True
-    if "@@lock=refused" in out:
+    if lock.REFUSED_MARK in out:
         RUN.host(host.name).action = "none"
-        holder = out.split("@@lock=refused", 1)[1].strip()
+        holder = out.split(lock.REFUSED_MARK, 1)[1].strip()
         return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
                           f"since preflight: {lock.describe(holder) if holder else 'it has let it go again'}",
                     verdict="REFUSED")
-    changed = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("@@changed=")]
+    changed = [line.removeprefix(rollout.CHANGED_MARK) for line in out.splitlines()
+               if line.startswith(rollout.CHANGED_MARK)]
     if changed:
         return fail(host, f"{host.name}: {changed[0]} changed since preflight (another deploy, or a hand edit); "
                           "nothing was done: run again", verdict="REFUSED")

@@ -15,7 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from fleet.lock import LockFacts, describe, facts_command, judge, lock_file, release_command, stale_after, take_command
+from fleet.lock import (
+    REFUSED_EXIT,
+    REFUSED_MARK,
+    TAKEN_MARK,
+    LockFacts,
+    describe,
+    facts_command,
+    judge,
+    lock_file,
+    release_command,
+    stale_after,
+    take_command,
+)
 from fleet.parse import parse_deploy_state
 from fleet.spec import ClassSpec
 
@@ -86,7 +98,7 @@ def test_taken_over_ssh_the_lock_names_the_session_and_goes_stale_when_it_ends(t
     sshd = tmp_path / "sshd"
     sshd.symlink_to("/bin/sh")
     r = sh(tmp_path, take_command(SPEC, WHO, LockFacts()), under=str(sshd))
-    assert r.stdout.strip() == "@@lock=taken", r.stderr
+    assert r.stdout.strip() == TAKEN_MARK, r.stderr
     owner = json.loads((tmp_path / PATH.lstrip("/")).read_text())
     assert {k: owner[k] for k in WHO} == WHO and isinstance(owner["session"], int)
     # that "session" has ended (its shell exited): any later deploy sees the lock stale
@@ -113,7 +125,7 @@ def test_take_is_compare_and_replace(tmp_path):
     assert read(tmp_path).present
     # a second deploy that saw no lock at preflight is refused, and told who holds it
     r = sh(tmp_path, take_command(SPEC, {**WHO, "holder": "carol@x"}, LockFacts()))
-    assert r.returncode == 75 and r.stdout.splitlines()[0] == "@@lock=refused" and "alice@laptop" in r.stdout
+    assert r.returncode == REFUSED_EXIT and r.stdout.splitlines()[0] == REFUSED_MARK and "alice@laptop" in r.stdout
     # one that judged exactly this lock stale takes it
     seen = read(tmp_path)
     assert sh(tmp_path, take_command(SPEC, {**WHO, "holder": "carol@x"}, seen)).returncode == 0

@@ -19,7 +19,7 @@ import pytest
 from fleet import lock
 from fleet.report import HostReport, RunReport, describe_gpus, table
 from fleet.rollout import (
-    BEGUN,
+    BEGUN_MARK,
     KEEP_BACKUPS,
     RESTORED,
     ManagedFile,
@@ -200,7 +200,7 @@ def begin(host, seen=lock.LockFacts(), files=None, stamp="s1", stage_secret=Fals
 def test_begin_takes_the_lock_backs_up_and_writes_the_pending_record(host):
     host.write(UNIT, "unit v1\n")
     r = begin(host, stage_secret=True)
-    assert r.stdout.strip().endswith(BEGUN)
+    assert r.stdout.strip().endswith(BEGUN_MARK)
     owner = json.loads(host.read(lock.lock_file(SPEC)))
     assert owner == {**WHO, "session": None, "session_start": None}  # no sshd above a local shell
     assert json.loads(host.read(pending_file(SPEC))) == PENDING and host.mode(pending_file(SPEC)) == 0o600
@@ -213,15 +213,15 @@ def test_begin_is_refused_when_another_deploy_holds_the_lock_and_changes_nothing
     host.write(lock.lock_file(SPEC), json.dumps({"holder": "bob@desk", "pid": 1, "since": 2}) + "\n")
     r = begin(host, check=False)
     assert r.returncode == lock.REFUSED_EXIT
-    assert r.stdout.splitlines()[0] == "@@lock=refused" and "bob@desk" in r.stdout
-    assert BEGUN not in r.stdout and host.read(pending_file(SPEC)) is None and host.backups(SPEC) == []
+    assert r.stdout.splitlines()[0] == lock.REFUSED_MARK and "bob@desk" in r.stdout
+    assert BEGUN_MARK not in r.stdout and host.read(pending_file(SPEC)) is None and host.backups(SPEC) == []
     assert "bob@desk" in host.read(lock.lock_file(SPEC))
 
 
 def test_begin_takes_over_exactly_the_stale_lock_it_judged(host):
     stale = json.dumps({"holder": "bob@desk", "pid": 1, "since": 2, "session": 99, "session_start": 5})
     host.write(lock.lock_file(SPEC), stale + "\n")
-    assert begin(host, seen=lock.LockFacts(True, stale, "")).stdout.strip().endswith(BEGUN)
+    assert begin(host, seen=lock.LockFacts(True, stale, "")).stdout.strip().endswith(BEGUN_MARK)
     assert json.loads(host.read(lock.lock_file(SPEC)))["holder"] == "alice@laptop"
 
 
@@ -230,7 +230,7 @@ def test_two_deploys_that_judged_the_same_lock_stale_cannot_both_take_it(host):
     host.write(lock.lock_file(SPEC), stale + "\n")
     first = begin(host, seen=lock.LockFacts(True, stale, ""))
     second = begin(host, seen=lock.LockFacts(True, stale, ""), check=False)
-    assert BEGUN in first.stdout and second.returncode == lock.REFUSED_EXIT and "alice@laptop" in second.stdout
+    assert BEGUN_MARK in first.stdout and second.returncode == lock.REFUSED_EXIT and "alice@laptop" in second.stdout
 
 
 def test_begin_refuses_files_changed_since_preflight_and_frees_the_lock(host):
@@ -246,7 +246,7 @@ def test_a_failed_backup_frees_the_lock_and_writes_no_pending_record(host):
     seen = host.sha1s()
     host.path(ENV).mkdir(parents=True)  # cp fails on it; sha1sum reads it as absent, as preflight saw
     r = begin(host, files=seen, check=False)
-    assert r.returncode == 1 and BEGUN not in r.stdout
+    assert r.returncode == 1 and BEGUN_MARK not in r.stdout
     assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
     assert host.backups(SPEC) == []
 
