@@ -10,7 +10,7 @@ from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.service import RunningService
 from facts.sglang import SglangEngine
-from facts.systemd import UnitStates
+from facts.systemd import SystemdVersion, UnitStates
 from fleet.parse import HostFacts, sections
 
 # HostFacts field -> the fact that fills it (its section of the output).
@@ -22,6 +22,7 @@ SECTIONS = {
     "units": UnitStates,
     "deployed": DeployedFiles,
     "runtime": RunningService,
+    "systemd_version": SystemdVersion,
 }
 
 

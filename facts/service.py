@@ -7,11 +7,12 @@ import shlex
 from pyinfra.api import FactBase
 
 from fleet.parse import MARK, ServiceRuntime, parse_service_runtime
+from fleet.spec import SECRET_FLAGS
 
-# The process's argv a line each, the API key's value masked: facts are logged with --debug.
-ARGV = (
-    "tr '\\0' '\\n' < /proc/$pid/cmdline 2>/dev/null "
-    "| sed -e '/^--api-key$/{n;s/.*/***/;}' -e 's/^--api-key=.*/--api-key=***/'"
+# The process's argv a line each, secret flags' values masked (a server started by hand, or by
+# an older deploy, may have its key there): facts are logged with --debug.
+ARGV = "tr '\\0' '\\n' < /proc/$pid/cmdline 2>/dev/null | sed " + " ".join(
+    f"-e '/^{flag}$/{{n;s/.*/***/;}}' -e 's/^{flag}=.*/{flag}=***/'" for flag in SECRET_FLAGS
 )
 
 

@@ -7,7 +7,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import captured, marker
-from fleet.parse import UNIT_PROPERTIES, UnitState, parse_unit_states
+from fleet.parse import UNIT_PROPERTIES, UnitState, parse_systemd_version, parse_unit_states
 
 
 class UnitStates(FactBase[dict[str, UnitState]]):
@@ -22,3 +22,17 @@ class UnitStates(FactBase[dict[str, UnitState]]):
 
     def process(self, output: list[str]) -> dict[str, UnitState]:
         return parse_unit_states("\n".join(output))
+
+
+class SystemdVersion(FactBase[int]):
+    """The host's systemd version: which unit settings it understands (LogFilterPatterns= from 253)."""
+
+    @staticmethod
+    def default() -> int:
+        return 0
+
+    def command(self) -> str:
+        return "systemctl --version 2>/dev/null; true"
+
+    def process(self, output: list[str]) -> int:
+        return parse_systemd_version("\n".join(output))

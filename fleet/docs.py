@@ -15,12 +15,25 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, GpuClass, Ngram, NoSpeculation, Readiness, Service, Smoke
+from fleet.spec import (
+    ClassSpec,
+    DDTree,
+    DFlash,
+    EagleFamily,
+    GpuClass,
+    Ngram,
+    NoSpeculation,
+    Readiness,
+    SecretSource,
+    Service,
+    Smoke,
+)
 
 START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("gpu_class", GpuClass),
     ("service", Service),
+    ("secret source (service.api_key, service.admin_api_key, each of service.secret_environment)", SecretSource),
     ("speculative (algorithm = none)", NoSpeculation),
     ("speculative (algorithm = EAGLE | EAGLE3 | NEXTN | STANDALONE)", EagleFamily),
     ("speculative (algorithm = NGRAM)", Ngram),
@@ -34,7 +47,9 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 def _type(annotation) -> str:
     text = getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else None
     text = text or str(annotation).replace("typing.", "").replace("pydantic.types.", "")
-    return re.sub(r"Annotated\[str, AfterValidator\(func=<function _absolute[^>]*>\)\]", "absolute path", text)
+    text = re.sub(r"Annotated\[str, AfterValidator\(func=<function _absolute[^>]*>\)\]", "absolute path", text)
+    text = re.sub(r"Annotated\[fleet\.spec\.SecretSource, BeforeValidator\([^)]*\)\]", "secret source", text)
+    return re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)
 
 
 def _default(field) -> str:

@@ -140,9 +140,19 @@ class SmokeResult:
 SERVER_INFO_MARK = "---server_info---"
 
 
+# /server_info answers with the server's keys in clear: they are blanked on the host, before the
+# answer crosses to the controller (where --debug would print it).
+REDACT_KEYS = "sed -E 's/(\"[a-z_]*(api_key|password|token)\") *: *\"[^\"]*\"/\\1:\"***\"/g'"
+
+
+def auth_option(spec: ClassSpec) -> str:
+    """curl's option that sends the API key, read on the host from the 0600 header file: the key is
+    never an argument (`ps` shows arguments to every local user), never sent from here."""
+    return f"-H @{shlex.quote(spec.auth_header_file)} " if spec.service.api_key is not None else ""
+
+
 def smoke_command(spec: ClassSpec) -> str:
-    """Chat completion then /server_info (SGLang wants the key on both), run on the host; the key is
-    read there from the secret file, never sent from here."""
+    """Chat completion then /server_info (SGLang wants the key on both), run on the host."""
     body = json.dumps(
         {
             "model": spec.service.served_model_name,
@@ -151,17 +161,12 @@ def smoke_command(spec: ClassSpec) -> str:
             "max_tokens": spec.smoke.max_tokens,
         }
     )
-    auth = ""
-    if spec.service.api_key is not None:
-        auth = f'set -a; . {shlex.quote(spec.secret_file)}; set +a; '
-        auth_header = '-H "Authorization: Bearer $SGLANG_API_KEY" '
-    else:
-        auth_header = ""
+    auth_header = auth_option(spec)
     url = base_url(spec)
     return (
-        f"{auth}curl -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
+        f"curl -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
         f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url}/v1/chat/completions; "
-        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {auth_header}{url}/server_info"
+        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {auth_header}{url}/server_info | {REDACT_KEYS}"
     )
 
 

@@ -13,7 +13,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec
 
@@ -55,19 +55,21 @@ def spec_data(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith(CONNECTOR_PREFIXES)}
 
 
+# Fields that name a secret's source: a value found there may be the secret itself, so it is never shown.
+SECRET_FIELDS = ("api_key", "admin_api_key", "secret_environment")
+
+
 def _redact(value: Any) -> Any:
-    """Any api_key, at any depth, shown as '***': a secret is never printed, not even a malformed one."""
+    """Any secret field, at any depth, shown as '***': a secret is never printed, not even a misplaced one."""
     if isinstance(value, dict):
-        return {k: "***" if k == "api_key" else _redact(v) for k, v in value.items()}
+        return {k: "***" if k in SECRET_FIELDS else _redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_redact(v) for v in value)
-    if isinstance(value, SecretStr):
-        return "***"
     return value
 
 
 def _show(loc: tuple, value: Any) -> str:
-    text = repr("***" if "api_key" in loc else _redact(value))
+    text = repr("***" if set(SECRET_FIELDS) & set(map(str, loc)) else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -165,6 +165,7 @@ class HostFacts:
     units: dict[str, UnitState]
     deployed: DeployState
     runtime: ServiceRuntime
+    systemd_version: int  # 0: unknown
 
 
 def _split(text: str, prefix: str) -> list[tuple[str, list[str]]]:
@@ -423,6 +424,12 @@ def parse_model_dirs(text: str) -> dict[str, ModelDir]:
         elif key == "config":
             models[path] = parse_config(path, "\n".join(lines))
     return models
+
+
+def parse_systemd_version(text: str) -> int:
+    """`systemctl --version`'s first line, `systemd 252 (252.39-1~deb12u2)` -> 252; 0 if unreadable."""
+    m = re.match(r"systemd (\d+)\b", text.strip())
+    return int(m.group(1)) if m else 0
 
 
 def parse_unit_states(text: str) -> dict[str, UnitState]:

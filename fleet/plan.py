@@ -23,9 +23,10 @@ from pathlib import PurePosixPath
 
 from fleet.gate import base_url
 from fleet.parse import HostFacts, UnitState
-from fleet.render import server_argv
+from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, managed_paths
-from fleet.spec import ClassSpec
+from fleet.secrets import Secrets
+from fleet.spec import SECRET_FLAGS, ClassSpec
 
 PENDING_VERSION = 1
 ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
@@ -105,9 +106,11 @@ def sha1(content: str | None) -> str | None:
 
 
 def masked_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
-    """argv after the interpreter, the API key's value as '***' (as the runtime fact reads it)."""
+    """argv after the interpreter, secret flags' values as '***' (as the runtime fact reads it)."""
     out = list(argv[1:])
-    return ["***" if i and out[i - 1] == "--api-key" else a for i, a in enumerate(out)]
+    return ["***" if i and out[i - 1] in SECRET_FLAGS else
+            f"{a.split('=', 1)[0]}=***" if a.split("=", 1)[0] in SECRET_FLAGS and "=" in a else a
+            for i, a in enumerate(out)]
 
 
 @dataclass(frozen=True)
@@ -189,11 +192,12 @@ def running_workloads(spec: ClassSpec, units: dict[str, UnitState]) -> list[str]
     ]
 
 
-def plan(spec: ClassSpec, group: str, facts: HostFacts, interrupted: Pending | None, stamp: str, now: int,
-         by: str) -> Plan:
-    """What to do on a host that passed preflight. interrupted: the record of its unfinished
-    rollout; stamp: the name a backup taken now gets; now, by: when and who, for the record."""
-    want = desired_files(spec, group)
+def plan(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secrets, interrupted: Pending | None, stamp: str,
+         now: int, by: str) -> Plan:
+    """What to do on a host that passed preflight. secrets: the class's, read; interrupted: the
+    record of its unfinished rollout; stamp: the name a backup taken now gets; now, by: when and
+    who, for the record."""
+    want = desired_files(spec, group, secrets, journal_filter=facts.systemd_version >= JOURNAL_FILTER_SYSTEMD)
     deployed, runtime = facts.deployed, facts.runtime
     unit = facts.units.get(spec.service_unit)
     why: list[str] = []

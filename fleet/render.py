@@ -12,13 +12,15 @@ from pathlib import Path
 
 import jinja2
 
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-API_KEY_VAR = "SGLANG_API_KEY"
-# systemd expands this from the 0600 secret file: the key itself is never in the unit.
-API_KEY_REF = "${" + API_KEY_VAR + "}"
 MODULE = ("-m", "sglang.launch_server")
+# systemd >= 253 can drop log lines by pattern (LogFilterPatterns=): SGLang's `server_args=` line,
+# which carries its keys in clear (sglang issue 37457), is kept out of the journal there.
+JOURNAL_FILTER_SYSTEMD = 253
+SERVER_ARGS_LINE = "server_args="
 
 
 def _num(v: int | float) -> str:
@@ -64,15 +66,15 @@ def server_arg_groups(spec: ClassSpec) -> list[tuple[str, ...]]:
         args.append(("--trust-remote-code",))
     if svc.enable_metrics:
         args.append(("--enable-metrics",))
-    if svc.api_key is not None:
-        args.append(("--api-key", API_KEY_REF))
+    if svc.server_secrets:  # the keys are read from this 0600 file, never from the command line
+        args.append(("--config", spec.config_file))
     args += speculative_args(spec)
     args += [(a,) for a in svc.extra_args]
     return args
 
 
 def server_argv(spec: ClassSpec) -> list[str]:
-    """[launcher, -m, sglang.launch_server, flags...] with the API key as ${SGLANG_API_KEY}."""
+    """[launcher, -m, sglang.launch_server, flags...]: the server's whole command line."""
     return [spec.service.launcher, *MODULE, *(t for group in server_arg_groups(spec) for t in group)]
 
 
@@ -81,8 +83,6 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./:=@+,-]+$")
 
 def systemd_quote(token: str) -> str:
     """One argv token as systemd's ExecStart= reads it back: no expansion, no splitting."""
-    if token == API_KEY_REF:
-        return token
     escaped = token.replace("%", "%%").replace("$", "$$")
     if _PLAIN.match(escaped):
         return escaped
@@ -113,7 +113,8 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def render_unit(spec: ClassSpec, group: str) -> str:
+def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
+    """journal_filter: the host's systemd has LogFilterPatterns= (JOURNAL_FILTER_SYSTEMD)."""
     attempts = spec.service.restarts_on_crash + 1
     return _env.get_template("sglang.service.j2").render(
         spec=spec,
@@ -124,8 +125,9 @@ def render_unit(spec: ClassSpec, group: str) -> str:
         # wide enough to hold every attempt, each a full load: the limit must be reachable
         start_limit_interval=_seconds(attempts * (spec.readiness.load_timeout_s + RESTART_DELAY_S)),
         command=[spec.service.launcher, *MODULE],
-        env_files=[spec.env_file] + ([spec.secret_file] if spec.service.api_key is not None else []),
+        env_files=[spec.env_file] + ([spec.secret_file] if spec.service.secret_environment else []),
         arg_lines=server_arg_groups(spec),
+        log_filters=[f"~{SERVER_ARGS_LINE}"] if journal_filter and spec.service.server_secrets else [],
     )
 
 
@@ -133,8 +135,36 @@ def render_env(spec: ClassSpec) -> str:
     return _env.get_template("sglang.env.j2").render(spec=spec)
 
 
-def render_secret(spec: ClassSpec) -> str | None:
-    """The 0600 file's content, or None when the service has no API key."""
-    if spec.service.api_key is None:
+def _declared(spec: ClassSpec, secrets: Secrets) -> None:
+    # Writing a secret file without a declared secret's value would deploy a server without its key.
+    missing = (set(spec.service.server_secrets) - set(secrets.server)) | \
+        (set(spec.service.secret_environment) - set(secrets.environment))
+    if missing:
+        raise ValueError(f"secrets declared but not read: {', '.join(sorted(missing))}")
+
+
+def render_config(spec: ClassSpec, secrets: Secrets) -> str | None:
+    """The 0600 YAML of the server's secret arguments (--config), or None when none is declared.
+    Values are double-quoted: YAML would read an unquoted 1e10 or `true` as something else."""
+    _declared(spec, secrets)
+    if not spec.service.server_secrets:
         return None
-    return f"{API_KEY_VAR}={env_quote(spec.service.api_key.get_secret_value())}\n"
+    lines = [f"# Managed by sglang-fleet: the secret arguments of {spec.service_unit} (0600, root only)."]
+    lines += [f'{flag}: "{secrets.server[flag]}"' for flag in spec.service.server_secrets]
+    return "\n".join(lines) + "\n"
+
+
+def render_secret_env(spec: ClassSpec, secrets: Secrets) -> str | None:
+    """The 0600 environment file of service.secret_environment, or None when none is declared."""
+    _declared(spec, secrets)
+    if not spec.service.secret_environment:
+        return None
+    lines = [f"# Managed by sglang-fleet: secret environment of {spec.service_unit} (0600, root only)."]
+    lines += [f"{name}={env_quote(secrets.environment[name])}" for name in spec.service.secret_environment]
+    return "\n".join(lines) + "\n"
+
+
+def render_auth_header(spec: ClassSpec, secrets: Secrets) -> str | None:
+    """The header requests made on the host send (curl -H @file), or None without an API key."""
+    _declared(spec, secrets)
+    return f"Authorization: Bearer {secrets.api_key}\n" if spec.service.api_key is not None else None

@@ -17,6 +17,7 @@ class HostReport:
     ready_s: float | None = None
     smoke: str = ""
     reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # true whatever the verdict (an exposure, say)
 
 
 def describe_gpus(names: list[str]) -> str:
@@ -49,6 +50,7 @@ def table(reports: list[HostReport]) -> str:
     for r, row in zip(sorted(reports, key=lambda r: r.host), rows):
         out.append(fmt.format(*row))
         out += [f"    - {reason}" for reason in r.reasons]
+        out += [f"    ! warning: {warning}" for warning in r.warnings]
     return "\n".join(out)
 
 

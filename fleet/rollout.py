@@ -2,7 +2,11 @@
 tested without hosts; the task files only run these commands.
 
 On the host, per service unit U:
-  /etc/systemd/system/U.service, /etc/sglang/U.env, /etc/sglang/U.secret   the service's files
+  /etc/systemd/system/U.service, /etc/sglang/U.env  the service's unit and environment (0644)
+  /etc/sglang/U.yaml, /etc/sglang/U.secret          its secret arguments (--config) and secret
+                                                    environment (0600; only when declared)
+  /etc/sglang/U.auth                                the API key as the header requests made on
+                                                    the host send (0600; only with an API key)
   /var/lib/sglang-fleet/U/spec.json        the spec the deployed files came from
   /var/lib/sglang-fleet/U/pending.json     an unfinished rollout: what the host looked like before it
   /var/lib/sglang-fleet/U/backups/STAMP/   the files a rollout replaced (last KEEP_BACKUPS)
@@ -20,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from fleet import lock
-from fleet.render import render_env, render_secret, render_unit
+from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 KEEP_BACKUPS = 5
@@ -60,21 +65,24 @@ class ManagedFile:
 
 def service_files(spec: ClassSpec) -> list[str]:
     """The files the service runs from: a change to any of them needs a restart."""
-    return [spec.unit_file, spec.env_file, spec.secret_file]
+    return [spec.unit_file, spec.env_file, spec.config_file, spec.secret_file]
 
 
 def managed_paths(spec: ClassSpec) -> list[str]:
-    """Everything a rollout replaces and a rollback puts back: the service's files, the secret
-    included, and the spec record (which changes with them but restarts nothing)."""
-    return [*service_files(spec), deployed_spec_file(spec)]
+    """Everything a rollout replaces and a rollback puts back: the service's files, secrets
+    included, then the header file and the spec record (which change with them but restart nothing)."""
+    return [*service_files(spec), spec.auth_header_file, deployed_spec_file(spec)]
 
 
-def desired_files(spec: ClassSpec, group: str) -> list[ManagedFile]:
-    """The managed files as the spec wants them, in managed_paths order."""
+def desired_files(spec: ClassSpec, group: str, secrets: Secrets, journal_filter: bool) -> list[ManagedFile]:
+    """The managed files as the spec wants them, in managed_paths order. secrets: the values of
+    the class's declared secrets; journal_filter: the host's systemd has LogFilterPatterns=."""
     return [
-        ManagedFile(spec.unit_file, "644", render_unit(spec, group), restarts=True),
+        ManagedFile(spec.unit_file, "644", render_unit(spec, group, journal_filter), restarts=True),
         ManagedFile(spec.env_file, "644", render_env(spec), restarts=True),
-        ManagedFile(spec.secret_file, "600", render_secret(spec), restarts=True, secret=True),
+        ManagedFile(spec.config_file, "600", render_config(spec, secrets), restarts=True, secret=True),
+        ManagedFile(spec.secret_file, "600", render_secret_env(spec, secrets), restarts=True, secret=True),
+        ManagedFile(spec.auth_header_file, "600", render_auth_header(spec, secrets), restarts=False, secret=True),
         ManagedFile(deployed_spec_file(spec), "600", spec_record(spec, group), restarts=False),
     ]
 
@@ -89,7 +97,7 @@ def staged_path(path: str) -> str:
 
 
 def spec_record(spec: ClassSpec, group: str) -> str:
-    """The spec as deployed, for the host's record; SecretStr dumps as '**********'."""
+    """The spec as deployed, for the host's record: secrets appear as where they come from, never as values."""
     data = json.loads(spec.model_dump_json())
     return json.dumps({"group": group, "spec": data}, indent=2, sort_keys=True) + "\n"
 
@@ -135,7 +143,7 @@ def begin_command(
     files_seen: dict[str, str | None],
     backup_stamp: str | None,
     pending: dict,
-    stage_secret: bool,
+    secret_uploads: list[str],
 ) -> str:
     """Before the first change: take the lock, check the files are still what preflight read,
     fix the directories, back up, write the pending-rollout record. Prints BEGUN_MARK at the end,
@@ -151,8 +159,8 @@ def begin_command(
     if backup_stamp:
         steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail}")
     steps.append(f"{_drop_staged(spec)}; {_write_json(pending_file(spec), pending)} || {fail}")
-    if stage_secret:  # the upload then writes into a file that is 0600 from its first byte
-        steps.append(f"install -m 600 /dev/null {_q(staged_path(spec.secret_file))} || {fail}")
+    for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
+        steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail}")
     steps.append(f"echo {BEGUN_MARK}")
     return "; ".join(steps)
 
@@ -252,13 +260,6 @@ def finish_command(spec: ClassSpec, record: dict) -> str:
 def record_command(spec: ClassSpec, record: dict) -> str:
     line = _q(json.dumps(record, sort_keys=True))
     return f"mkdir -p {_q(state_dir(spec))}; printf '%s\\n' {line} >> {_q(records_file(spec))}"
-
-
-def redact(text: str, spec: ClassSpec) -> str:
-    """SGLang logs its server_args, API key included: never pass that on to the operator's terminal."""
-    if spec.service.api_key is None:
-        return text
-    return text.replace(spec.service.api_key.get_secret_value(), "***")
 
 
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:

@@ -14,9 +14,9 @@ from typing import Annotated, Literal, Union
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    SecretStr,
     field_validator,
     model_validator,
 )
@@ -34,7 +34,6 @@ def _absolute(path: str) -> str:
 AbsPath = Annotated[str, AfterValidator(_absolute)]
 
 UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:-]+$")
-API_KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{8,}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -68,6 +67,58 @@ class GpuClass(Strict):
         return names
 
 
+class SecretSource(Strict):
+    """Where a secret is read from on the operator's machine when a deploy runs: never the value
+    itself (group_data is shown by `pyinfra ... debug-inventory` and kept in git). Exactly one of:"""
+
+    env: str | None = Field(None, description="Name of an environment variable of the deploy's process.")
+    file: str | None = Field(None, description="Path of a file on the operator's machine (`~` expands); "
+                             "its content, without the final newline.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretSource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("exactly one of env (an environment variable's name) or file (a path)")
+        if self.env is not None and not ENV_NAME.match(self.env):
+            raise ValueError(f"env {self.env!r} is not an environment variable name")
+        if self.file is not None and not self.file.strip():
+            raise ValueError("file is empty")
+        return self
+
+    def describe(self) -> str:
+        return f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+
+
+def _a_source_not_a_value(value):
+    # A plain string here is most likely the secret itself: refuse it without echoing it.
+    if isinstance(value, str):
+        raise ValueError("name where the secret comes from, not its value: {'env': 'VARIABLE'} or "
+                         "{'file': '~/path'} (group_data is printed by debug-inventory)")
+    return value
+
+
+Source = Annotated[SecretSource, BeforeValidator(_a_source_not_a_value)]
+
+# SGLang flags whose value is a secret: the process's arguments are readable by every local
+# user, so they never go on the command line (they go to the 0600 --config file).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+# --config is ours (one per server, SGLang refuses a second); these take inline JSON that may
+# carry a key (watermark) or storage credentials (hicache): a file path is fine, `{...}` is not.
+INLINE_SECRET_FLAGS = ("--watermark-config", "--hicache-storage-backend-extra-config")
+# SGLang 0.5.23 flags that are prefixes of a secret flag: exact names, not abbreviations of it.
+NOT_ABBREVIATIONS = ("--ssl-keyfile",)
+
+
+def _flag_of(token: str) -> str:
+    return token.split("=", 1)[0].replace("_", "-")
+
+
+def _means(token: str, flag: str) -> bool:
+    """argparse reads `token` as `flag`: exactly, or as an abbreviation of it (SGLang allows them)."""
+    name = _flag_of(token)
+    return name == flag or (len(name) > 3 and flag.startswith(name) and name not in NOT_ABBREVIATIONS)
+
+
 class Service(Strict):
     """The SGLang server: one systemd unit per host."""
 
@@ -93,10 +144,21 @@ class Service(Strict):
     environment: dict[str, str] = Field(
         default_factory=dict, description="Environment of the unit (written to its environment file)."
     )
-    api_key: SecretStr | None = Field(
+    api_key: Source | None = Field(
         None,
-        description="API key for /v1/*. Never written into the unit: it goes to a 0600 file "
-        "the unit reads, and is never printed. Read it from the operator's environment.",
+        description="Where the API key for /v1/* comes from, e.g. `{\"env\": \"SGLANG_API_KEY_PRO6000\"}`: read when "
+        "a deploy runs, for the classes it deploys. It reaches SGLang through a 0600 YAML file "
+        "(`--config`), never the command line; requests made on the host read it from a 0600 header file.",
+    )
+    admin_api_key: Source | None = Field(
+        None,
+        description="Where SGLang's admin API key (--admin-api-key, for management endpoints) comes "
+        "from; kept like api_key.",
+    )
+    secret_environment: dict[str, Source] = Field(
+        default_factory=dict,
+        description="Secret environment variables of the unit (e.g. HF_TOKEN), each naming where its value "
+        "comes from. Written to a 0600 environment file, never to the 0644 one or a diff.",
     )
     drain_timeout_s: float = Field(
         120,
@@ -114,14 +176,6 @@ class Service(Strict):
         "unit failed (StartLimitBurst = this + 1, within a window of that many load timeouts), "
         "instead of reloading the model forever.",
     )
-
-    @field_validator("api_key")
-    @classmethod
-    def _api_key_chars(cls, v: SecretStr | None) -> SecretStr | None:
-        # Plain characters only: the key is read back by systemd and by a shell on the host.
-        if v is not None and not API_KEY.match(v.get_secret_value()):
-            raise ValueError("8 or more of A-Z a-z 0-9 . _ ~ + / = - (the value is not shown)")
-        return v
 
     @field_validator("served_model_name")
     @classmethod
@@ -148,14 +202,49 @@ class Service(Strict):
                 raise ValueError(f"environment variable {name} holds a newline")
         return env
 
+    @field_validator("secret_environment")
+    @classmethod
+    def _secret_env_names(cls, env: dict[str, SecretSource]) -> dict[str, SecretSource]:
+        for name in env:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not a valid name")
+        return env
+
     @field_validator("extra_args")
     @classmethod
     def _extra_args(cls, args: list[str]) -> list[str]:
-        owned = {"--api-key", "--speculative-algorithm", "--model-path", "--port", "--host"}
-        for a in args:
-            if a.split("=", 1)[0] in owned:
-                raise ValueError(f"{a.split('=', 1)[0]} is set by its own field, not extra_args")
+        owned = ("--speculative-algorithm", "--model-path", "--port", "--host")
+        for i, a in enumerate(args):
+            if _flag_of(a) in owned:
+                raise ValueError(f"{_flag_of(a)} is set by its own field, not extra_args")
+            secret = next((f for f in SECRET_FLAGS if _means(a, f)), None)
+            if secret:
+                field = {"--api-key": "service.api_key", "--admin-api-key": "service.admin_api_key"}.get(secret)
+                where = f"declare it in {field}" if field else "sglang-fleet has no field for it yet"
+                raise ValueError(f"{a.split('=', 1)[0]} ({secret}) would put a secret in the server's "
+                                 f"arguments, readable by every local user: {where}")
+            if _means(a, "--config"):
+                raise ValueError(f"{a.split('=', 1)[0]}: the server's --config is sglang-fleet's 0600 file "
+                                 "for its secrets (declared in service.api_key, service.admin_api_key)")
+            inline = next((f for f in INLINE_SECRET_FLAGS if _means(a, f)), None)
+            value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            if inline and value.lstrip().startswith("{"):
+                raise ValueError(f"{inline} with inline JSON may carry a secret into the server's "
+                                 "arguments: give the path of a file on the host instead")
         return args
+
+    @model_validator(mode="after")
+    def _secret_env_apart(self) -> Service:
+        both = sorted(set(self.environment) & set(self.secret_environment))
+        if both:
+            raise ValueError(f"{', '.join(both)} in both environment and secret_environment: one place only")
+        return self
+
+    @property
+    def server_secrets(self) -> dict[str, SecretSource]:
+        """SGLang flag (as its --config YAML key) -> where its secret comes from, for those declared."""
+        named = {"api-key": self.api_key, "admin-api-key": self.admin_api_key}
+        return {flag: source for flag, source in named.items() if source is not None}
 
 
 class NoSpeculation(Strict):
@@ -316,7 +405,18 @@ class ClassSpec(Strict):
 
     @property
     def secret_file(self) -> str:
+        """The 0600 environment file of service.secret_environment."""
         return f"/etc/sglang/{self.service.unit}.secret"
+
+    @property
+    def config_file(self) -> str:
+        """The 0600 YAML the server reads its secret arguments from (--config)."""
+        return f"/etc/sglang/{self.service.unit}.yaml"
+
+    @property
+    def auth_header_file(self) -> str:
+        """The 0600 `Authorization:` header requests made on the host send (curl -H @file)."""
+        return f"/etc/sglang/{self.service.unit}.auth"
 
 
 SPECULATIVE_MODELS: dict[str, type[BaseModel]] = {

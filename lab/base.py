@@ -19,9 +19,10 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-BASE_VERSION = 1
+BASE_VERSION = 2
 SUITE = "bookworm"
-PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,iproute2,curl,procps,ca-certificates"
+# python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does.
+PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,iproute2,curl,procps,ca-certificates"
 
 
 def cache_dir() -> Path:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.groupdata import spec_data
-from fleet.render import render_env, render_unit, server_argv
+from fleet.render import server_argv
+from fleet.rollout import desired_files, service_files
+from fleet.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
@@ -244,11 +246,11 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
     # the preinstalled (old) service, enabled so it serves at boot
     preinstalled_argv = None
     if pre_spec is not None:
-        write(root, pre_spec.unit_file, render_unit(pre_spec, entry["group"]))
-        write(root, pre_spec.env_file, render_env(pre_spec))
-        if pre_spec.service.api_key is not None:
-            from fleet.render import render_secret
-            write(root, pre_spec.secret_file, render_secret(pre_spec) or "", 0o600)
+        # its secrets from lab-up's environment; the lab's systemd (252) has no journal filter
+        files = desired_files(pre_spec, entry["group"], resolve(pre_spec, f"host {name}: preinstalled"), False)
+        for f in files:
+            if f.path in service_files(pre_spec) and f.content is not None:
+                write(root, f.path, f.content, int(f.mode, 8))
         enable(root, f"{pre_spec.service.unit}.service")
         preinstalled_argv = server_argv(pre_spec)[3:]
 

@@ -84,7 +84,7 @@ class HostSteps:
     def show_journal(self) -> None:
         _, out = run(self.host, rollout.journal_command(self.spec))
         self.host.log_styled(f"last journal lines of {self.spec.service_unit}:", fg="yellow")
-        for line in rollout.redact(out, self.spec).splitlines():
+        for line in self.pf.secrets.redact(out).splitlines():
             self.host.log(f"  | {line}")
 
     def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]:

@@ -1,7 +1,7 @@
-"""Install: upload the new unit, environment, secret and spec record beside the live files.
+"""Install: upload the new unit, environment, secret files and spec record beside the live files.
 
 Nothing live changes here: activate renames them into place. Uploads reuse what preflight
-read of the host, so they cost no fact gathering of their own; the secret is uploaded into
+read of the host, so they cost no fact gathering of their own; a secret file is uploaded into
 a file begin made 0600, so it is never readable by others, not even for a moment.
 """
 

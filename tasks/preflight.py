@@ -16,7 +16,9 @@ from fleet.gate import base_url
 from fleet.groupdata import SpecError, class_files, validate_class
 from fleet.parse import HostFacts
 from fleet.plan import Plan, plan, read_pending
+from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.report import RUN, describe_gpus
+from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
 
 
@@ -25,6 +27,7 @@ class Preflight:
     group: str
     spec: ClassSpec
     facts: HostFacts
+    secrets: Secrets  # the class's, read where the deploy runs
     plan: Plan
     stamp: str  # names this run's backup and records
 
@@ -48,7 +51,8 @@ def check(group_dir: str = "group_data") -> Preflight | None:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_class(f"{group_dir}/{group}.py", host.data.dict())
-    except SpecError as e:
+        secrets = resolve(spec, f"{group_dir}/{group}.py")  # this class only: a missing one refuses its hosts
+    except (SpecError, SecretError) as e:
         return _refused(report, e.problems)
 
     facts = host.get_fact(
@@ -69,13 +73,24 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         return _refused(report, violations)
     if held.kind == "stale":
         host.log_styled(f"{held.message}; taking it over", fg="yellow")
+    if spec.service.server_secrets and facts.systemd_version < JOURNAL_FILTER_SYSTEMD:
+        _warn(report, f"{host.name}: systemd {facts.systemd_version or '(version unknown)'} has no "
+                      f"LogFilterPatterns= ({JOURNAL_FILTER_SYSTEMD}+): SGLang will write its keys to the journal "
+                      f"at every start (its `{SERVER_ARGS_LINE}` line; sglang issue 37457)")
 
     interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
     now = time.time()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    pf = Preflight(group, spec, facts, plan(spec, group, facts, interrupted, stamp, int(now), lock.owner()["holder"]), stamp)
+    pf = Preflight(group, spec, facts, secrets,
+                   plan(spec, group, facts, secrets, interrupted, stamp, int(now), lock.owner()["holder"]), stamp)
     _show(pf)
     return pf
+
+
+def _warn(report, warning: str) -> None:
+    """Said once per host, and again in the summary, whatever the verdict."""
+    report.warnings.append(warning)
+    host.log_styled(f"warning: {warning}", fg="yellow", log_func=logger.warning)
 
 
 def _refused(report, reasons: list[str]) -> None:

@@ -44,7 +44,7 @@ def _begin(state, host, pf: Preflight) -> bool:
         {path: pf.facts.deployed.sha1(path) for path in rollout.managed_paths(spec)},
         p.before.backup if p.backup else None,
         p.record.to_json(),
-        stage_secret=any(f.secret and f.content is not None for f in p.swap),
+        secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
     ))
     if rollout.BEGUN_MARK in out:
         BEGUN[host.name] = Begun(pf)

@@ -120,7 +120,8 @@ def _json_safe(value):
         return repr(value)
 
 
-def run_case(prepare_server_args, argv: list[str], platform=None) -> dict:
+def run_case(prepare_server_args, argv: list[str], platform=None, secrets=None) -> dict:
+    """secrets: {field: expected value}; the result says which the server got, never the values."""
     err = io.StringIO()
     stage = "parse"
     try:
@@ -150,6 +151,7 @@ def run_case(prepare_server_args, argv: list[str], platform=None) -> dict:
     return {
         "ok": True,
         "resolved": {k: _json_safe(resolved.get(k)) for k in FIELDS},
+        "secrets_received": {k: resolved.get(k) == v for k, v in (secrets or {}).items()},
         "stderr": err.getvalue()[-4000:],
     }
 
@@ -159,7 +161,7 @@ def main() -> int:
     prepare_server_args = _setup()
     results = []
     for case in cases:
-        result = run_case(prepare_server_args, case["argv"], case.get("platform"))
+        result = run_case(prepare_server_args, case["argv"], case.get("platform"), case.get("secrets"))
         result["id"] = case.get("id")
         results.append(result)
     sys.stdout.write(MARKER + json.dumps(results) + "\n")

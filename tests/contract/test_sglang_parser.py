@@ -1,11 +1,11 @@
 """The ExecStart fleet/render.py writes is what the REAL SGLang 0.5.23 accepts and means.
 
 For every group_data class (group_data/*.py but all.py) and every algorithm variant,
-`fleet.render.server_argv(spec)[3:]` (the flags after `-m sglang.launch_server`; the
-`${SGLANG_API_KEY}` reference replaced by a dummy key, as systemd would expand it) is
+`fleet.render.server_argv(spec)[3:]` (the flags after `-m sglang.launch_server`, its
+`--config` pointing at the 0600 YAML fleet.render.render_config writes, with dummy keys) is
 parsed AND resolved by the real `prepare_server_args` + `ServerArgs.resolve_once()`
 (tests/contract/sglang_parse_helper.py, one process for all cases; how it runs without a
-GPU is said there). The resolved values must be the spec's.
+GPU is said there). The resolved values must be the spec's, and the keys must reach the server from the file.
 
 Model directories: each path the spec names is re-rooted under a tmp dir holding a
 config.json shaped like the real model's (the real server reads them at start-up).
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from fleet.groupdata import load_group_data, spec_data
-from fleet.render import API_KEY_REF, server_argv
+from fleet.render import render_config, server_argv
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,9 @@ HELPER = Path(__file__).resolve().parent / "sglang_parse_helper.py"
 MARKER = "SGLANG-PARSE-RESULT "
 GROUP_DIR = ROOT / "group_data"
 GROUPS = sorted(load_group_data(GROUP_DIR))
-DUMMY_KEY = "contract-dummy-key"
+DUMMY_KEY, DUMMY_ADMIN = "contract-dummy-key", "contract-dummy-admin-key"
+SECRETS = Secrets({"api-key": DUMMY_KEY, "admin-api-key": DUMMY_ADMIN})
+EXPECTED_SECRETS = {"api_key": DUMMY_KEY, "admin_api_key": DUMMY_ADMIN}
 
 # Every algorithm SGLang 0.5.23 has that a spec can name, with its parameters set and
 # (second entries) left to SGLang's defaults. "own" is the group's own speculative table.
@@ -104,7 +107,7 @@ def build_spec(group: str, variant: str, root: Path, table: dict | None = None) 
     svc = data["service"]
     svc["model_path"] = f"{root}{svc['model_path']}"
     _write(Path(svc["model_path"]), _target_config(svc["model_path"]))
-    svc["api_key"] = DUMMY_KEY
+    svc["api_key"], svc["admin_api_key"] = {"env": "CONTRACT_KEY"}, {"env": "CONTRACT_ADMIN_KEY"}
     spec_table = table if table is not None else VARIANTS[variant]
     if spec_table is None:
         spec_table = copy.deepcopy(data.get("speculative", {"algorithm": "none"}))
@@ -122,10 +125,12 @@ def build_spec(group: str, variant: str, root: Path, table: dict | None = None) 
     return ClassSpec.model_validate(data)
 
 
-def flags(spec: ClassSpec) -> list[str]:
+def flags(spec: ClassSpec, config: Path) -> list[str]:
+    """The flags, --config moved to `config`, where the secret file the deploy writes is put."""
     argv = server_argv(spec)
     assert argv[1:3] == ["-m", "sglang.launch_server"]
-    return [DUMMY_KEY if a == API_KEY_REF else a for a in argv[3:]]
+    config.write_text(render_config(spec, SECRETS))
+    return [str(config) if a == spec.config_file else a for a in argv[3:]]
 
 
 # --------------------------------------------------------------------------- one real run
@@ -148,21 +153,23 @@ def parse_with_real_sglang(python: str, cases: list[dict]) -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def contract(real_sglang_python, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
+    config = root / "sglang.yaml"
     specs, cases = {}, []
     for group in GROUPS:
         for variant in VARIANTS:
             cid = f"{group}/{variant}"
             spec = build_spec(group, variant, root)
             specs[cid] = spec
-            cases.append({"id": cid, "argv": flags(spec), "platform": platform_of(spec)})
+            cases.append({"id": cid, "argv": flags(spec, config), "platform": platform_of(spec),
+                          "secrets": EXPECTED_SECRETS})
     # refusals: a misspelt flag; DDTree's provisional flag and algorithm
     dflash = specs[f"{GROUPS[0]}/DFLASH"]
-    argv = flags(dflash)
+    argv = flags(dflash, config)
     cases.append({"id": "misspelt", "argv": [a.replace("--speculative-dflash-block-size",
                                                        "--speculative-dflash-blocksize") for a in argv]})
     ddtree = build_spec(GROUPS[0], "DDTREE", root, table={
         "algorithm": "DDTREE", "draft_model_path": "{draft}/dflash", "block_size": 16, "tree_budget": 64})
-    argv = flags(ddtree)
+    argv = flags(ddtree, config)
     cases.append({"id": "ddtree", "argv": argv})
     cases.append({"id": "ddtree-no-budget", "argv": argv[: argv.index("--speculative-ddtree-budget")]})
     return specs, parse_with_real_sglang(real_sglang_python, cases)
@@ -175,7 +182,8 @@ CASE_IDS = [f"{g}/{v}" for g in GROUPS for v in VARIANTS]
 def test_real_sglang_accepts_and_means_the_rendered_flags(contract, cid):
     specs, results = contract
     spec, r = specs[cid], results[cid]
-    assert r["ok"], f"{cid}: real SGLang refused {flags(spec)}: {r.get('error_type')}: {r.get('error')}"
+    assert r["ok"], f"{cid}: real SGLang refused: {r.get('error_type')}: {r.get('error')}"
+    assert r["secrets_received"] == {"api_key": True, "admin_api_key": True}  # from the --config file
     got = r["resolved"]
     svc, s = spec.service, spec.speculative
     assert got["model_path"] == svc.model_path

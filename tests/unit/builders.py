@@ -23,7 +23,8 @@ from fleet.parse import (
 )
 from fleet.plan import masked_argv, sha1
 from fleet.render import server_argv
-from fleet.rollout import DIR_MODE, OWNER, desired_files, managed_dirs
+from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 HELP_0523 = (Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt").read_text()
@@ -58,6 +59,18 @@ def make_spec(speculative=None, workloads=("dflash-train.service",), service=Non
 
 
 SPEC = make_spec()
+KEYED = {"api_key": {"env": "SGLANG_API_KEY_TEST"}}  # service fields of a class with an API key
+
+
+def secrets_of(spec: ClassSpec, key: str = "sk-Fleet0123456789abcdef") -> Secrets:
+    """Values for every secret the spec declares, as preflight would have read them."""
+    return Secrets({flag: key for flag in spec.service.server_secrets},
+                   {name: f"value-of-{name}" for name in spec.service.secret_environment})
+
+
+def wanted(spec: ClassSpec, group: str = "pro6000", secrets: Secrets | None = None,
+           systemd_version: int = 252) -> list[ManagedFile]:
+    return desired_files(spec, group, secrets or secrets_of(spec), journal_filter=systemd_version >= 253)
 
 
 def gpu(index=0, name=PRO, memory=97887) -> Gpu:
@@ -93,14 +106,15 @@ def good_facts(**changes) -> HostFacts:
                "dflash-train.service": unit("dflash-train.service", active_state="active")},
         deployed=DeployState({}, {}, {}, LockFacts(), None),
         runtime=ServiceRuntime(None, {}, 200),
+        systemd_version=252,  # Debian 12's
     )
     return replace(facts, **changes)
 
 
-def converged(spec: ClassSpec = SPEC, group: str = "pro6000", **changes) -> HostFacts:
+def converged(spec: ClassSpec = SPEC, group: str = "pro6000", secrets: Secrets | None = None, **changes) -> HostFacts:
     """A host that runs exactly what `spec` declares: files, modes, dirs, unit, process, /health 200."""
     files = {f.path: (FileState(f.mode, OWNER, sha1(f.content)) if f.content is not None else None)
-             for f in desired_files(spec, group)}
+             for f in wanted(spec, group, secrets)}
     dirs = {d: FileState(DIR_MODE, OWNER) for d in managed_dirs(spec)}
     units = {spec.service_unit: unit(spec.service_unit, active_state="active", sub_state="running",
                                      unit_file_state="enabled", main_pid=4242, need_daemon_reload="no")}

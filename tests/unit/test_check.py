@@ -116,9 +116,9 @@ BROKEN = {
         class_file(speculative='{"algorithm": "DFLASH", "draft_model_path": "Qwen3-8B-DFlash"}'),
         ["speculative.draft_model_path = 'Qwen3-8B-DFlash'", "an absolute path"],
     ),
-    "malformed-api-key": (
-        class_file(service='"api_key": "not a key!"'),
-        ["service.api_key = '***'", "8 or more of A-Z a-z 0-9"],
+    "api-key-value-in-group-data": (
+        class_file(service='"api_key": "sk-written-here-123"'),
+        ["service.api_key = '***'", "name where the secret comes from, not its value"],
     ),
 }
 

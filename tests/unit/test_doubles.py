@@ -553,9 +553,8 @@ def test_sglang_load_hang_never_opens_the_port(lab):
 
 def test_sglang_preinstalled_argv_always_loads(lab):
     port = free_port()
-    flags = serving_flags(lab, port, "--speculative-algorithm", "NEXTN", "--api-key", "new-key")
-    pre = serving_flags(lab, port, "--speculative-algorithm", "NEXTN", "--api-key", "${SGLANG_API_KEY}")
-    lab.set(load="crash", load_seconds=0.2, preinstalled_argv=pre)
+    flags = serving_flags(lab, port, "--speculative-algorithm", "NEXTN")
+    lab.set(load="crash", load_seconds=0.2, preinstalled_argv=flags)
     p = lab.sglang(*flags)
     wait_for(lambda: p.poll() is not None or http_ok(port, "/health"), 20, "/health 200")
     assert p.poll() is None
@@ -609,6 +608,37 @@ def test_sglang_api_key_guards_v1_not_health_metrics_ready(lab):
         assert http(port, path)[0] == 200, path
     status = http(port, "/v1/chat/completions", {"model": "qwen-test", "messages": [{"role": "user", "content": "hi"}]})[0]
     assert status == 401
+
+
+def test_sglang_reads_its_keys_from_a_config_file_as_the_real_one(lab, tmp_path):
+    """0.5.23's ConfigArgumentMerger: the YAML's keys become flags before the command line's; the
+    key is then in the server's arguments as parsed, not in its process's arguments."""
+    config = tmp_path / "sglang.yaml"
+    config.write_text('api-key: "sekrit-123"\nenable-metrics: true\nadmin-api-key: "adm-456"\n')
+    p, port = start_and_wait_healthy(lab, "--config", str(config))
+    assert http(port, "/v1/models")[0] == 401 and http(port, "/v1/models", key="sekrit-123")[0] == 200
+    assert http(port, "/metrics")[0] == 200  # a store_true flag set in the file
+    cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().decode()
+    assert "sekrit-123" not in cmdline and "adm-456" not in cmdline
+    # the command line wins over the file (the first server gives its GPU back first)
+    p.terminate()
+    p.wait(30)
+    p2, port2 = start_and_wait_healthy(lab, "--config", str(config), "--api-key", "other-789")
+    assert http(port2, "/v1/models", key="other-789")[0] == 200
+
+
+@pytest.mark.parametrize("name, content, error", [
+    ("c.json", "{}", "ValueError: Config file must be YAML format, got: .json"),
+    ("missing.yaml", None, "ValueError: Config file not found: "),
+    ("list.yaml", "- a\n", "ValueError: Config file must contain a dictionary at root level"),
+])
+def test_sglang_refuses_a_bad_config_file_as_the_real_one(lab, tmp_path, name, content, error):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    p = lab.sglang(*serving_flags(lab, free_port(), "--config", str(path)))
+    assert p.wait(20) == 1
+    assert error in p.stderr.read()
 
 
 def test_sglang_chat_completion_plain_and_streamed(lab):

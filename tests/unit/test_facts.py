@@ -19,10 +19,11 @@ from facts.models import ModelDirs
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.service import RunningService
 from facts.sglang import SglangEngine
-from facts.systemd import UnitStates
+from facts.systemd import SystemdVersion, UnitStates
 from fleet.lock import LockFacts
 from fleet.parse import (
     UNIT_PROPERTIES,
+    parse_systemd_version,
     DeployState,
     FileState,
     Gpu,
@@ -205,9 +206,10 @@ def test_no_models_no_units(bin_dir):
 
 
 def systemctl(bin_dir: Path) -> None:
-    """systemctl show: sglang.service active, anything else not found, a bad name refused."""
+    """systemctl show: sglang.service active, anything else not found, a bad name refused; --version: 252."""
     stand_in(
         bin_dir / "systemctl",
+        '[ "$1" = --version ] && { echo "systemd 252 (252.39-1~deb12u2)"; echo "+PAM +AUDIT -APPARMOR"; exit 0; }\n'
         'unit="$4"\n'
         'case "$unit" in\n'
         "  sglang.service) printf 'Id=sglang.service\\nLoadState=loaded\\nActiveState=active\\nSubState=running\\n"
@@ -254,7 +256,9 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
         units=UnitStates().process(run(UnitStates().command(units), bin_dir)),
         deployed=DeployedFiles().process(run(DeployedFiles().command(*deployed), bin_dir)),
         runtime=RunningService().process(run(RunningService().command(*runtime), bin_dir)),
+        systemd_version=SystemdVersion().process(run(SystemdVersion().command(), bin_dir)),
     )
+    assert facts.systemd_version == 252
     # sha1 of "x\n"; an absent file, lock and pending record read as such
     owner = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
     assert facts.deployed.files[deployed[0][0]] == FileState("644", owner, "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a")
@@ -323,3 +327,14 @@ def test_running_service_without_a_process(bin_dir):
     stand_in(bin_dir / "systemctl", 'case "$3" in MainPID) echo 0;; esac\n')
     curl(bin_dir, "000")
     assert RunningService().process(run(RunningService().command(*RUNTIME), bin_dir)) == ServiceRuntime(None, {}, 0)
+
+
+@pytest.mark.parametrize("text, version", [
+    ("systemd 252 (252.39-1~deb12u2)\n+PAM +AUDIT", 252),
+    ("systemd 255 (255.4-1ubuntu8.4)", 255),
+    ("systemd 253", 253),
+    ("", 0),
+    ("bash: systemctl: command not found", 0),
+])
+def test_systemd_version(text, version):
+    assert parse_systemd_version(text) == version

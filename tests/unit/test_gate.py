@@ -28,6 +28,8 @@ from fleet.gate import (
     wait_command,
     smoke_command,
 )
+from fleet.render import render_auth_header
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 KEY = "sk-Fleet0123456789abcdef"
@@ -341,50 +343,49 @@ def test_parse_smoke_zero_latency():
 
 # --- smoke_command ---------------------------------------------------------------
 
+KEYED = {"api_key": {"env": "SGLANG_API_KEY_TEST"}}
+
+
 def test_smoke_command_never_holds_the_key():
-    spec = make_spec(api_key=KEY, host="0.0.0.0")
+    spec = make_spec(host="0.0.0.0", **KEYED)
     cmd = smoke_command(spec)
-    assert KEY not in cmd
-    assert ". /etc/sglang/sglang.secret" in cmd
-    assert '"Authorization: Bearer $SGLANG_API_KEY"' in cmd
     assert "http://127.0.0.1:30000/v1/chat/completions" in cmd
     assert "http://127.0.0.1:30000/server_info" in cmd
     # SGLang 0.5.23 wants the key on every path but /health*, /ready*, /metrics*: /server_info too
-    assert cmd.count('"Authorization: Bearer $SGLANG_API_KEY"') == 2
+    assert cmd.count("-H @/etc/sglang/sglang.auth ") == 2
 
 
 def test_smoke_command_without_key_sends_no_auth():
     cmd = smoke_command(make_spec())
-    assert "Authorization" not in cmd and "secret" not in cmd
+    assert "Authorization" not in cmd and "sglang.auth" not in cmd
 
 
 def test_smoke_command_runs_and_parses(tmp_path):
-    """Run it with sh against a fake curl: the key goes from the secret file to the header on the host."""
-    spec = make_spec(api_key=KEY, host="0.0.0.0", port=30007)
+    """Run it with sh against a fake curl: the key goes from the 0600 header file to the request,
+    never through an argument, and /server_info's keys are blanked before they leave the host."""
+    spec = make_spec(host="0.0.0.0", port=30007, **KEYED)
     etc = tmp_path / "etc"
     (etc / "sglang").mkdir(parents=True)
-    from fleet.render import render_secret
-
-    (etc / "sglang" / "sglang.secret").write_text(render_secret(spec))
-    cmd = smoke_command(spec)
-    assert cmd.count("/etc/sglang/sglang.secret") == 1
-    cmd = cmd.replace("/etc/sglang/", f"{etc}/sglang/")
+    (etc / "sglang" / "sglang.auth").write_text(render_auth_header(spec, Secrets({"api-key": KEY})))
+    cmd = smoke_command(spec).replace("/etc/sglang/", f"{etc}/sglang/")
     args_log = tmp_path / "args"
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps(CHAT))
     info = tmp_path / "info.json"
-    info.write_text(json.dumps(INFO))
+    info.write_text(json.dumps({**INFO, "api_key": KEY, "admin_api_key": KEY}))
     env = fake_bin(tmp_path, {
-        "curl": f'for a in "$@"; do printf "%s\\n" "$a"; done >> {args_log}; echo ---- >> {args_log}\n'
+        # as curl: `-H @file` sends the file's lines as headers
+        "curl": f'for a in "$@"; do case "$prev" in -H) case "$a" in @*) cat "${{a#@}}";; *) printf "%s\\n" "$a";; '
+                f'esac;; *) printf "%s\\n" "$a";; esac; prev="$a"; done >> {args_log}; echo ---- >> {args_log}\n'
                 'for a in "$@"; do last="$a"; done\n'
                 f'case "$last" in\n'
                 f'  */v1/chat/completions) cat {chat}; printf "\\nhttp=200 time=0.500000\\n" ;;\n'
                 f'  */server_info) cat {info} ;;\n'
                 'esac\n',
     })
-    env.pop("SGLANG_API_KEY", None)
     out = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    assert KEY not in cmd and KEY not in out.stdout
     r = parse_smoke(out.stdout)
     assert r.ok, r.reason
     assert r.text == "Hello there, friend!" and r.accept_length == 3.25 and r.tokens_per_s == 10.0

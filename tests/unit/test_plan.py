@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from builders import SPEC, converged, make_spec, unit
+from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 
 from fleet.parse import FileState, ServiceRuntime
 from fleet.plan import (
@@ -21,7 +21,7 @@ from fleet.plan import (
     sha1,
     target_of,
 )
-from fleet.rollout import desired_files, managed_paths
+from fleet.rollout import managed_paths
 
 UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file
 RECORD = "/var/lib/sglang-fleet/sglang/spec.json"
@@ -30,8 +30,8 @@ CHANGED = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/ro
                                  "block_size": 8})
 
 
-def plan_for(facts, spec=SPEC, interrupted=None):
-    return plan(spec, "pro6000", facts, interrupted, STAMP, NOW, BY)
+def plan_for(facts, spec=SPEC, interrupted=None, secrets=None):
+    return plan(spec, "pro6000", facts, secrets or secrets_of(spec), interrupted, STAMP, NOW, BY)
 
 
 def with_file(facts, path, **fields):
@@ -59,11 +59,37 @@ def test_a_converged_host_has_no_work():
     assert not p.has_work and p.action() == "none (already as declared)" and p.why == ()
 
 
-def test_the_api_key_in_the_running_arguments_is_not_a_difference():
-    keyed = make_spec(service={"api_key": "sk-Fleet0123456789abcdef"})
+def test_a_keyed_converged_host_has_no_work_and_no_key_in_its_arguments():
+    keyed = make_spec(service=KEYED)
     facts = converged(keyed)
-    assert "***" in facts.runtime.cmdline
+    assert "--config" in facts.runtime.cmdline and "--api-key" not in facts.runtime.cmdline
     assert not plan_for(facts, keyed).has_work
+
+
+def test_a_rotated_key_rewrites_the_config_and_header_files_and_restarts_through_the_gate():
+    keyed = make_spec(service=KEYED)
+    p = plan_for(converged(keyed), keyed, secrets=secrets_of(keyed, key="sk-Rotated0123456789"))
+    assert names(p.swap) == [keyed.config_file, keyed.auth_header_file]
+    assert p.restart and p.wait and p.backup and not p.daemon_reload
+    assert p.action() == "update sglang.yaml, sglang.auth, restart"
+
+
+def test_a_server_started_with_its_key_in_its_arguments_is_restarted_without_it():
+    """An older deploy (or a hand start) put --api-key on the command line; the fact masks it."""
+    keyed = make_spec(service=KEYED)
+    facts = converged(keyed)
+    old = ("/usr/bin/python3", *[a for a in facts.runtime.cmdline[1:] if a not in ("--config", keyed.config_file)],
+           "--api-key", "***")
+    p = plan_for(with_runtime(facts, cmdline=old), keyed)
+    assert p.restart and p.swap == ()
+    assert p.why == ("the running server's arguments differ from sglang.service's ExecStart",)
+
+
+def test_a_systemd_upgrade_to_253_adds_the_journal_filter_and_restarts():
+    keyed = make_spec(service=KEYED)
+    p = plan_for(converged(keyed, systemd_version=253), keyed)
+    assert names(p.swap) == [UNIT] and p.restart and p.daemon_reload
+    assert "LogFilterPatterns=~server_args=" in p.swap[0].content
 
 
 # --- files -------------------------------------------------------------------------------
@@ -76,7 +102,7 @@ def test_first_install():
                                                                  active_state="inactive", sub_state="dead")},
                     runtime=ServiceRuntime(None, {}, 0))
     p = plan_for(facts)
-    assert names(p.swap) == [UNIT, ENV, RECORD]  # no key declared: no secret, and none there
+    assert names(p.swap) == [UNIT, ENV, RECORD]  # no secret declared: no secret file, and none there
     assert p.restart and p.wait and p.enable and p.daemon_reload and not p.backup
     assert p.before.backup is None and p.before.files == {path: None for path in managed_paths(SPEC)}
     assert p.action() == "install, enable, start"
@@ -89,7 +115,7 @@ def test_a_changed_spec_updates_unit_and_record_backs_up_and_restarts():
     assert p.backup and p.before.backup == STAMP and p.restart and p.daemon_reload and p.wait and not p.enable
     assert p.replaces_service  # a rollback has the previous service to return to
     assert p.action() == "update sglang.service, spec.json, restart"
-    assert p.record == Pending(ROLLING_OUT, NOW, BY, target_of(desired_files(CHANGED, "pro6000")), True, "", p.before)
+    assert p.record == Pending(ROLLING_OUT, NOW, BY, target_of(wanted(CHANGED)), True, "", p.before)
 
 
 def test_an_env_change_restarts_without_daemon_reload():
@@ -107,13 +133,14 @@ def test_a_change_of_the_spec_record_alone_restarts_nothing():
 
 @pytest.mark.parametrize("field, value", [("mode", "644"), ("owner", "nobody:nogroup")])
 def test_a_secret_readable_by_others_is_repaired_without_a_restart(field, value):
-    keyed = make_spec(service={"api_key": "sk-Fleet0123456789abcdef"})
-    p = plan_for(with_file(converged(keyed), SECRET, **{field: value}), spec=keyed)
-    assert names(p.repairs) == [SECRET] and p.swap == ()
+    keyed = make_spec(service=KEYED)
+    config = keyed.config_file
+    p = plan_for(with_file(converged(keyed), config, **{field: value}), spec=keyed)
+    assert names(p.repairs) == [config] and p.swap == ()
     assert not (p.restart or p.wait or p.backup)
-    assert p.why == (f"{SECRET}: mode/owner {'644' if field == 'mode' else '600'} "
+    assert p.why == (f"{config}: mode/owner {'644' if field == 'mode' else '600'} "
                      f"{'root:root' if field == 'mode' else value}, want 600 root:root",)
-    assert p.action() == "fix mode/owner of sglang.secret"
+    assert p.action() == "fix mode/owner of sglang.yaml"
 
 
 def test_a_file_with_other_content_is_rewritten_not_repaired():
@@ -214,7 +241,7 @@ BEFORE = Before({UNIT: "a" * 40, ENV: "b" * 40, SECRET: None, RECORD: "c" * 40},
 
 
 def interrupted(phase=ROLLING_OUT, spec=SPEC, restart=True, before=BEFORE):
-    return Pending(phase, NOW - 600, "bob@desk", target_of(desired_files(spec, "pro6000")), restart,
+    return Pending(phase, NOW - 600, "bob@desk", target_of(wanted(spec)), restart,
                    "the unit stopped" if phase == ROLLING_BACK else "", before)
 
 
@@ -237,7 +264,7 @@ def test_an_interrupted_rollback_of_the_same_spec_is_finished_not_retried():
 def test_an_interrupted_rollback_of_another_spec_heads_for_the_new_one():
     p = plan_for(converged(), spec=CHANGED, interrupted=interrupted(ROLLING_BACK))
     assert not p.finish_rollback and p.restart
-    assert p.record.phase == ROLLING_OUT and p.record.target == target_of(desired_files(CHANGED, "pro6000"))
+    assert p.record.phase == ROLLING_OUT and p.record.target == target_of(wanted(CHANGED))
     assert p.before == BEFORE and not p.backup  # the interrupted run's backup still holds the old files
 
 

@@ -1,4 +1,4 @@
-"""fleet.render: the unit, the environment file and the secret, compared exactly.
+"""fleet.render: the unit, the environment file and the secret files, compared exactly.
 
 Golden unit files live in tests/unit/golden/<ALGORITHM>.service. They were written
 once from the renderer and then read line by line against SGLang 0.5.23's --help
@@ -23,20 +23,24 @@ import pytest
 
 from fleet.groupdata import load_class_specs
 from fleet.render import (
-    API_KEY_REF,
     env_quote,
+    render_auth_header,
+    render_config,
     render_env,
-    render_secret,
+    render_secret_env,
     render_unit,
     server_argv,
     systemd_quote,
 )
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
 HELP = (ROOT / "tests" / "fixtures" / "sglang-0.5.23-help.txt").read_text()
 KEY = "sk-Fleet0123456789abcdef"
+ADMIN = "adm-Fleet0123456789"
+FROM_ENV = {"env": "SGLANG_API_KEY_LAB"}
 UPDATE = os.environ.get("SGLANG_FLEET_UPDATE_GOLDEN") == "1"
 
 GPU = {"accepted_models": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "gpu_count": 1, "min_memory_mib": 95000}
@@ -219,7 +223,7 @@ def exec_start(unit: str) -> str:
 
 @pytest.mark.parametrize("algorithm", list(SPECULATIVE))
 def test_golden_unit(algorithm):
-    unit = render_unit(make_spec(SPECULATIVE[algorithm]), "lab")
+    unit = render_unit(make_spec(SPECULATIVE[algorithm]), "lab", False)
     path = GOLDEN / f"{algorithm}.service"
     if UPDATE:
         path.parent.mkdir(exist_ok=True)
@@ -254,7 +258,7 @@ def test_ddtree_is_never_served_as_dflash():
     assert argv.count("--speculative-algorithm") == 1
     assert "DFLASH" not in argv
     assert argv[argv.index("--speculative-ddtree-budget") + 1] == "64"
-    unit = render_unit(make_spec(SPECULATIVE["DDTREE"]), "lab")
+    unit = render_unit(make_spec(SPECULATIVE["DDTREE"]), "lab", False)
     assert "--speculative-algorithm DFLASH" not in unit
     # the other flags DDTREE uses do exist in 0.5.23; only the budget is PR 29907's
     others = [t for t in argv if t.startswith("--") and t != "--speculative-ddtree-budget"]
@@ -298,7 +302,7 @@ SEED_EXEC_START = (
 
 def test_seed_case_exec_start_exact():
     spec = load_class_specs(ROOT / "group_data")["pro6000"]
-    unit = render_unit(spec, "pro6000")
+    unit = render_unit(spec, "pro6000", False)
     assert "\nExecStart=" + SEED_EXEC_START in unit
     assert unit.startswith("# Managed by sglang-fleet from group_data/pro6000.py")
     assert systemd_split(exec_start(unit)) == HEAD + TAIL["DFLASH"]
@@ -306,7 +310,7 @@ def test_seed_case_exec_start_exact():
 
 
 def test_unit_sections():
-    lines = unit_lines(render_unit(make_spec(), "lab"))
+    lines = unit_lines(render_unit(make_spec(), "lab", False))
     assert lines["Type"] == ["simple"]
     assert lines["Restart"] == ["on-failure"]
     assert lines["EnvironmentFile"] == ["/etc/sglang/sglang.env"]
@@ -317,16 +321,16 @@ def test_unit_sections():
 def test_stop_drains_the_server_and_crashes_give_up():
     """SIGTERM to the server only (its schedulers have no handler: SGLang drains, then stops them);
     a server that keeps crashing stays failed after restarts_on_crash restarts, each a full load."""
-    lines = unit_lines(render_unit(make_spec(), "lab"))
+    lines = unit_lines(render_unit(make_spec(), "lab", False))
     assert lines["KillMode"] == ["mixed"] and lines["TimeoutStopSec"] == ["120s"] and lines["RestartSec"] == ["10s"]
     assert lines["StartLimitBurst"] == ["3"] and lines["StartLimitIntervalSec"] == [f"{3 * (1200 + 10)}s"]
     spec = make_spec(drain_timeout_s=30.5, restarts_on_crash=0)
     spec = spec.model_copy(update={"readiness": spec.readiness.model_copy(update={"load_timeout_s": 90})})
-    lines = unit_lines(render_unit(spec, "lab"))
+    lines = unit_lines(render_unit(spec, "lab", False))
     assert lines["TimeoutStopSec"] == ["30.5s"] and lines["StartLimitBurst"] == ["1"]
     assert lines["StartLimitIntervalSec"] == ["100s"]
     # the start limit belongs to [Unit]: systemd ignores it in [Service]
-    unit = render_unit(make_spec(), "lab")
+    unit = render_unit(make_spec(), "lab", False)
     assert unit.index("StartLimitBurst=") < unit.index("[Service]") < unit.index("KillMode=")
 
 
@@ -334,52 +338,102 @@ def test_stop_drains_the_server_and_crashes_give_up():
 @pytest.mark.parametrize("algorithm", list(SPECULATIVE))
 def test_systemd_itself_accepts_the_rendered_unit(algorithm, tmp_path):
     """`systemd-analyze verify` reads the unit as systemd would (the launcher must exist: a local one)."""
-    spec = make_spec(SPECULATIVE[algorithm], api_key=KEY, launcher=sys.executable)
+    spec = make_spec(SPECULATIVE[algorithm], api_key=FROM_ENV, launcher=sys.executable)
     path = tmp_path / "sglang.service"
-    path.write_text(render_unit(spec, "lab"))
+    path.write_text(render_unit(spec, "lab", False))
     r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr) == (0, "")
     # and it does complain, about a bad setting
-    path.write_text(render_unit(spec, "lab").replace("KillMode=mixed", "KillMode=gently"))
+    path.write_text(render_unit(spec, "lab", False).replace("KillMode=mixed", "KillMode=gently"))
     r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
     assert "Failed to parse kill mode" in r.stderr
 
 
-# --- the API key --------------------------------------------------------------------
+# --- secrets --------------------------------------------------------------------------
 
-def test_api_key_is_referenced_never_written():
-    spec = make_spec(SPECULATIVE["DFLASH"], api_key=KEY)
-    unit = render_unit(spec, "lab")
-    assert KEY not in unit
-    assert KEY not in render_env(spec)
-    assert " --api-key ${SGLANG_API_KEY} " in unit
-    assert unit_lines(unit)["EnvironmentFile"] == ["/etc/sglang/sglang.env", "/etc/sglang/sglang.secret"]
-    argv = systemd_split(exec_start(unit), {"SGLANG_API_KEY": KEY})
-    assert argv[argv.index("--api-key") + 1] == KEY  # what systemd hands SGLang
+SECRETS = Secrets({"api-key": KEY, "admin-api-key": ADMIN}, {"HF_TOKEN": "hf_abc$1 \"x\""})
+
+
+def test_keys_reach_the_server_through_its_0600_config_never_its_arguments():
+    spec = make_spec(SPECULATIVE["DFLASH"], api_key=FROM_ENV, admin_api_key={"file": "~/admin.key"})
+    unit = render_unit(spec, "lab", False)
+    assert KEY not in unit and ADMIN not in unit and KEY not in render_env(spec)
+    argv = server_argv(spec)
+    assert systemd_split(exec_start(unit)) == argv
+    assert argv[argv.index("--config") + 1] == "/etc/sglang/sglang.yaml"
+    assert not {"--api-key", "--admin-api-key"} & set(argv)
     assert argv[-6:] == TAIL["DFLASH"]
-    assert KEY not in " ".join(server_argv(spec))
-    assert API_KEY_REF in server_argv(spec)
+    assert render_config(spec, SECRETS) == (
+        "# Managed by sglang-fleet: the secret arguments of sglang.service (0600, root only).\n"
+        f'api-key: "{KEY}"\nadmin-api-key: "{ADMIN}"\n')
+    assert render_auth_header(spec, SECRETS) == f"Authorization: Bearer {KEY}\n"
+    assert unit_lines(unit)["EnvironmentFile"] == ["/etc/sglang/sglang.env"]  # no secret environment declared
+    assert render_secret_env(spec, SECRETS) is None
 
 
-def test_no_api_key_no_secret():
+@pytest.mark.parametrize("key", [KEY, "abc.DEF_~+/=-12", "x" * 64, "1e10abcd", "12345678", "true1234"])
+def test_the_config_file_reads_back_the_key_as_the_same_string(key):
+    """SGLang reads --config with yaml.safe_load, then str() of each value: a number or a bool
+    would come back as another string."""
+    import yaml
+    spec = make_spec(api_key=FROM_ENV)
+    assert yaml.safe_load(render_config(spec, Secrets({"api-key": key}))) == {"api-key": key}
+
+
+def test_secret_environment_goes_to_its_own_0600_file_the_unit_reads():
+    spec = make_spec(secret_environment={"HF_TOKEN": {"env": "HF_TOKEN"}}, environment={"NCCL_DEBUG": "WARN"})
+    unit = render_unit(spec, "lab", False)
+    assert unit_lines(unit)["EnvironmentFile"] == ["/etc/sglang/sglang.env", "/etc/sglang/sglang.secret"]
+    assert "hf_abc" not in render_env(spec) and "HF_TOKEN" not in render_env(spec)
+    assert parse_env_file(render_secret_env(spec, SECRETS)) == {"HF_TOKEN": 'hf_abc$1 "x"'}
+    assert "--config" not in server_argv(spec) and render_config(spec, SECRETS) is None
+    assert render_auth_header(spec, SECRETS) is None
+
+
+def test_no_secret_declared_no_secret_file():
     spec = make_spec()
-    assert render_secret(spec) is None
-    unit = render_unit(spec, "lab")
-    assert "--api-key" not in unit and "secret" not in unit and "SGLANG_API_KEY" not in unit
+    assert (render_config(spec, Secrets()), render_secret_env(spec, Secrets()), render_auth_header(spec, Secrets())) \
+        == (None, None, None)
+    unit = render_unit(spec, "lab", True)
+    assert "--config" not in unit and "secret" not in unit and "LogFilterPatterns" not in unit
 
 
-@pytest.mark.parametrize("key", [KEY, "abc.DEF_~+/=-12", "x" * 64])
-def test_render_secret(tmp_path, key):
-    spec = make_spec(api_key=key)
-    content = render_secret(spec)
-    assert content == f'SGLANG_API_KEY="{key}"\n'
-    assert parse_env_file(content) == {"SGLANG_API_KEY": key}
-    # smoke_command sources it with the host's sh
-    f = tmp_path / "secret"
-    f.write_text(content)
-    out = subprocess.run(["sh", "-c", f'set -a; . {f}; set +a; printf %s "$SGLANG_API_KEY"'],
-                         capture_output=True, text=True, check=True).stdout
-    assert out == key
+def test_a_declared_secret_that_was_not_read_is_never_rendered_as_absent():
+    spec = make_spec(api_key=FROM_ENV)
+    with pytest.raises(ValueError, match="declared but not read: api-key"):
+        render_config(spec, Secrets())
+
+
+def test_the_journal_filter_is_rendered_only_where_systemd_has_it_and_a_key_is_declared():
+    spec = make_spec(api_key=FROM_ENV)
+    assert unit_lines(render_unit(spec, "lab", True))["LogFilterPatterns"] == ["~server_args="]
+    assert "LogFilterPatterns" not in render_unit(spec, "lab", False)
+    assert "LogFilterPatterns" not in render_unit(make_spec(), "lab", True)
+
+
+def test_the_journal_filter_drops_sglangs_server_args_line_only():
+    """The pattern is an extended regex matched against each message (systemd.exec(5))."""
+    pattern = unit_lines(render_unit(make_spec(api_key=FROM_ENV), "lab", True))["LogFilterPatterns"][0]
+    assert pattern.startswith("~")  # ~: drop what matches
+    drop = re.compile(pattern[1:])
+    assert drop.search(f"[2026-11-30 12:00:00] server_args=ServerArgs(model_path='/m', api_key='{KEY}')")
+    assert not drop.search("[2026-11-30 12:00:00] Load weight end. type=Qwen3ForCausalLM")
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd here")  # allowed: CI (Debian) has it
+def test_systemd_reads_the_journal_filter_or_names_it_unknown(tmp_path):
+    """systemd >= 253 accepts the setting; older systemd (Debian 12 has 252) only warns that it does
+    not know it, which is why preflight renders it for new systemd only."""
+    version = int(re.match(r"systemd (\d+)", subprocess.run(["systemctl", "--version"], capture_output=True,
+                                                             text=True).stdout).group(1))
+    path = tmp_path / "sglang.service"
+    path.write_text(render_unit(make_spec(api_key=FROM_ENV, launcher=sys.executable), "lab", True))
+    r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+    if version >= 253:
+        assert (r.returncode, r.stderr) == (0, "")
+    else:
+        assert [line.split(": ", 1)[1] for line in r.stderr.splitlines()] == \
+            ["Unknown key 'LogFilterPatterns' in section [Service], ignoring."]
 
 
 # --- quoting -----------------------------------------------------------------------
@@ -393,7 +447,7 @@ def test_render_secret(tmp_path, key):
         ("50%", "\"50%%\""),
         ("100% sure", '"100%% sure"'),
         ("$HOME", '"$$HOME"'),
-        ("${SGLANG_API_KEY}", "${SGLANG_API_KEY}"),
+        ("${SGLANG_API_KEY}", '"$${SGLANG_API_KEY}"'),
         ("it's", "\"it's\""),
         ('say "hi"', '"say \\"hi\\""'),
         ("back\\slash", '"back\\\\slash"'),
@@ -419,7 +473,7 @@ def test_extra_args_round_trip_through_the_unit():
     extra = ["--chat-template", "/etc/sglang/tpl with space.jinja", "--json-model-override-args",
              '{"rope_scaling": {"type": "yarn", "factor": 4.0}}', "--log-level", "info", "--note=50%$x"]
     spec = make_spec(SPECULATIVE["DFLASH"], extra_args=extra, served_model_name="qwen 3.6 (27b)")
-    argv = systemd_split(exec_start(render_unit(spec, "lab")))
+    argv = systemd_split(exec_start(render_unit(spec, "lab", False)))
     assert argv == server_argv(spec)
     assert argv[-len(extra):] == extra
     assert argv[argv.index("--served-model-name") + 1] == "qwen 3.6 (27b)"
@@ -428,7 +482,7 @@ def test_extra_args_round_trip_through_the_unit():
 def test_systemd_quote_newline_stays_on_one_line():
     assert systemd_quote("two\nlines") == '"two\\nlines"'
     spec = make_spec(extra_args=["--note", "a\nExecStartPre=/bin/false"])
-    unit = render_unit(spec, "lab")
+    unit = render_unit(spec, "lab", False)
     assert "ExecStartPre" not in unit_lines(unit)
     assert systemd_split(exec_start(unit))[-2:] == ["--note", "a\nExecStartPre=/bin/false"]
 
@@ -465,19 +519,20 @@ def test_optional_flags():
 
 
 def test_custom_unit_name_moves_every_file():
-    spec = make_spec(unit="sglang-b", api_key=KEY)
-    unit = render_unit(spec, "lab")
+    spec = make_spec(unit="sglang-b", api_key=FROM_ENV, secret_environment={"HF_TOKEN": {"env": "HF_TOKEN"}})
+    unit = render_unit(spec, "lab", False)
     assert unit_lines(unit)["EnvironmentFile"] == ["/etc/sglang/sglang-b.env", "/etc/sglang/sglang-b.secret"]
-    assert spec.unit_file == "/etc/systemd/system/sglang-b.service"
+    assert server_argv(spec)[server_argv(spec).index("--config") + 1] == "/etc/sglang/sglang-b.yaml"
+    assert (spec.unit_file, spec.auth_header_file) == ("/etc/systemd/system/sglang-b.service", "/etc/sglang/sglang-b.auth")
 
 
 def test_description_is_escaped():
     from pydantic import ValidationError
 
     try:  # refusing the newline in the spec is a fix too
-        unit = render_unit(make_spec(served_model_name="a\nExecStartPre=/bin/false"), "lab")
+        unit = render_unit(make_spec(served_model_name="a\nExecStartPre=/bin/false"), "lab", False)
         assert "ExecStartPre" not in unit_lines(unit)
     except ValidationError:
         pass
-    (description,) = unit_lines(render_unit(make_spec(served_model_name="qwen-50%b"), "lab"))["Description"]
+    (description,) = unit_lines(render_unit(make_spec(served_model_name="qwen-50%b"), "lab", False))["Description"]
     assert description == "SGLang qwen-50%%b (speculative: none)"

@@ -35,13 +35,13 @@ from fleet.rollout import (
     managed_paths,
     pending_file,
     record_command,
-    redact,
     restore_command,
     service_files,
     spec_record,
     staged_path,
     state_dir,
 )
+from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 
 KEY = "sk-Fleet0123456789abcdef"
@@ -61,8 +61,9 @@ def make_spec(**service) -> ClassSpec:
     )
 
 
-SPEC = make_spec(api_key=KEY)
-UNIT, ENV, SECRET, RECORD = managed_paths(SPEC)
+SPEC = make_spec(api_key={"env": "SGLANG_API_KEY_TEST"}, secret_environment={"HF_TOKEN": {"env": "HF_TOKEN"}})
+SECRETS = Secrets({"api-key": KEY}, {"HF_TOKEN": "hf_Fleet0123"})
+UNIT, ENV, CONFIG, SECRET, AUTH, RECORD = managed_paths(SPEC)
 
 
 class Host:
@@ -132,13 +133,15 @@ def test_paths():
     assert deployed_spec_file(SPEC) == "/var/lib/sglang-fleet/sglang/spec.json"
     assert pending_file(SPEC) == "/var/lib/sglang-fleet/sglang/pending.json"
     assert lock.lock_file(SPEC) == "/run/sglang-fleet/sglang.lock"
-    assert managed_paths(SPEC) == [
+    assert managed_paths(SPEC) == [  # secrets are backed up and restored too
         "/etc/systemd/system/sglang.service",
         "/etc/sglang/sglang.env",
-        "/etc/sglang/sglang.secret",  # the secret is backed up and restored too
+        "/etc/sglang/sglang.yaml",
+        "/etc/sglang/sglang.secret",
+        "/etc/sglang/sglang.auth",
         "/var/lib/sglang-fleet/sglang/spec.json",
     ]
-    assert service_files(SPEC) == managed_paths(SPEC)[:3]
+    assert service_files(SPEC) == managed_paths(SPEC)[:4]
     assert managed_dirs(SPEC) == ["/etc/sglang", "/var/lib/sglang-fleet/sglang", "/var/lib/sglang-fleet/sglang/backups"]
     # backups are stored by base name: the names must not collide
     assert len({Path(f).name for f in managed_paths(SPEC)}) == len(managed_paths(SPEC))
@@ -147,11 +150,17 @@ def test_paths():
 
 
 def test_desired_files_modes_and_restarts():
-    files = desired_files(SPEC, "pro6000")
+    files = desired_files(SPEC, "pro6000", SECRETS, journal_filter=False)
     assert [(f.path, f.mode, f.restarts, f.secret) for f in files] == [
-        (UNIT, "644", True, False), (ENV, "644", True, False), (SECRET, "600", True, True), (RECORD, "600", False, False)]
-    assert KEY in files[2].content and all(KEY not in f.content for f in files if not f.secret)
-    assert desired_files(make_spec(), "pro6000")[2].content is None  # no key declared: no secret file
+        (UNIT, "644", True, False), (ENV, "644", True, False), (CONFIG, "600", True, True),
+        (SECRET, "600", True, True), (AUTH, "600", False, True), (RECORD, "600", False, False)]
+    for value in SECRETS.values():  # each secret is in the 0600 files only
+        assert [f.path for f in files if value in f.content] == [f.path for f in files if f.secret and value in f.content]
+        assert any(value in f.content for f in files)
+    assert all(f.mode == "600" for f in files if f.secret)
+    # no secret declared: no secret file at all
+    assert [f.path for f in desired_files(make_spec(), "pro6000", Secrets(), False) if f.content is None] == \
+        [CONFIG, SECRET, AUTH]
 
 
 # --- backups -----------------------------------------------------------------------
@@ -192,21 +201,22 @@ def test_a_failed_copy_fails_the_backup_and_leaves_no_partial_set(host):
 
 # --- begin ----------------------------------------------------------------------------
 
-def begin(host, seen=lock.LockFacts(), files=None, stamp="s1", stage_secret=False, check=True):
+def begin(host, seen=lock.LockFacts(), files=None, stamp="s1", secret_uploads=(), check=True):
     return host.run(begin_command(SPEC, WHO, seen, host.sha1s() if files is None else files, stamp, PENDING,
-                                  stage_secret), check=check)
+                                  list(secret_uploads)), check=check)
 
 
 def test_begin_takes_the_lock_backs_up_and_writes_the_pending_record(host):
     host.write(UNIT, "unit v1\n")
-    r = begin(host, stage_secret=True)
+    r = begin(host, secret_uploads=[CONFIG, AUTH])
     assert r.stdout.strip().endswith(BEGUN_MARK)
     owner = json.loads(host.read(lock.lock_file(SPEC)))
     assert owner == {**WHO, "session": None, "session_start": None}  # no sshd above a local shell
     assert json.loads(host.read(pending_file(SPEC))) == PENDING and host.mode(pending_file(SPEC)) == 0o600
     assert host.backups(SPEC) == ["s1"] and host.read(f"{backups_dir(SPEC)}/s1/sglang.service") == "unit v1\n"
     assert all(host.mode(d) == 0o700 for d in managed_dirs(SPEC))
-    assert host.read(staged_path(SECRET)) == "" and host.mode(staged_path(SECRET)) == 0o600
+    for path in (CONFIG, AUTH):  # the uploads write into files that are 0600 from the start
+        assert host.read(staged_path(path)) == "" and host.mode(staged_path(path)) == 0o600
 
 
 def test_begin_is_refused_when_another_deploy_holds_the_lock_and_changes_nothing(host):
@@ -299,7 +309,8 @@ def test_restore_puts_back_every_file_as_it_was_and_says_which(host):
     r = restore(host, before)
     assert host.read(UNIT) == "unit v1\n" and host.read(ENV) == "env v1\n" and host.read(SECRET) is None
     assert host.read(RECORD) == '{"v": 1}\n' and host.mode(RECORD) == 0o600
-    assert sorted(r.stdout.split(RESTORED, 1)[1].split()) == sorted(f"{host.root}{p}" for p in managed_paths(SPEC))
+    changed = [UNIT, ENV, SECRET, RECORD]  # the config and header files were absent before and after
+    assert sorted(r.stdout.split(RESTORED, 1)[1].split()) == sorted(f"{host.root}{p}" for p in changed)
     assert json.loads(host.read(pending_file(SPEC))) == {"phase": "rolling-back"}
     # its own files changed: stopped first; then systemd rereads them, the enabled state as it was
     assert host.systemctl() == ["stop sglang.service", "daemon-reload", "enable --quiet sglang.service"]
@@ -369,22 +380,22 @@ def test_record_command_appends_json_lines(host):
     assert records(host) == [r1, r2]
 
 
-def test_spec_record_hides_the_key():
+def test_spec_record_names_where_secrets_come_from_never_their_values():
     text = spec_record(SPEC, "pro6000")
-    assert KEY not in text
+    assert all(value not in text for value in SECRETS.values())
     data = json.loads(text)
     assert data["group"] == "pro6000"
-    assert data["spec"]["service"]["api_key"] == "**********"
+    assert data["spec"]["service"]["api_key"] == {"env": "SGLANG_API_KEY_TEST", "file": None}
 
 
 def test_journal_command():
     assert journal_command(SPEC, 5) == "journalctl -u sglang.service -n 5 --no-pager -o short-iso"
 
 
-def test_redact_hides_the_key_sglang_logs_with_its_server_args():
-    line = f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30000)"
-    assert KEY not in redact(line, SPEC) and "api_key='***'" in redact(line, SPEC)
-    assert redact(line, make_spec()) == line  # no key declared: nothing to hide
+def test_redact_hides_every_secret_value_sglang_may_log():
+    line = f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30000) HF_TOKEN=hf_Fleet0123"
+    assert SECRETS.redact(line) == "server_args=ServerArgs(model_path='/m', api_key='***', port=30000) HF_TOKEN=***"
+    assert Secrets().redact(line) == line  # no secret declared: nothing to hide
 
 
 # --- the report table --------------------------------------------------------------

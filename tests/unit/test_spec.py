@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from fleet.groupdata import SpecError, explain, load_class_specs, spec_data, validate_class
 from fleet.spec import (
     ALGORITHM_TAGS,
+    NOT_ABBREVIATIONS,
+    SECRET_FLAGS,
     SPEC_KEYS,
     ClassSpec,
     DDTree,
@@ -331,12 +333,14 @@ def test_all_problems_of_a_file_reported_together():
         ({"environment": {"A": "x\ny"}}, "environment variable A holds a newline"),
         ({"extra_args": ["--port=1"]}, "--port is set by its own field"),
         ({"extra_args": ["--speculative-algorithm", "EAGLE"]}, "--speculative-algorithm is set by its own field"),
-        ({"extra_args": ["--api-key", "x"]}, "--api-key is set by its own field"),
+        ({"environment": {"HF_TOKEN": "x"}, "secret_environment": {"HF_TOKEN": {"env": "HF_TOKEN"}}},
+         "HF_TOKEN in both environment and secret_environment"),
+        ({"secret_environment": {"1BAD": {"env": "X"}}}, "'1BAD' is not a valid name"),
     ],
 )
 def test_service_refusals(service_fields, needle):
     p = one_problem(data(service=svc(**service_fields)))
-    assert p.startswith(f"{SRC}: service.")
+    assert p.startswith(f"{SRC}: service")
     assert needle in p
 
 
@@ -348,35 +352,76 @@ def test_gpu_model_names_are_exact():
     )
 
 
-# --- the API key ------------------------------------------------------------------
+# --- secrets: group_data names where they come from -------------------------------------
 
-def test_api_key_is_a_secret():
-    spec = validate_class(SRC, data(service=svc(api_key=KEY)))
-    assert isinstance(spec.service.api_key, SecretStr)
-    assert spec.service.api_key.get_secret_value() == KEY
-    assert KEY not in repr(spec)
-    assert KEY not in str(spec)
-    assert KEY not in repr(spec.service)
-    dumped = spec.model_dump_json()
-    assert KEY not in dumped
-    assert json.loads(dumped)["service"]["api_key"] == "**********"
-    assert KEY not in str(spec.model_dump())
+def test_a_secret_is_declared_by_its_source():
+    spec = validate_class(SRC, data(service=svc(api_key={"env": "SGLANG_API_KEY_X"},
+                                                admin_api_key={"file": "~/.config/x/admin.key"},
+                                                secret_environment={"HF_TOKEN": {"env": "HF_TOKEN"}})))
+    assert spec.service.api_key.describe() == "environment variable SGLANG_API_KEY_X"
+    assert spec.service.admin_api_key.describe() == "file ~/.config/x/admin.key"
+    assert list(spec.service.server_secrets) == ["api-key", "admin-api-key"]  # as SGLang's --config keys
+    assert json.loads(spec.model_dump_json())["service"]["api_key"] == {"env": "SGLANG_API_KEY_X", "file": None}
 
 
-@pytest.mark.parametrize(
-    "bad_key",
-    ["short7!", "has space in it", "quote'd-key-123", 'dq"key-12345', "dollar$key-12345", "new\nline-12345",
-     "sk-" + "é" * 10],
-)
-def test_malformed_api_key_is_refused_without_showing_it(bad_key):
-    p = one_problem(data(service=svc(api_key=bad_key)))
-    assert p.startswith(f"{SRC}: service.api_key = '***': ")
-    assert "8 or more of" in p
-    assert bad_key not in p
-    assert bad_key.strip("!") not in p
+@pytest.mark.parametrize("field", ["api_key", "admin_api_key"])
+def test_a_secret_value_written_into_group_data_is_refused_without_showing_it(field):
+    p = one_problem(data(service=svc(**{field: KEY})))
+    assert p.startswith(f"{SRC}: service.{field} = '***': name where the secret comes from, not its value")
+    assert KEY not in p
 
 
-def test_api_key_of_wrong_type_not_shown():
+def test_a_secret_environment_value_written_into_group_data_is_refused_without_showing_it():
+    p = one_problem(data(service=svc(secret_environment={"HF_TOKEN": KEY})))
+    assert "service.secret_environment.HF_TOKEN = '***': name where the secret comes from" in p
+    assert KEY not in p
+
+
+@pytest.mark.parametrize("source, needle", [
+    ({}, "exactly one of env"),
+    ({"env": "A", "file": "/b"}, "exactly one of env"),
+    ({"env": "not a name"}, "env 'not a name' is not an environment variable name"),
+    ({"file": " "}, "file is empty"),
+    ({"vault": "x"}, "unknown key"),
+])
+def test_a_malformed_source_is_refused(source, needle):
+    assert needle in one_problem(data(service=svc(api_key=source)))
+
+
+@pytest.mark.parametrize("tokens", [
+    ["--api-key", "x"], ["--api-key=x"], ["--api_key", "x"], ["--api-k", "x"], ["--admin-api-key", "x"],
+    ["--admin-api", "x"], ["--ssl-keyfile-password", "x"], ["--ssl-keyfile-pass=x"],
+])
+def test_secret_flags_are_refused_in_extra_args_abbreviated_too(tokens):
+    """argparse (SGLang allows abbreviations) would read each of these as a secret flag; its value
+    would be in the process's arguments, readable by every local user."""
+    p = one_problem(data(service=svc(extra_args=tokens)))
+    assert "would put a secret in the server's arguments, readable by every local user" in p
+    assert ("service.api_key" in p) == tokens[0].startswith("--api")
+    assert ("service.admin_api_key" in p) == tokens[0].startswith("--admin")
+
+
+@pytest.mark.parametrize("tokens, needle", [
+    (["--config", "/etc/x.yaml"], "--config: the server's --config is sglang-fleet's 0600 file"),
+    (["--config=/etc/x.yaml"], "--config: the server's --config"),
+    (["--watermark-config", '{"key": "s3cr3t"}'], "--watermark-config with inline JSON may carry a secret"),
+    (['--watermark-config={"key": "s3cr3t"}'], "--watermark-config with inline JSON"),
+    (["--hicache-storage-backend-extra-config", '{"secret_key": "x"}'], "--hicache-storage-backend-extra-config"),
+])
+def test_other_secret_bearing_extra_args_are_refused(tokens, needle):
+    assert needle in one_problem(data(service=svc(extra_args=tokens)))
+
+
+@pytest.mark.parametrize("tokens", [
+    ["--ssl-keyfile", "/etc/ssl/k.pem"],  # a flag of its own, not an abbreviation of the password
+    ["--watermark-config", "/etc/sglang/watermark.json"],  # a path is fine: the key stays in the file
+    ["--log-level", "info"],
+])
+def test_harmless_neighbours_of_secret_flags_pass(tokens):
+    assert validate_class(SRC, data(service=svc(extra_args=tokens))).service.extra_args == tokens
+
+
+def test_a_secret_of_wrong_type_is_not_shown():
     p = one_problem(data(service=svc(api_key=123456789012)))
     assert "123456789012" not in p and "service.api_key" in p
 
@@ -431,3 +476,27 @@ def test_eagle_num_steps_without_topk_is_refused():
     # real SGLang 0.5.23 crashes at start on it (tests/fixtures/sglang-0.5.23-resolve.txt, eagle-steps-only)
     with pytest.raises(ValidationError, match="num_steps needs topk"):
         ClassSpec.model_validate(data(speculative={"algorithm": "EAGLE", "num_steps": 3}))
+
+
+def _sglang_0523_long_flags() -> list[str]:
+    # generated from the real 0.5.23 parser (lab/doubles/gen_sglang_flags.py)
+    actions = json.loads((Path(__file__).resolve().parents[2] / "lab/doubles/sglang/flags.json").read_text())["actions"]
+    return [o for a in actions for o in a["option_strings"] if o.startswith("--")]
+
+
+def test_every_abbreviation_argparse_reads_as_a_secret_flag_is_refused():
+    """SGLang's parser allows abbreviations: every prefix that is no flag of its own and names one
+    flag only reaches that flag. Each of those that reaches a secret flag must be refused."""
+    flags = _sglang_0523_long_flags()
+    assert set(SECRET_FLAGS) <= set(flags)
+    assert sorted(f for f in flags if f not in SECRET_FLAGS and any(s.startswith(f) for s in SECRET_FLAGS)) == \
+        sorted(NOT_ABBREVIATIONS)
+    for secret in SECRET_FLAGS:
+        for end in range(4, len(secret) + 1):
+            prefix = secret[:end]
+            reaches = [f for f in flags if f.startswith(prefix)]
+            if prefix in flags and prefix != secret:
+                continue  # a flag of its own (NOT_ABBREVIATIONS)
+            if prefix == secret or reaches == [secret]:
+                p = one_problem(data(service=svc(extra_args=[prefix, "v"])))
+                assert "would put a secret in the server's arguments" in p, prefix

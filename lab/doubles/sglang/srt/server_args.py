@@ -310,9 +310,62 @@ class ServerArgs:
         return "ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in self.resolved_dict().items()) + ")"
 
 
+def _config_keys(action: argparse.Action) -> set[str]:
+    # a YAML key may be any long spelling of a flag, dashes or underscores
+    return {action.dest} | {o[2:].replace("-", "_") for o in action.option_strings if o.startswith("--")}
+
+
+def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--config FILE.yaml`, as 0.5.23's ConfigArgumentMerger reads it: the file's keys become
+    flags placed BEFORE the command line's (the command line wins). Only the exact token
+    `--config` is seen (`--config=F` is not merged: argparse then just stores it); one file only;
+    .yaml/.yml only; booleans of store_true flags become the bare flag, others `--k true|false`;
+    lists repeat values after one flag; dicts become JSON; the rest str(). Errors are ValueError
+    with the real messages, raised before parsing (a traceback, exit 1)."""
+    if "--config" not in argv:
+        return argv
+    at = [i for i, a in enumerate(argv) if a == "--config"]
+    if len(at) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    if at[0] == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = argv[at[0] + 1]
+    if os.path.splitext(path)[1].lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {os.path.splitext(path)[1]}")
+    if not os.path.exists(path):
+        raise ValueError(f"Config file not found: {path}")
+    import yaml  # as the real one: PyYAML, imported only when a config is given
+
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except Exception as e:
+        logger.error(f"Failed to read config file {path}: {e}")
+        raise
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+    store_true = {k for a in parser._actions if isinstance(a, argparse._StoreTrueAction) for k in _config_keys(a)}
+    merged: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") in store_true:
+                merged += [f"--{key}"] if value else []
+            else:
+                merged += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            merged += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            merged += [f"--{key}", json.dumps(value)]
+        else:
+            merged += [f"--{key}", str(value)]
+    return merged + argv[: at[0]] + argv[at[0] + 2 :]
+
+
 def prepare_server_args(argv: list[str]) -> ServerArgs:
     parser = build_parser()
-    raw_args = parser.parse_args(argv)
+    command = " ".join(shlex.quote(a) for a in argv)
+    raw_args = parser.parse_args(merge_config(parser, list(argv)))
     logging.basicConfig(
         level=getattr(logging, str(raw_args.log_level).upper(), logging.INFO),
         format="[%(asctime)s] %(message)s",
@@ -320,7 +373,7 @@ def prepare_server_args(argv: list[str]) -> ServerArgs:
         force=True,
     )
     server_args = ServerArgs.from_cli_args(raw_args)
-    server_args._launch_command = " ".join(shlex.quote(a) for a in argv)
+    server_args._launch_command = command
     return server_args
 
 

@@ -9,8 +9,8 @@ Start-up (see docs/ARCHITECTURE.md and the reference sheet):
 2. Loading: the HTTP port stays CLOSED for host.json's load_seconds. load "crash" dies
    partway (TP0 prints the traceback and SIGQUITs this process, whose handler kills the
    tree with SIGKILL, itself last, as the real kill_process_tree does), "hang" never opens
-   the port, "ok" serves. A launch whose argv (ignoring `--api-key VALUE`) equals
-   host.json's preinstalled_argv always loads fine. GPUs already held by other live
+   the port, "ok" serves. A launch whose argv equals host.json's preinstalled_argv
+   always loads fine. GPUs already held by other live
    processes beyond what is free: CUDA OOM crash (except for the preinstalled argv,
    which the lab boots beside its workloads).
 3. Port open: /v1/models answers 200 at once; /health, /health_generate and /ready
@@ -630,21 +630,6 @@ def _gpu_ids(a) -> list[int]:
     return [base + i * step for i in range(n)]
 
 
-def _strip_api_key(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for x in argv:
-        if skip:
-            skip = False
-            continue
-        if x == "--api-key":
-            skip = True
-            continue
-        if x.startswith("--api-key="):
-            continue
-        out.append(x)
-    return out
-
-
 class _Process:
     """This (main) process's life: its signals, its schedulers, and the ways it ends.
 
@@ -857,7 +842,7 @@ def launch_server(server_args) -> None:
     load = str(host.get("load", "ok"))
     load_seconds = float(host.get("load_seconds", 0) or 0)
     pre = host.get("preinstalled_argv")
-    preinstalled = pre is not None and _strip_api_key(sys.argv[1:]) == _strip_api_key(list(pre))
+    preinstalled = pre is not None and sys.argv[1:] == list(pre)
     if preinstalled:
         load = "ok"  # the preinstalled (old) configuration: rollback returns to it
 

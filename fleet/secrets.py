@@ -1,0 +1,97 @@
+"""Secrets, read where the deploy runs, for the classes it deploys, and only then.
+
+group_data names where each secret comes from (fleet.spec.SecretSource); this reads them.
+A secret that cannot be read refuses that class's hosts, naming the variable or file: the
+other classes deploy. The values live in memory only, until they are written into the
+0600 files on the host (fleet/render.py); nothing else prints or stores them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from fleet.spec import ClassSpec, SecretSource
+
+# Plain characters only: the key goes into a YAML string, an HTTP header and argparse, which
+# would take a leading '-' for a flag.
+API_KEY = re.compile(r"^[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7,}$")
+KEY_RULE = "8 or more of A-Z a-z 0-9 . _ ~ + / = - (not starting with -)"
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """The values of one class's declared secrets."""
+
+    server: dict[str, str] = field(default_factory=dict)  # SGLang flag (YAML key, e.g. api-key) -> value
+    environment: dict[str, str] = field(default_factory=dict)  # secret environment variable -> value
+
+    @property
+    def api_key(self) -> str | None:
+        return self.server.get("api-key")
+
+    def values(self) -> list[str]:
+        return [*self.server.values(), *self.environment.values()]
+
+    def redact(self, text: str) -> str:
+        """SGLang logs its server_args with the keys in clear: never pass that on to a terminal."""
+        for value in sorted(self.values(), key=len, reverse=True):
+            text = text.replace(value, "***")
+        return text
+
+
+class SecretError(Exception):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _read(source: SecretSource, environ: Mapping[str, str], read_file: Callable[[Path], str]) -> str:
+    if source.env is not None:
+        if source.env not in environ:
+            raise LookupError(f"environment variable {source.env} is not set where the deploy runs")
+        return environ[source.env]
+    path = Path(source.file).expanduser()
+    try:
+        return read_file(path).removesuffix("\n")
+    except OSError as e:
+        raise LookupError(f"file {path} cannot be read ({e.strerror or type(e).__name__})") from None
+
+
+def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ,
+            read_file: Callable[[Path], str] = Path.read_text) -> Secrets:
+    """Every secret the spec declares, read now; SecretError naming each field, source and rule
+    broken (never a value). where: the group file, for the messages."""
+    problems: list[str] = []
+    values: dict[str, dict[str, str]] = {"server": {}, "environment": {}}
+    declared = [("server", flag, f"service.{flag.replace('-', '_')}", source)
+                for flag, source in spec.service.server_secrets.items()]
+    declared += [("environment", name, f"service.secret_environment.{name}", source)
+                 for name, source in spec.service.secret_environment.items()]
+    for kind, name, field_name, source in declared:
+        try:
+            value = _read(source, environ, read_file)
+        except LookupError as e:
+            problems.append(f"{where}: {field_name}: {e}; expected the secret there")
+            continue
+        if kind == "server" and not API_KEY.match(value):
+            problems.append(f"{where}: {field_name}: the value of {source.describe()} is not a usable key: "
+                            f"expected {KEY_RULE} (the value is not shown)")
+        elif kind == "environment" and (not value or "\n" in value):
+            problems.append(f"{where}: {field_name}: the value of {source.describe()} is empty or spans "
+                            "lines (the value is not shown)")
+        else:
+            values[kind][name] = value
+    if problems:
+        raise SecretError(problems)
+    return Secrets(**values)
+
+
+def unread(spec: ClassSpec) -> Secrets:
+    """Stand-ins for every declared secret, for checks that need to know which secret files a host
+    has, not what they hold (`make verify` runs without the operator's secrets)."""
+    return Secrets({flag: "unread" for flag in spec.service.server_secrets},
+                   {name: "unread" for name in spec.service.secret_environment})
