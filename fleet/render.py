@@ -143,15 +143,18 @@ def _declared(spec: ClassSpec, secrets: Secrets) -> None:
         raise ValueError(f"secrets declared but not read: {', '.join(sorted(missing))}")
 
 
+def _secret_file(spec: ClassSpec, what: str, lines: list[str]) -> str:
+    return "\n".join([f"# Managed by sglang-fleet: {what} of {spec.service_unit} (0600, root only).", *lines]) + "\n"
+
+
 def render_config(spec: ClassSpec, secrets: Secrets) -> str | None:
     """The 0600 YAML of the server's secret arguments (--config), or None when none is declared.
     Values are double-quoted: YAML would read an unquoted 1e10 or `true` as something else."""
     _declared(spec, secrets)
     if not spec.service.server_secrets:
         return None
-    lines = [f"# Managed by sglang-fleet: the secret arguments of {spec.service_unit} (0600, root only)."]
-    lines += [f'{flag}: "{secrets.server[flag]}"' for flag in spec.service.server_secrets]
-    return "\n".join(lines) + "\n"
+    return _secret_file(spec, "the secret arguments",
+                        [f'{flag}: "{secrets.server[flag]}"' for flag in spec.service.server_secrets])
 
 
 def render_secret_env(spec: ClassSpec, secrets: Secrets) -> str | None:
@@ -159,9 +162,8 @@ def render_secret_env(spec: ClassSpec, secrets: Secrets) -> str | None:
     _declared(spec, secrets)
     if not spec.service.secret_environment:
         return None
-    lines = [f"# Managed by sglang-fleet: secret environment of {spec.service_unit} (0600, root only)."]
-    lines += [f"{name}={env_quote(secrets.environment[name])}" for name in spec.service.secret_environment]
-    return "\n".join(lines) + "\n"
+    return _secret_file(spec, "secret environment",
+                        [f"{name}={env_quote(secrets.environment[name])}" for name in spec.service.secret_environment])
 
 
 def render_auth_header(spec: ClassSpec, secrets: Secrets) -> str | None:

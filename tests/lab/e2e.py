@@ -28,9 +28,10 @@ def workdir(tmp: Path, **overrides: str) -> Path:
     return tmp
 
 
-def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`pyinfra -y <lab inventory> deploy.py`, as an operator runs it; output kept for the assertions."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`pyinfra -y <lab inventory> deploy.py`, as an operator runs it; output kept for the assertions.
+    env: more environment (where group_data's secrets come from)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **(env or {})}
     p = subprocess.run(
         [str(BIN / "pyinfra"), "-y", *args, str(lab.inventory), "deploy.py"],
         cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,

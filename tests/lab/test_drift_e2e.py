@@ -14,14 +14,15 @@ from e2e import deploy, health, main_pid, sh, summary_row, workdir
 KEY = "sk-lab-Dr1ftK3y0123"
 BOX = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\ngpu_count = 1\n'
        'gpu_memory_mib = 97887\nload_seconds = 2\n')
-OVERRIDE = 'service = {**service, "api_key": "' + KEY + '"}\n' + \
+ENV = {"LAB_DRIFT_API_KEY": KEY}
+OVERRIDE = 'service = {**service, "api_key": {"env": "LAB_DRIFT_API_KEY"}}\n' + \
            'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 2}'
 DROPIN = "/etc/systemd/system/sglang.service.d/override.conf"
 UNIT = "/etc/systemd/system/sglang.service"
 
 # host -> the hand change made on it after the first deploy
 DRIFT = {
-    "secret-mode": "chmod 644 /etc/sglang/sglang.secret",
+    "secret-mode": "chmod 644 /etc/sglang/sglang.yaml",
     "env-owner": "chown nobody:nogroup /etc/sglang/sglang.env",
     "dir-mode": "chmod 755 /etc/sglang",
     "stopped": "systemctl stop sglang",
@@ -52,14 +53,14 @@ REFUSED = {"dropin-exec": "ExecStart", "dropin-env": "Environment"}
 def drifted(lab_manager, tmp_path_factory):
     lab = lab_manager.ensure(LAB)
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=OVERRIDE)
-    first = deploy(lab, wd)
+    first = deploy(lab, wd, env=ENV)
     assert first.returncode == 0, first.out
     pids = {h: main_pid(lab, h) for h in DRIFT}
     for host, change in DRIFT.items():
         sh(lab, host, change)
-    second = deploy(lab, wd)
+    second = deploy(lab, wd, env=ENV)
     after_second = {h: main_pid(lab, h) for h in DRIFT}
-    third = deploy(lab, wd)
+    third = deploy(lab, wd, env=ENV)
     return lab, wd, pids, second, after_second, third
 
 
@@ -68,7 +69,7 @@ def row(run, host) -> str:
 
 
 @pytest.mark.parametrize("host, path, mode_owner, words", [
-    ("secret-mode", "/etc/sglang/sglang.secret", "600 root:root", "mode/owner 644 root:root, want 600 root:root"),
+    ("secret-mode", "/etc/sglang/sglang.yaml", "600 root:root", "mode/owner 644 root:root, want 600 root:root"),
     ("env-owner", "/etc/sglang/sglang.env", "644 root:root", "mode/owner 644 nobody:nogroup, want 644 root:root"),
     ("dir-mode", "/etc/sglang", "700 root:root", "mode/owner 755 root:root, want 700 root:root"),
 ])
@@ -135,8 +136,7 @@ def test_the_run_after_the_repair_changes_nothing(drifted, host):
 
 # --- the unit's stop: SGLang drains only with KillMode=mixed ----------------------------
 
-STREAM = ("set -a; . /etc/sglang/sglang.secret; curl -sN --max-time 30 -H 'Content-Type: application/json' "
-          "-H \"Authorization: Bearer $SGLANG_API_KEY\" -d '{\"model\": \"qwen3.6-27b\", \"stream\": true, "
+STREAM = ("curl -sN --max-time 30 -H 'Content-Type: application/json' -H @/etc/sglang/sglang.auth -d '{\"model\": \"qwen3.6-27b\", \"stream\": true, "
           "\"max_tokens\": 60, \"messages\": [{\"role\": \"user\", \"content\": \"count\"}]}' "
           "http://127.0.0.1:30000/v1/chat/completions")
 
@@ -181,5 +181,5 @@ def test_with_control_group_the_same_stream_is_cut(drifted):
         assert "data: [DONE]" not in text and 0 < tokens(text) < 60, text[-500:]
     finally:
         sh(lab, "stopper", f"rm -f {dropin} && systemctl daemon-reload")
-    assert deploy(lab, wd, "--limit", "stopper").returncode == 0  # converged again: started through the gate
+    assert deploy(lab, wd, "--limit", "stopper", env=ENV).returncode == 0  # converged again: started through the gate
     assert health(lab, "stopper") == "200"
