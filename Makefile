@@ -9,7 +9,7 @@ INVENTORY ?= inventory.py
 LAB ?= lab/default.toml
 export SGLANG_FLEET_CACHE ?= $(HOME)/.cache/sglang-fleet
 
-.PHONY: venv host-packages sglang-venv check dry deploy verify test test-unit demo lab-up lab-down lab-status bench
+.PHONY: venv host-packages sglang-venv check dry deploy verify status history rollback test test-unit demo lab-up lab-down lab-status bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,14 +30,29 @@ sglang-venv:
 check: venv
 	$(BIN)/python -m fleet.check $(INVENTORY)
 
+# ARGS: more pyinfra (or pytest, for verify) arguments, e.g. ARGS="--limit h1"
 dry: venv
-	$(BIN)/pyinfra --dry --diff $(INVENTORY) deploy.py
+	$(BIN)/pyinfra --dry --diff $(ARGS) $(INVENTORY) deploy.py
 
 deploy: venv
-	$(BIN)/pyinfra -y $(INVENTORY) deploy.py
+	$(BIN)/pyinfra -y $(ARGS) $(INVENTORY) deploy.py
 
 verify: venv
-	$(BIN)/pytest -q -p no:cacheprovider tests/verify --inventory $(INVENTORY)
+	$(BIN)/pytest -q -p no:cacheprovider tests/verify --inventory $(INVENTORY) $(ARGS)
+
+# What every host serves now and how it differs from group_data (ARGS="--json", "--limit h").
+status: venv
+	$(BIN)/python -m ops status $(INVENTORY) $(ARGS)
+
+history: venv
+	@test -n "$(HOST)" || { echo "make history HOST=<host> [INVENTORY=f]"; exit 2; }
+	$(BIN)/python -m ops history $(INVENTORY) $(HOST) $(ARGS)
+
+# Put back a backup set (TO=<stamp>, default the newest) through preflight, lock, gate and
+# smoke test; a failure rolls forward to what ran before. `make history HOST=h` lists them.
+rollback: venv
+	@test -n "$(HOST)" || { echo "make rollback HOST=<host> [TO=<stamp>] [INVENTORY=f]"; exit 2; }
+	SGLANG_FLEET_ROLLBACK=$(or $(TO),previous) $(BIN)/pyinfra -y --limit $(HOST) $(ARGS) $(INVENTORY) deploy.py
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -11,7 +11,10 @@ from facts.models import ModelDirs
 from facts.service import RunningService
 from facts.sglang import SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
+from fleet import lock, rollout
+from fleet.gate import base_url
 from fleet.parse import HostFacts, sections
+from fleet.spec import ClassSpec
 
 # HostFacts field -> the fact that fills it (its section of the output).
 SECTIONS = {
@@ -24,6 +27,18 @@ SECTIONS = {
     "runtime": RunningService,
     "systemd_version": SystemdVersion,
 }
+
+
+def snapshot_args(spec: ClassSpec) -> dict:
+    """HostSnapshot's arguments for a host that is to run `spec`."""
+    return {
+        "engine": [spec.service.launcher],
+        "models": [spec.model_paths],
+        "units": [spec.watched_units],
+        "deployed": [rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
+                     lock.lock_file(spec), rollout.pending_file(spec)],
+        "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
+    }
 
 
 class HostSnapshot(FactBase[HostFacts]):

@@ -179,7 +179,7 @@ def _split(text: str, prefix: str) -> list[tuple[str, list[str]]]:
     return parts
 
 
-def _blocks(text: str) -> list[tuple[str, str, list[str]]]:
+def blocks(text: str) -> list[tuple[str, str, list[str]]]:
     """(key, value, lines) per `@@key=value` marker."""
     blocks = []
     for head, lines in _split(text, MARK):
@@ -188,7 +188,7 @@ def _blocks(text: str) -> list[tuple[str, str, list[str]]]:
     return blocks
 
 
-def _file_state(lines: list[str]) -> FileState | None:
+def file_state(lines: list[str]) -> FileState | None:
     """`MODE USER:GROUP` then, for a file, its sha1; nothing: absent."""
     words = [line.strip() for line in lines if line.strip()]
     if not words or len(words[0].split()) != 2:
@@ -204,11 +204,11 @@ def parse_deploy_state(text: str) -> DeployState:
     dirs: dict[str, FileState | None] = {}
     contents: dict[str, str] = {}
     lock_present, lock_text, session_start, pending = False, "", "", None
-    for key, value, lines in _blocks(text):
+    for key, value, lines in blocks(text):
         if key == "file":
-            files[value] = _file_state(lines)
+            files[value] = file_state(lines)
         elif key == "dir":
-            dirs[value] = _file_state(lines)
+            dirs[value] = file_state(lines)
         elif key == "content":
             contents[value] = "".join(line + "\n" for line in lines)
         elif key == "lock":
@@ -223,7 +223,7 @@ def parse_deploy_state(text: str) -> DeployState:
 def parse_service_runtime(text: str) -> ServiceRuntime:
     """`@@cmdline=PID` (argv, a line each), `@@dropin=PATH` (its text), `@@health=CODE`."""
     cmdline, dropins, health = None, {}, 0
-    for key, value, lines in _blocks(text):
+    for key, value, lines in blocks(text):
         if key == "cmdline" and value.strip() not in ("", "0") and lines:
             cmdline = tuple(lines)
         elif key == "dropin":
@@ -253,15 +253,15 @@ def _int(field: str) -> int | None:
 
 def _nvidia_smi_rows(text: str) -> tuple[NvidiaSmiStatus, str, list[str], list[tuple[str, str, list[str]]]]:
     """(status, message, the CSV rows, the remaining blocks) of an nvidia-smi query."""
-    blocks = _blocks(text)
-    if not blocks or blocks[0][0] != "nvidia-smi":
+    found = blocks(text)
+    if not found or found[0][0] != "nvidia-smi":
         return "nvidia-smi failed", NO_ANSWER, [], []
-    _, rc, lines = blocks[0]
+    _, rc, lines = found[0]
     if rc == "missing":
         return "nvidia-smi missing", "command not found", [], []
     if rc != "0":
         return "nvidia-smi failed", f"exit {rc}: {_words(lines) or '(no message)'}", [], []
-    return "ok", "", [line for line in lines if line.strip()], blocks[1:]
+    return "ok", "", [line for line in lines if line.strip()], found[1:]
 
 
 def _gpu(line: str) -> Gpu | None:
@@ -359,18 +359,18 @@ def parse_algorithms(help_text: str) -> tuple[str, ...]:
 
 def parse_engine(text: str) -> Engine:
     """`@@launcher=missing`, or `@@version=RC` and `@@help=RC` blocks (import sglang; --help)."""
-    blocks = {key: (value, lines) for key, value, lines in _blocks(text)}
-    if "launcher" in blocks:
+    parts = {key: (value, lines) for key, value, lines in blocks(text)}
+    if "launcher" in parts:
         return Engine("no launcher")
     for step, what in (("version", "import sglang"), ("help", "sglang.launch_server --help")):
-        rc, lines = blocks.get(step, ("", []))
+        rc, lines = parts.get(step, ("", []))
         if rc != "0":
             found = f"{what} exited {rc}: {_last_line(lines) or '(no message)'}" if rc else NO_ANSWER
             return Engine("not importable", message=found)
-    help_text = "\n".join(blocks["help"][1])
+    help_text = "\n".join(parts["help"][1])
     return Engine(
         "ok",
-        version=_last_line(blocks["version"][1]),  # after any warnings
+        version=_last_line(parts["version"][1]),  # after any warnings
         algorithms=parse_algorithms(help_text),
         flags=parse_flags(help_text),
     )
@@ -414,7 +414,7 @@ def parse_model_dirs(text: str) -> dict[str, ModelDir]:
     """Per `@@path=P`: `@@missing=directory`, `@@missing=config.json`, or `@@config=RC` and its content."""
     models: dict[str, ModelDir] = {}
     path = ""
-    for key, value, lines in _blocks(text):
+    for key, value, lines in blocks(text):
         if key == "path":
             path = value
         elif key == "missing":
@@ -436,7 +436,7 @@ def parse_unit_states(text: str) -> dict[str, UnitState]:
     """Per `@@unit=NAME`: `@@systemctl=RC` and `systemctl show -p ...`'s KEY=VALUE lines."""
     units: dict[str, UnitState] = {}
     name = ""
-    for key, value, lines in _blocks(text):
+    for key, value, lines in blocks(text):
         if key == "unit":
             name = value
         elif key == "systemctl" and value != "0":

@@ -97,12 +97,8 @@ def target_of(files: list[ManagedFile]) -> str:
     """One hash for the files a rollout is heading to (what its record calls its target)."""
     h = hashlib.sha1()
     for f in files:
-        h.update(f"{f.path}\0{sha1(f.content)}\0".encode())
+        h.update(f"{f.path}\0{f.sha1}\0".encode())
     return h.hexdigest()
-
-
-def sha1(content: str | None) -> str | None:
-    return hashlib.sha1(content.encode()).hexdigest() if content is not None else None
 
 
 def masked_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
@@ -192,17 +188,21 @@ def running_workloads(spec: ClassSpec, units: dict[str, UnitState]) -> list[str]
     ]
 
 
-def plan(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secrets, interrupted: Pending | None, stamp: str,
+def declared_files(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secrets) -> list[ManagedFile]:
+    """The files group_data declares for this host (its systemd decides the journal filter)."""
+    return desired_files(spec, group, secrets, journal_filter=facts.systemd_version >= JOURNAL_FILTER_SYSTEMD)
+
+
+def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted: Pending | None, stamp: str,
          now: int, by: str) -> Plan:
-    """What to do on a host that passed preflight. secrets: the class's, read; interrupted: the
-    record of its unfinished rollout; stamp: the name a backup taken now gets; now, by: when and
-    who, for the record."""
-    want = desired_files(spec, group, secrets, journal_filter=facts.systemd_version >= JOURNAL_FILTER_SYSTEMD)
+    """What to do on a host that passed preflight. want: the files it is to have (declared_files,
+    or a backup set a rollback puts back); interrupted: the record of its unfinished rollout;
+    stamp: the name a backup taken now gets; now, by: when and who, for the record."""
     deployed, runtime = facts.deployed, facts.runtime
     unit = facts.units.get(spec.service_unit)
     why: list[str] = []
 
-    swap = tuple(f for f in want if deployed.sha1(f.path) != sha1(f.content))
+    swap = tuple(f for f in want if deployed.sha1(f.path) != f.sha1)
     repairs = []
     for f in want:
         state = deployed.files.get(f.path)
@@ -264,6 +264,6 @@ def plan(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secrets, interr
         interrupted=interrupted,
         finish_rollback=finish_rollback,
         record=record,
-        replaces_service=any(before.files.get(f.path) != sha1(f.content) for f in want if f.restarts),
+        replaces_service=any(before.files.get(f.path) != f.sha1 for f in want if f.restarts),
         why=tuple(why),
     )

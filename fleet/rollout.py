@@ -18,6 +18,7 @@ ignores hidden files), so putting them live is an atomic rename on the same file
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -58,9 +59,24 @@ def records_file(spec: ClassSpec) -> str:
 class ManagedFile:
     path: str
     mode: str  # octal, as `stat -c %a` prints it
-    content: str | None  # what the spec wants there; None: must not exist
+    content: str | None  # what the spec wants there; None: must not exist (unless copied_from)
     restarts: bool  # a change of content needs a restart of the service
     secret: bool = False  # never shown, not even in a diff
+    copied_from: str | None = None  # a file on the host to copy (a rollback's backup): content unknown here
+    copied_sha1: str | None = None  # ... and the sha1 the host reported for it
+
+    @property
+    def present(self) -> bool:
+        return self.content is not None or self.copied_from is not None
+
+    @property
+    def sha1(self) -> str | None:
+        return self.copied_sha1 if self.copied_from is not None else sha1(self.content)
+
+
+def sha1(content: str | None) -> str | None:
+    """As sha1sum prints it (what the host reports of its files); None for no file."""
+    return hashlib.sha1(content.encode()).hexdigest() if content is not None else None
 
 
 def service_files(spec: ClassSpec) -> list[str]:
@@ -144,10 +160,12 @@ def begin_command(
     backup_stamp: str | None,
     pending: dict,
     secret_uploads: list[str],
+    copies: dict[str, str] | None = None,
 ) -> str:
     """Before the first change: take the lock, check the files are still what preflight read,
-    fix the directories, back up, write the pending-rollout record. Prints BEGUN_MARK at the end,
-    or CHANGED_MARK and the path that changed.
+    fix the directories, stage the files a rollback copies (path -> its backup, before this
+    run's backup can prune that one), back up, write the pending-rollout record. Prints
+    BEGUN_MARK at the end, or CHANGED_MARK and the path that changed.
     Whatever fails after the lock is taken releases it and changes nothing else."""
     release = lock.release_command(spec)
     fail = f"{{ {release}; exit 1; }}"
@@ -156,9 +174,12 @@ def begin_command(
         steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo {CHANGED_MARK}{_q(path)}; {release}; exit 1; }}")
     for d in managed_dirs(spec):
         steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
+    steps.append(_drop_staged(spec))
+    for path, source in (copies or {}).items():
+        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {{ {_drop_staged(spec)}; {release}; exit 1; }}")
     if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail}")
-    steps.append(f"{_drop_staged(spec)}; {_write_json(pending_file(spec), pending)} || {fail}")
+        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {{ {_drop_staged(spec)}; {release}; exit 1; }}")
+    steps.append(f"{_write_json(pending_file(spec), pending)} || {fail}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
         steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail}")
     steps.append(f"echo {BEGUN_MARK}")
@@ -178,7 +199,7 @@ def apply_command(
     parts = ["set -e"]
     for f in swap:
         staged = _q(staged_path(f.path))
-        if f.content is None:
+        if not f.present:
             parts.append(f"rm -f {_q(f.path)}")
         else:
             parts.append(f"chown {OWNER} {staged}; chmod {f.mode} {staged}; mv -f {staged} {_q(f.path)}")

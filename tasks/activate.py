@@ -12,11 +12,12 @@ from pyinfra.operations import python
 
 from facts.gpu import GpuProcesses
 from fleet import activation, gate, lock, rollout
+from fleet.history import new_record
 from fleet.parse import parse_gpu_processes
 from fleet.plan import RUNNING_STATES
 from fleet.report import RUN
 from fleet.spec import ClassSpec
-from tasks.common import BEGUN, Begun, run
+from tasks.common import BEGUN, Begun, repo_state, run
 from tasks.preflight import Preflight
 
 def service(pf: Preflight) -> None:
@@ -135,8 +136,9 @@ class HostSteps:
 
 
 def _record(pf: Preflight) -> dict:
-    return {"time": int(time.time()), "by": lock.owner()["holder"], "group": pf.group, "stamp": pf.stamp,
-            "algorithm": pf.spec.speculative.algorithm, "action": pf.plan.action()}
+    return new_record(kind="rollback" if pf.rollback else "deploy", spec=pf.spec, group=pf.group, stamp=pf.stamp,
+                      now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
+                      sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")
 
 
 def _report(host, outcome: activation.Outcome) -> bool:
@@ -157,6 +159,9 @@ def _report(host, outcome: activation.Outcome) -> bool:
 def _activate(state, host, pf: Preflight) -> bool:
     begun = BEGUN[host.name]
     outcome = activation.activate(pf.plan, HostSteps(host, begun), pf.spec.service_unit, _record(pf))
+    if outcome.ok and pf.rollback:
+        outcome.left = (f"backups/{pf.rollback.stamp} serving; the host now differs from group_data: the next "
+                        "make deploy brings it back to the declared spec (make dry shows the difference)")
     return _report(host, outcome)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from dataclasses import dataclass
 
 from pyinfra.api import StringCommand
@@ -37,3 +39,19 @@ def fail(host, *reasons: str, verdict: str = "FAILED") -> bool:
         host.log_styled(reason, fg="red")
         report.reasons.append(reason)
     return False
+
+
+@functools.cache
+def repo_state() -> tuple[str, bool | None]:
+    """The commit of the repo the deploy runs in (where its group_data is) and whether it has
+    uncommitted changes: ('', None) outside git."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return "", None
+        return head.stdout.strip(), bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return "", None

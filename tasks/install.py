@@ -32,6 +32,6 @@ def _staged(files: list):
 
 
 def stage(pf: Preflight) -> None:
-    uploads = [f for f in pf.plan.swap if f.content is not None]
+    uploads = [f for f in pf.plan.swap if f.content is not None]  # a rollback copies its files on the host
     if uploads:  # one name on every host: pyinfra lists an operation once per name
         _staged(name="Upload the new files beside the live ones", files=uploads)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,16 +11,21 @@ from pathlib import Path
 from pyinfra import host, logger, state
 from pyinfra.operations import python
 
-from facts.preflight import HostSnapshot
+from facts.history import DeployHistory
+from facts.preflight import HostSnapshot, snapshot_args
 from fleet import guards, lock, rollout
-from fleet.gate import base_url
 from fleet.groupdata import SpecError, class_files, validate_class
+from fleet.history import choose_backup, rollback_files
 from fleet.parse import HostFacts
-from fleet.plan import Plan, plan, read_pending
+from fleet.plan import Plan, declared_files, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.report import RUN, describe_gpus
+from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
+
+# make rollback: the backup stamp to put back (fleet.history.PREVIOUS: the newest), for the hosts of --limit
+ROLLBACK_ENV = "SGLANG_FLEET_ROLLBACK"
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Preflight:
     secrets: Secrets  # the class's, read where the deploy runs
     plan: Plan
     stamp: str  # names this run's backup and records
+    rollback: Rollback | None = None  # make rollback: the backup set this run puts back
 
 
 def _refuse(state, host, reasons):
@@ -51,19 +58,20 @@ def check(group_dir: str = "group_data") -> Preflight | None:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_class(f"{group_dir}/{group}.py", host.data.dict())
-        secrets = resolve(spec, f"{group_dir}/{group}.py")  # this class only: a missing one refuses its hosts
+        # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
+        secrets = Secrets() if os.environ.get(ROLLBACK_ENV) else resolve(spec, f"{group_dir}/{group}.py")
     except (SpecError, SecretError) as e:
         return _refused(report, e.problems)
 
-    facts = host.get_fact(
-        HostSnapshot,
-        engine=[spec.service.launcher],
-        models=[spec.model_paths],
-        units=[spec.watched_units],
-        deployed=[rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
-                  lock.lock_file(spec), rollout.pending_file(spec)],
-        runtime=[spec.service_unit, f"{base_url(spec)}/health"],
-    )
+    rollback = None
+    if os.environ.get(ROLLBACK_ENV):  # make rollback: the files of a backup set, and the spec they came from
+        try:
+            rollback = _rollback_target(spec, os.environ[ROLLBACK_ENV])
+        except SpecError as e:
+            return _refused(report, e.problems)
+        spec, group, secrets = rollback.spec, rollback.group, Secrets()
+
+    facts = host.get_fact(HostSnapshot, **snapshot_args(spec))
     report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
     held = lock.judge(facts.deployed.lock, lock.lock_file(spec), time.time(), lock.stale_after(spec))
@@ -81,8 +89,9 @@ def check(group_dir: str = "group_data") -> Preflight | None:
     interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
     now = time.time()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    pf = Preflight(group, spec, facts, secrets,
-                   plan(spec, group, facts, secrets, interrupted, stamp, int(now), lock.owner()["holder"]), stamp)
+    want = rollback.files if rollback else declared_files(spec, group, facts, secrets)
+    pf = Preflight(group, spec, facts, secrets, plan(spec, want, facts, interrupted, stamp, int(now),
+                                                     lock.owner()["holder"]), stamp, rollback)
     _show(pf)
     return pf
 
@@ -91,6 +100,32 @@ def _warn(report, warning: str) -> None:
     """Said once per host, and again in the summary, whatever the verdict."""
     report.warnings.append(warning)
     host.log_styled(f"warning: {warning}", fg="yellow", log_func=logger.warning)
+
+
+@dataclass(frozen=True)
+class Rollback:
+    stamp: str
+    spec: ClassSpec  # the spec the backed-up files came from: the gate and smoke test use it
+    group: str
+    files: list[ManagedFile]
+
+
+def _rollback_target(declared: ClassSpec, to: str) -> Rollback:
+    """The backup set `to` names (PREVIOUS: the newest), read from the host, or SpecError saying
+    why there is none to put back (listing those there are)."""
+    history = host.get_fact(DeployHistory, records_file=rollout.records_file(declared),
+                            backups_dir=rollout.backups_dir(declared))
+    backup, problem = choose_backup(history, to)
+    spec, group = None, ""
+    if backup is not None:
+        spec, group, problem = backup.spec()
+        if spec is not None and spec.service_unit != declared.service_unit:
+            problem = f"it is of {spec.service_unit}, not of the declared {declared.service_unit}"
+        problem = problem and f"backups/{backup.stamp}: {problem}"
+    if spec is None or problem:
+        raise SpecError([f"{host.name}: rollback: {problem}"])
+    host.log_styled(f"rolling back to backups/{backup.stamp}: {backup.summary()}", fg="yellow")
+    return Rollback(backup.stamp, spec, group, rollback_files(spec, group, backup))
 
 
 def _refused(report, reasons: list[str]) -> None:
@@ -107,6 +142,9 @@ def _show(pf: Preflight) -> None:
     """The plan in the report, what drifted, and with --diff the files' diffs (secrets never shown)."""
     report = RUN.host(host.name)
     report.action = pf.plan.action()
+    if pf.rollback:
+        report.action = f"roll back to backups/{pf.rollback.stamp}: " + (
+            report.action if pf.plan.has_work else "none (the host has those files already)")
     report.verdict = "passed preflight" if pf.plan.has_work else "OK"
     if pf.plan.interrupted:
         host.log_styled(f"an earlier rollout was interrupted: {pf.plan.action()}", fg="yellow")
@@ -115,6 +153,9 @@ def _show(pf: Preflight) -> None:
     if not state.config.DIFF:
         return
     for f in pf.plan.swap:
+        if f.copied_from:
+            host.log(f"Will put back {f.path} from {f.copied_from}")
+            continue
         if f.secret or f.path not in pf.facts.deployed.contents:
             host.log(f"Will write {f.path} (content not shown)")
             continue

@@ -45,6 +45,7 @@ def _begin(state, host, pf: Preflight) -> bool:
         p.before.backup if p.backup else None,
         p.record.to_json(),
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
+        copies={f.path: f.copied_from for f in p.swap if f.copied_from},
     ))
     if rollout.BEGUN_MARK in out:
         BEGUN[host.name] = Begun(pf)

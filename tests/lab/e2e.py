@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-CODE = ("deploy.py", "tasks", "fleet", "facts", "templates")
+CODE = ("deploy.py", "tasks", "fleet", "facts", "templates", "ops")
 
 
 def workdir(tmp: Path, **overrides: str) -> Path:

@@ -21,9 +21,9 @@ from fleet.parse import (
     parse_algorithms,
     parse_flags,
 )
-from fleet.plan import masked_argv, sha1
+from fleet.plan import masked_argv
 from fleet.render import server_argv
-from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs
+from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, sha1
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 

@@ -15,13 +15,13 @@ from fleet.plan import (
     Before,
     Pending,
     UnitBefore,
+    declared_files,
     masked_argv,
     plan,
     read_pending,
-    sha1,
     target_of,
 )
-from fleet.rollout import managed_paths
+from fleet.rollout import managed_paths, sha1
 
 UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file
 RECORD = "/var/lib/sglang-fleet/sglang/spec.json"
@@ -31,7 +31,8 @@ CHANGED = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/ro
 
 
 def plan_for(facts, spec=SPEC, interrupted=None, secrets=None):
-    return plan(spec, "pro6000", facts, secrets or secrets_of(spec), interrupted, STAMP, NOW, BY)
+    return plan(spec, declared_files(spec, "pro6000", facts, secrets or secrets_of(spec)), facts, interrupted, STAMP,
+                NOW, BY)
 
 
 def with_file(facts, path, **fields):

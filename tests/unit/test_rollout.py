@@ -447,3 +447,27 @@ def test_run_report_prints_to_stderr(capsys, monkeypatch):
     assert err.startswith("\n--> title\n") and "    - why" in err
     RunReport("empty").print()
     assert capsys.readouterr().err == ""
+
+
+def test_begin_stages_a_rollbacks_copies_before_its_own_backup_can_prune_their_source(host):
+    """A rollback to the oldest of KEEP_BACKUPS sets: this run's backup prunes that set, so the
+    files are copied beside their live paths first."""
+    host.write(UNIT, "unit now\n")
+    stamps = [f"2025010{i}T000000Z" for i in range(1, KEEP_BACKUPS + 1)]
+    for s in stamps:
+        host.write(f"{backups_dir(SPEC)}/{s}/sglang.service", f"unit of {s}\n", 0o644)
+    oldest = f"{backups_dir(SPEC)}/{stamps[0]}/sglang.service"
+    r = host.run(begin_command(SPEC, WHO, lock.LockFacts(), host.sha1s(), "20260101T000000Z", PENDING, [],
+                               copies={UNIT: oldest}))
+    assert r.stdout.strip().endswith(BEGUN_MARK)
+    assert host.read(staged_path(UNIT)) == f"unit of {stamps[0]}\n"
+    assert stamps[0] not in host.backups(SPEC) and "20260101T000000Z" in host.backups(SPEC)  # pruned after the copy
+
+
+def test_a_missing_copy_source_fails_begin_and_leaves_no_lock_and_nothing_staged(host):
+    host.write(UNIT, "unit now\n")
+    r = host.run(begin_command(SPEC, WHO, lock.LockFacts(), host.sha1s(), None, PENDING, [],
+                               copies={UNIT: f"{backups_dir(SPEC)}/gone/sglang.service"}), check=False)
+    assert r.returncode != 0 and BEGUN_MARK not in r.stdout
+    assert host.read(lock.lock_file(SPEC)) is None and host.read(staged_path(UNIT)) is None
+    assert host.read(pending_file(SPEC)) is None

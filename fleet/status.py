@@ -1,0 +1,155 @@
+"""`make status`: what each host serves now, and whether it is what the repo declares.
+
+Plain functions over what one round trip read (the preflight facts, the deploy records,
+/metrics): no SSH here. Drift is judged by the same plan a deploy makes, so status and
+`make dry` name a difference in the same words.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from fleet import guards, lock
+from fleet.history import History, describe_serving
+from fleet.parse import HostFacts
+from fleet.plan import declared_files, plan, read_pending
+from fleet.report import describe_gpus
+from fleet.rollout import ManagedFile
+from fleet.secrets import Secrets, unread
+from fleet.spec import ClassSpec
+
+# the verdicts, worst first: the exit code is non-zero for all but OK
+UNREACHABLE, REFUSED, UNHEALTHY, DRIFT, OK = "UNREACHABLE", "REFUSED", "UNHEALTHY", "DRIFT", "OK"
+
+
+@dataclass
+class HostStatus:
+    host: str
+    verdict: str = OK
+    gpu_class: str = "-"
+    gpus: str = "-"
+    unit: str = "-"  # ActiveState (SubState), UnitFileState
+    health: int = 0  # /health's HTTP status now; 0: no answer
+    served_model: str = "-"  # as the running server was started
+    speculative: str = "-"  # its algorithm and knobs
+    sglang: str = "-"
+    accept_length: float | None = None  # sglang:spec_accept_length now
+    gen_throughput: float | None = None  # sglang:gen_throughput now, tokens/s
+    last_deploy: dict | None = None  # the newest deploy record (fleet.history.Record as a dict)
+    drift: str = ""  # what `make deploy` would do, as `make dry` says it; '' when nothing
+    reasons: list[str] = field(default_factory=list)  # why the verdict: drift details, refusals, notes
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def unreachable(host: str, gpu_class: str, reason: str) -> HostStatus:
+    return HostStatus(host, UNREACHABLE, gpu_class, reasons=[f"{host}: {reason}"])
+
+
+def refused(host: str, gpu_class: str, problems: list[str]) -> HostStatus:
+    return HostStatus(host, REFUSED, gpu_class, reasons=list(problems))
+
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> the first sample of each metric name (SGLang has one per model)."""
+    out: dict[str, float] = {}
+    for m in map(_SAMPLE.match, text.splitlines()):
+        if m:
+            try:
+                out.setdefault(m.group(1), float(m.group(2)))
+            except ValueError:
+                continue
+    return out
+
+
+def _not_compared(files: list[ManagedFile], facts: HostFacts) -> list[ManagedFile]:
+    """Secret files taken as they are on the host (their content cannot be compared without the
+    secrets); a missing one is still a difference."""
+    return [replace(f, content=None, copied_from=f.path, copied_sha1=facts.deployed.sha1(f.path))
+            if f.secret and facts.deployed.sha1(f.path) is not None else f for f in files]
+
+
+def _file_drift(f: ManagedFile, facts: HostFacts) -> str:
+    if facts.deployed.sha1(f.path) is None:
+        return f"{f.path}: missing"
+    return f"{f.path}: differs from group_data" if f.present else f"{f.path}: present, group_data declares none"
+
+
+def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: History, metrics: str,
+          secrets: Secrets | None, secrets_problem: str, now: float) -> HostStatus:
+    """One host's row. secrets: the class's, read here; None when they cannot be (secrets_problem
+    says why): their files are then compared by presence only."""
+    row = HostStatus(host, gpu_class=group, sglang=facts.engine.version or facts.engine.status)
+    row.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
+    unit = facts.units.get(spec.service_unit)
+    row.unit = f"{unit.active_state} ({unit.sub_state}), {unit.unit_file_state or 'no unit file'}" if unit else "-"
+    row.health = facts.runtime.health
+    row.served_model, row.speculative = describe_serving(facts.runtime.cmdline)
+    m = parse_metrics(metrics)
+    row.accept_length, row.gen_throughput = m.get("sglang:spec_accept_length"), m.get("sglang:gen_throughput")
+    row.last_deploy = asdict(history.last) if history.last else None
+
+    violations = [str(v) for v in guards.preflight(host, spec, facts)]
+    if violations:
+        row.verdict, row.reasons = REFUSED, violations
+        return row
+    held = lock.judge(facts.deployed.lock, lock.lock_file(spec), now, lock.stale_after(spec))
+    if held.kind != "free":
+        row.reasons.append(f"deploy lock: {held.message}")
+    want = declared_files(spec, group, facts, secrets or unread(spec))
+    if secrets is None:
+        want = _not_compared(want, facts)
+        row.reasons.append(f"secret files compared by presence only: {secrets_problem}")
+    interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
+    p = plan(spec, want, facts, interrupted, "-", int(now), "-")
+    if p.has_work:
+        row.drift = p.action()
+        row.reasons[:0] = [*p.why] + [_file_drift(f, facts) for f in p.swap]
+        row.verdict = DRIFT
+    if facts.runtime.health != 200:
+        row.verdict = UNHEALTHY
+        row.reasons.insert(0, f"/health {facts.runtime.health or 'no answer'}")
+    return row
+
+
+def exit_code(rows: list[HostStatus]) -> int:
+    return 0 if all(r.verdict == OK for r in rows) else 1
+
+
+def _when(ts: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def describe_record(r: dict | None) -> str:
+    if not r:
+        return "-"
+    what = f"rollback to {r['to']}" if r.get("kind") == "rollback" else "deploy"
+    commit = (r["commit"][:12] + ("+dirty" if r.get("dirty") else "")) if r.get("commit") else "no commit"
+    return f"{_when(r['time'])} {what} by {r['by']}: {r['result'] or '?'} ({commit})"
+
+
+def table(rows: list[HostStatus]) -> str:
+    head = ("host", "class", "GPUs", "unit", "/health", "serving", "speculative", "SGLang", "accept", "tok/s",
+            "last deploy", "verdict")
+    cells = [
+        (r.host, r.gpu_class, r.gpus, r.unit, str(r.health or "-"), r.served_model, r.speculative, r.sglang,
+         f"{r.accept_length:.2f}" if r.accept_length is not None else "-",
+         f"{r.gen_throughput:.1f}" if r.gen_throughput is not None else "-",
+         describe_record(r.last_deploy), r.verdict)
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths))]
+    for r, c in zip(rows, cells):
+        out.append(fmt.format(*c).rstrip())
+        if r.drift:
+            out.append(f"    drift: make deploy would {r.drift}")
+        out += [f"    - {reason}" for reason in r.reasons]
+    return "\n".join(out)

@@ -1,0 +1,120 @@
+"""Operator commands, read-only, over the hosts of an inventory:
+
+    python -m ops status  [INVENTORY] [--limit H ...] [--json]   # make status
+    python -m ops history INVENTORY HOST [--json]                # make history HOST=h
+
+status: one SSH round trip per host, all hosts at once; a row per host (unreachable and
+refused ones too) with what it serves now and how it differs from group_data, in the words
+`make dry` uses. Exit 1 if any host drifts, is unhealthy, refused or unreachable.
+history: the host's deploy records and backup sets, newest first (the stamps `make rollback
+TO=...` takes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+
+from facts.history import DeployHistory
+from facts.preflight import snapshot_args
+from facts.status import StatusSnapshot
+from fleet import status
+from fleet.gate import base_url
+from fleet.history import History
+from fleet.rollout import backups_dir, records_file
+from fleet.secrets import SecretError, resolve
+from ops.fleet import GROUP_DIR, Fleet
+
+
+def host_status(fleet: Fleet, host) -> status.HostStatus:
+    group, spec, problems = fleet.spec_of(host)
+    if spec is None:
+        return status.refused(host.name, group, problems)
+    why = fleet.connect(host)
+    if why:
+        return status.unreachable(host.name, group, why)
+    try:
+        secrets, problem = resolve(spec, str(GROUP_DIR / f"{group}.py")), ""
+    except SecretError as e:
+        secrets, problem = None, "; ".join(e.problems)
+    facts, history, metrics = fleet.fact(
+        host, StatusSnapshot, snapshot=snapshot_args(spec), records_file=records_file(spec),
+        backups_dir=backups_dir(spec), metrics_url=f"{base_url(spec)}/metrics")
+    return status.judge(host.name, group, spec, facts, history, metrics, secrets, problem, time.time())
+
+
+def show_status(args) -> int:
+    fleet = Fleet(args.inventory, args.limit)
+    try:
+        rows = sorted(fleet.each(lambda h: host_status(fleet, h)).values(), key=lambda r: r.host)
+    finally:
+        fleet.close()
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+    else:
+        print(status.table(rows))
+    return status.exit_code(rows)
+
+
+def describe_history(name: str, history: History) -> str:
+    out = [f"{name}: rollouts, newest first"]
+    for r in reversed(history.records):
+        d = status.describe_record(asdict(r))
+        out.append(f"  {d}; {r.algorithm or '?'} {r.served_model or ''}".rstrip()
+                   + (f"; {r.action}" if r.action else "") + (f"; {r.reason}" if r.reason else ""))
+    if history.unreadable:
+        out.append(f"  ({history.unreadable} unreadable record lines)")
+    out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default the newest)")
+    for b in reversed(history.backups):
+        out.append(f"  {b.stamp}  {b.summary()}  [{', '.join(sorted(b.files))}]")
+    if not history.backups:
+        out.append("  none")
+    return "\n".join(out)
+
+
+def show_history(args) -> int:
+    fleet = Fleet(args.inventory, [args.host])
+    host = fleet.hosts[0]
+    try:
+        group, spec, problems = fleet.spec_of(host)
+        if spec is None:
+            print("\n".join(problems), file=sys.stderr)
+            return 2
+        why = fleet.connect(host)
+        if why:
+            print(f"{host.name}: unreachable: {why}", file=sys.stderr)
+            return 1
+        history = fleet.fact(host, DeployHistory, records_file=records_file(spec), backups_dir=backups_dir(spec))
+    finally:
+        fleet.close()
+    if args.json:
+        print(json.dumps({"records": [asdict(r) for r in reversed(history.records)],
+                          "backups": [{"stamp": b.stamp, "serves": b.summary(), "files": sorted(b.files)}
+                                      for b in reversed(history.backups)]}, indent=2))
+    else:
+        print(describe_history(host.name, history))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.getLogger("pyinfra").setLevel(logging.ERROR)  # its connection chatter; failures are in the rows
+    parser = argparse.ArgumentParser(prog="python -m ops")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("status", help="what every host serves, and its drift from group_data")
+    s.add_argument("inventory", nargs="?", default="inventory.py")
+    s.add_argument("--limit", action="append", help="only this host (repeatable)")
+    s.add_argument("--json", action="store_true")
+    h = sub.add_parser("history", help="a host's rollouts and backups, newest first")
+    h.add_argument("inventory")
+    h.add_argument("host")
+    h.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    return show_status(args) if args.command == "status" else show_history(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The inventory as pyinfra reads it, connected in parallel, one fact per host in parallel.
+
+The same connection data as `pyinfra inventory.py deploy.py` (users, keys, ports, sudo):
+pyinfra's own inventory loader and connectors do the work; no deploy runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gevent
+from pyinfra.api import Config, State
+from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.facts import get_fact
+from pyinfra.context import ctx_host, ctx_inventory, ctx_state
+from pyinfra_cli.inventory import make_inventory
+
+from fleet.groupdata import SpecError, class_files, validate_class
+from fleet.spec import ClassSpec
+
+GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in
+
+
+class Fleet:
+    def __init__(self, inventory: str, limit: list[str] | None = None):
+        # as pyinfra's CLI does: a state in context while the inventory and group_data load
+        self.state = State(check_for_changes=False)
+        self.state.cwd = os.getcwd()
+        ctx_state.set(self.state)
+        inv = make_inventory(inventory, cwd=self.state.cwd)
+        ctx_inventory.set(inv)
+        self.state.init(inv, Config())
+        self.hosts = [h for h in self.state.inventory if not limit or h.name in limit]
+        unknown = sorted(set(limit or []) - {h.name for h in self.hosts})
+        if unknown:
+            raise SystemExit(f"not in the inventory: {', '.join(unknown)}")
+
+    def spec_of(self, host) -> tuple[str, ClassSpec | None, list[str]]:
+        """(its GPU class, its spec, problems) as preflight reads them."""
+        classes = [g for g in host.groups if g in class_files(GROUP_DIR)]
+        if len(classes) != 1:
+            return ",".join(classes) or "-", None, [
+                f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"]
+        try:
+            return classes[0], validate_class(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict()), []
+        except SpecError as e:
+            return classes[0], None, e.problems
+
+    def each(self, work) -> dict:
+        """work(host) -> result, for every host at once (greenlets, as pyinfra runs its hosts)."""
+        with ctx_state.use(self.state):
+            jobs = {h.name: self.state.pool.spawn(self._in_context, h, work) for h in self.hosts}
+            gevent.joinall(list(jobs.values()))
+        return {name: job.get() for name, job in jobs.items()}
+
+    @staticmethod
+    def _in_context(host, work):
+        with ctx_host.use(host):
+            return work(host)
+
+    def connect(self, host) -> str:
+        """'' once connected, else why not (pyinfra's words)."""
+        try:
+            host.connect(show_errors=False, raise_exceptions=True)
+        except ConnectError as e:
+            return str(e.args[0]) if e.args else type(e).__name__
+        return ""
+
+    def fact(self, host, fact_class, **kwargs):
+        return get_fact(self.state, host, fact_class, kwargs=kwargs, apply_failed_hosts=False)
+
+    def close(self) -> None:
+        for h in self.hosts:
+            if h.connected:
+                h.disconnect()

@@ -1,0 +1,137 @@
+"""fleet.history: deploy records and backup sets as the host prints them; which backup a
+rollback puts back, and how."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from builders import KEYED, converged, make_spec
+
+from fleet.history import (
+    PREVIOUS,
+    Backup,
+    History,
+    Record,
+    choose_backup,
+    describe_serving,
+    history_command,
+    new_record,
+    parse_history,
+    rollback_files,
+    spec_sha256,
+)
+from fleet.parse import FileState
+from fleet.plan import plan
+from fleet.render import server_argv
+from fleet.rollout import sha1, spec_record
+
+OLD = make_spec(speculative={"algorithm": "EAGLE3", "draft_model_path": "/root/models/E3", "num_steps": 3, "topk": 4,
+                             "num_draft_tokens": 8})
+NEW = make_spec()
+OLD_RECORD = {"time": 1_796_000_000, "by": "bob@desk", "group": "pro6000", "stamp": "20261129T080000Z",
+              "algorithm": "EAGLE3", "action": "install, enable, start", "result": "ok", "ready": "/health 200"}
+
+
+def run_on(tmp_path, records: list[str], backups: dict[str, dict[str, str]]) -> History:
+    """History as history_command prints it from a real directory tree."""
+    (tmp_path / "deploys.jsonl").write_text("".join(line + "\n" for line in records))
+    for stamp, files in backups.items():
+        d = tmp_path / "backups" / stamp
+        d.mkdir(parents=True)
+        for name, text in files.items():
+            (d / name).write_text(text)
+            (d / name).chmod(0o600)
+    out = subprocess.run(["sh", "-c", history_command(str(tmp_path / "deploys.jsonl"), str(tmp_path / "backups"))],
+                         capture_output=True, text=True, check=True).stdout
+    return parse_history(out)
+
+
+def test_records_old_and_new_are_read_and_backups_sorted_oldest_first(tmp_path):
+    new = new_record(kind="rollback", spec=NEW, group="pro6000", stamp="20261130T120000Z", now=1_796_040_000,
+                     by="alice@laptop", action="update sglang.service, restart", sglang="0.5.23",
+                     repo=("0123456789abcdef0123", True), to="20261129T080000Z")
+    h = run_on(tmp_path, [json.dumps(OLD_RECORD), "not json", json.dumps({**new, "result": "ok"})], {
+        "20261130T120000Z": {"sglang.service": "unit 2\n", "spec.json": spec_record(NEW, "pro6000")},
+        "20261129T080000Z": {"sglang.service": "unit 1\n", "spec.json": spec_record(OLD, "pro6000")},
+    })
+    old, latest = h.records
+    assert (old.kind, old.sglang, old.commit, old.dirty, old.algorithm) == ("deploy", "", "", None, "EAGLE3")
+    assert (latest.kind, latest.to, latest.sglang, latest.served_model) == ("rollback", "20261129T080000Z", "0.5.23",
+                                                                          "qwen3.6-27b")
+    assert latest.spec_sha256 == spec_sha256(NEW, "pro6000") and latest.describe_commit() == "0123456789ab+dirty"
+    assert h.unreadable == 1 and h.last == latest
+    assert h.stamps() == ["20261129T080000Z", "20261130T120000Z"]
+    b = h.backups[0]
+    assert set(b.files) == {"sglang.service", "spec.json"} and b.files["sglang.service"].mode == "600"
+    assert b.files["sglang.service"].sha1 == sha1("unit 1\n")
+    spec, group, problem = b.spec()
+    assert (spec, group, problem) == (OLD, "pro6000", "")
+    assert b.summary() == "qwen3.6-27b, EAGLE3 (draft /root/models/E3, steps 3, topk 4, draft tokens 8)"
+
+
+def test_no_records_no_backups(tmp_path):
+    out = subprocess.run(["sh", "-c", history_command(str(tmp_path / "none.jsonl"), str(tmp_path / "nope"))],
+                         capture_output=True, text=True, check=True).stdout
+    assert parse_history(out) == History()
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "it holds no spec.json"),
+    ('{"group": "pro6000", "spec": {"service": {"api_key": "**********"}}}', "its spec.json cannot be read as a spec"),
+    ("{not json", "its spec.json cannot be read as a spec"),
+])
+def test_a_backup_without_a_readable_spec_says_why(text, problem):
+    spec, _, why = Backup("s", {}, text).spec()
+    assert spec is None and why.startswith(problem)
+
+
+HISTORY = History([], [Backup("20261129T080000Z", {}, ""), Backup("20261130T120000Z", {}, "")])
+
+
+def test_choose_backup():
+    assert choose_backup(HISTORY, PREVIOUS)[0].stamp == "20261130T120000Z"  # the newest: before the last change
+    assert choose_backup(HISTORY, "20261129T080000Z")[0].stamp == "20261129T080000Z"
+    assert choose_backup(HISTORY, "20250101T000000Z") == (None, (
+        "backups/20250101T000000Z does not exist; the backups there are: 20261129T080000Z, 20261130T120000Z "
+        "(newest last)"))
+    assert choose_backup(History(), PREVIOUS) == (None, "no backup on the host: nothing was ever replaced there")
+
+
+def test_a_rollback_copies_the_backed_up_files_on_the_host_and_removes_those_it_lacks():
+    keyed_now = make_spec(service=KEYED)
+    files = {"sglang.service": FileState("644", "root:root", "1" * 40), "spec.json": FileState("600", "root:root",
+                                                                                                "2" * 40)}
+    want = rollback_files(OLD, "pro6000", Backup("20261129T080000Z", files, spec_record(OLD, "pro6000")))
+    d = "/var/lib/sglang-fleet/sglang/backups/20261129T080000Z"
+    assert [(f.path, f.copied_from, f.sha1, f.present) for f in want] == [
+        ("/etc/systemd/system/sglang.service", f"{d}/sglang.service", "1" * 40, True),
+        ("/etc/sglang/sglang.env", None, None, False),  # absent then: removed
+        ("/etc/sglang/sglang.yaml", None, None, False),
+        ("/etc/sglang/sglang.secret", None, None, False),
+        ("/etc/sglang/sglang.auth", None, None, False),
+        ("/var/lib/sglang-fleet/sglang/spec.json", f"{d}/spec.json", "2" * 40, True),
+    ]
+    assert all(f.content is None for f in want)  # nothing travels: copied on the host
+    # planned against a host serving a keyed spec: every file changes, the service restarts
+    p = plan(OLD, want, converged(keyed_now), None, "20261130T130000Z", 1_796_040_000, "alice@laptop")
+    assert p.restart and p.wait and p.backup
+    assert [f.path for f in p.swap] == [f.path for f in want if f.path != "/etc/sglang/sglang.secret"]  # absent both
+
+
+def test_describe_serving():
+    assert describe_serving(None) == ("-", "-")
+    assert describe_serving(tuple(server_argv(NEW)[1:])) == (
+        "qwen3.6-27b", "DFLASH (draft /root/models/Qwen3.6-27B-DFlash, block size 16)")
+    assert describe_serving(server_argv(make_spec(speculative={"algorithm": "none"}))) == ("qwen3.6-27b", "none")
+
+
+def test_the_spec_hash_follows_the_spec():
+    assert spec_sha256(NEW, "pro6000") == spec_sha256(make_spec(), "pro6000")
+    assert spec_sha256(NEW, "pro6000") != spec_sha256(OLD, "pro6000") != spec_sha256(NEW, "h200")
+
+
+def test_record_from_json_fills_what_old_records_lack():
+    r = Record.from_json({"time": 1, "by": "x", "result": "ok", "unknown_later_field": 3})
+    assert (r.kind, r.commit, r.dirty, r.describe_commit()) == ("deploy", "", None, "-")
