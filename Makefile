@@ -77,3 +77,4 @@ demo: venv host-packages
 
 bench: venv host-packages
 	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/status.py

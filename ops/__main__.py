@@ -12,6 +12,10 @@ TO=...` takes).
 
 from __future__ import annotations
 
+from gevent import monkey
+
+monkey.patch_all()  # first, as pyinfra's CLI does: its hosts are read at once only with cooperative sockets
+
 import argparse
 import json
 import logging

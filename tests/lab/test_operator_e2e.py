@@ -151,6 +151,22 @@ def test_a_rollback_puts_the_previous_service_back_and_says_deploy_would_undo_it
     assert details(s.stdout, "ops-a")[0] == "drift: make deploy would update sglang.service, spec.json, restart"
 
 
+def test_a_rollback_whose_service_does_not_come_up_rolls_forward(fleet):
+    """B's server now crashes on load on ops-a (the double loads only the argv A runs with):
+    the rollback to B fails its gate and A serves again."""
+    lab, wd, _, _, _, _ = fleet
+    pid = main_pid(lab, "ops-a")
+    sh(lab, "ops-a", "python3 -c \"import json; p = '/etc/lab/host.json'; d = json.load(open(p)); "
+                     f"d.update(load='crash', preinstalled_argv=open('/proc/{pid}/cmdline').read().split(chr(0))[3:-1]); "
+                     "json.dump(d, open(p, 'w'))\"")
+    p = rollback(lab, wd, "ops-a", "previous")
+    assert p.returncode != 0 and "FAILED (rolled back)" in summary_row(p.out, "ops-a"), p.out
+    assert health(lab, "ops-a") == "200"
+    assert "--speculative-dflash-block-size 8" in sh(lab, "ops-a", f"cat {UNIT}")
+    last = records(lab, "ops-a")[-1]
+    assert (last["kind"], last["result"]) == ("rollback", "rolled-back")
+
+
 def test_status_names_a_hand_edit_a_stopped_service_and_an_unreachable_host(fleet):
     lab, wd, _, _, _, _ = fleet
     sh(lab, "ops-b", f"sed -i 's/--mem-fraction-static 0.85/--mem-fraction-static 0.8/' {UNIT}")
