@@ -104,9 +104,13 @@ def target_of(files: list[ManagedFile]) -> str:
 def masked_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
     """argv after the interpreter, secret flags' values as '***' (as the runtime fact reads it)."""
     out = list(argv[1:])
-    return ["***" if i and out[i - 1] in SECRET_FLAGS else
-            f"{a.split('=', 1)[0]}=***" if a.split("=", 1)[0] in SECRET_FLAGS and "=" in a else a
-            for i, a in enumerate(out)]
+    for i, a in enumerate(out):
+        flag = a.split("=", 1)[0]
+        if i and out[i - 1] in SECRET_FLAGS:
+            out[i] = "***"
+        elif flag in SECRET_FLAGS and "=" in a:
+            out[i] = f"{flag}=***"
+    return out
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,8 @@ def test_lock_whose_session_is_gone(tmp_path, bin_dir):
 
 
 def test_running_service_masks_the_api_key_and_reads_drop_ins(tmp_path, bin_dir):
-    server = subprocess.Popen(["/bin/sh", "-c", "sleep 30", "sh", "--api-key", "sk-secret-123", "--port", "1"])
+    server = subprocess.Popen(["/bin/sh", "-c", "sleep 30", "sh", "--api-key", "sk-secret-123", "--port", "1",
+                               "--admin-api-key=adm-secret-456", "--ssl-keyfile-password", "pw-789"])
     try:
         dropin = tmp_path / "override.conf"
         dropin.write_text("[Service]\nExecStart=\nExecStart=/bin/other\n")
@@ -318,7 +319,8 @@ def test_running_service_masks_the_api_key_and_reads_drop_ins(tmp_path, bin_dir)
     finally:
         server.kill()
         server.wait()
-    assert rt.cmdline == ("/bin/sh", "-c", "sleep 30", "sh", "--api-key", "***", "--port", "1")
+    assert rt.cmdline == ("/bin/sh", "-c", "sleep 30", "sh", "--api-key", "***", "--port", "1", "--admin-api-key=***",
+                          "--ssl-keyfile-password", "***")
     assert rt.dropins == {str(dropin): "[Service]\nExecStart=\nExecStart=/bin/other"}
     assert rt.health == 503
 

@@ -289,8 +289,10 @@ def test_an_unreadable_pending_record_says_so(text):
         read_pending(text)
 
 
-def test_masked_argv_hides_only_the_key():
+def test_masked_argv_hides_only_the_secrets():
     assert masked_argv(["py", "-m", "x", "--api-key", "k", "--port", "1"]) == ["-m", "x", "--api-key", "***", "--port", "1"]
+    assert masked_argv(["py", "--admin-api-key=a", "--ssl-keyfile-password", "p", "--ssl-keyfile", "/k"]) == [
+        "--admin-api-key=***", "--ssl-keyfile-password", "***", "--ssl-keyfile", "/k"]
 
 
 def test_sha1_of_absent_content_is_none():
