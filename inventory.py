@@ -4,7 +4,7 @@ These hosts are examples (the reserved .example domain): no test ever contacts t
 Use your own file with INVENTORY=path, or the lab's: `make deploy INVENTORY=.lab/inventory.py`.
 """
 
-from fleet.groupdata import check_or_exit
+from tasks.inventory import checked
 
 _ssh = {"ssh_user": "root", "ssh_key": "~/.ssh/id_ed25519"}
 
@@ -21,5 +21,6 @@ h200 = [
     ("gpu-h200-01.fleet.example", {**_ssh, "ssh_port": 2222}),
 ]
 
-# Validate group_data and this file before pyinfra connects to anything.
-check_or_exit(globals())
+# Validate group_data and this file before pyinfra connects to anything; unreachable hosts get
+# a row in the summary.
+checked(globals())

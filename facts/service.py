@@ -6,6 +6,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from fleet.gate import CURL
 from fleet.parse import MARK, ServiceRuntime, parse_service_runtime
 from fleet.spec import SECRET_FLAGS
 
@@ -24,7 +25,7 @@ class RunningService(FactBase[ServiceRuntime]):
             f"echo \"{MARK}cmdline=$pid\"; if [ \"${{pid:-0}}\" -gt 0 ]; then {ARGV}; fi; "
             f"for f in $(systemctl show -p DropInPaths --value {u} 2>/dev/null); do "
             f"echo \"{MARK}dropin=$f\"; cat \"$f\" 2>/dev/null; done; "
-            f"echo \"{MARK}health=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {shlex.quote(health_url)})\"; true"
+            f"echo \"{MARK}health=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 5 {shlex.quote(health_url)})\"; true"
         )
 
     def process(self, output: list[str]) -> ServiceRuntime:

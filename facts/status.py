@@ -8,6 +8,7 @@ from pyinfra.api import FactBase
 
 from facts import marker
 from facts.preflight import HostSnapshot
+from fleet.gate import CURL
 from fleet.history import History, history_command, parse_history
 from fleet.parse import HostFacts, sections
 
@@ -18,7 +19,7 @@ class StatusSnapshot(FactBase[tuple[HostFacts, History, str]]):
         return "; ".join([
             HostSnapshot().command(**snapshot),
             marker("section", "history"), history_command(records_file, backups_dir),
-            marker("section", "metrics"), f"curl -s --max-time 5 {shlex.quote(metrics_url)}; echo",
+            marker("section", "metrics"), f"{CURL} -s --max-time 5 {shlex.quote(metrics_url)}; echo",
         ])
 
     def process(self, output: list[str]) -> tuple[HostFacts, History, str]:

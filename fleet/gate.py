@@ -44,7 +44,7 @@ WAITING = Verdict(False, False, "")
 def local_address(spec: ClassSpec) -> str:
     """Where the gate reaches the service from the host itself (it may bind 127.0.0.1 only)."""
     host = spec.service.host
-    if host in ("0.0.0.0", ""):
+    if host == "0.0.0.0":
         return "127.0.0.1"
     if host == "::":
         return "[::1]"
@@ -55,6 +55,17 @@ def base_url(spec: ClassSpec) -> str:
     return f"http://{local_address(spec)}:{spec.service.port}"
 
 
+def url(spec: ClassSpec, path: str) -> str:
+    """A local URL of the service, quoted for the host's shell."""
+    return shlex.quote(base_url(spec) + path)
+
+
+# Requests to the local server: never through a proxy the host's environment names (http_proxy
+# in /etc/environment reaches SSH sessions; curl would send even 127.0.0.1 there), and an IPv6
+# address in brackets is an address, not one of curl's URL globs.
+CURL = "curl --noproxy '*' --globoff"
+
+
 OBSERVATION_MARK = "@@observation"
 
 
@@ -62,7 +73,7 @@ def _observe(spec: ClassSpec) -> str:
     unit = shlex.quote(spec.service_unit)
     return (
         f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result {unit}; "
-        f"echo health=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 2 {base_url(spec)}/health)"
+        f"echo health=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 2 {url(spec, '/health')})"
     )
 
 
@@ -129,12 +140,14 @@ class SmokeResult:
     tokens_per_s: float = 0.0
     accept_length: float | None = None
     text: str = ""
+    reasoning_only: bool = False  # a thinking model still reasoning when max_tokens ran out (content null)
 
     def summary(self) -> str:
         if not self.ok:
             return f"FAILED: {self.reason}"
         accept = f", accept length {self.accept_length:.2f}" if self.accept_length is not None else ""
-        return f"{self.latency_s * 1000:.0f} ms, {self.tokens_per_s:.1f} tok/s{accept}"
+        kind = ", reasoning only" if self.reasoning_only else ""
+        return f"{self.latency_s * 1000:.0f} ms, {self.tokens_per_s:.1f} tok/s{accept}{kind}"
 
 
 SERVER_INFO_MARK = "---server_info---"
@@ -162,11 +175,10 @@ def smoke_command(spec: ClassSpec) -> str:
         }
     )
     auth_header = auth_option(spec)
-    url = base_url(spec)
     return (
-        f"curl -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
-        f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url}/v1/chat/completions; "
-        f"echo {SERVER_INFO_MARK}; curl -sS --max-time 10 {auth_header}{url}/server_info | {REDACT_KEYS}"
+        f"{CURL} -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
+        f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url(spec, '/v1/chat/completions')}; "
+        f"echo {SERVER_INFO_MARK}; {CURL} -sS --max-time 10 {auth_header}{url(spec, '/server_info')} | {REDACT_KEYS}"
     )
 
 
@@ -179,12 +191,15 @@ def parse_smoke(stdout: str) -> SmokeResult:
         return SmokeResult(False, f"chat completion answered HTTP {status.get('http', 'nothing')}: {body[:200]}")
     try:
         reply = json.loads(body)
-        text = reply["choices"][0]["message"]["content"] or ""
-        tokens = int(reply.get("usage", {}).get("completion_tokens", 0))
-    except (ValueError, KeyError, IndexError, TypeError):
+        message = reply["choices"][0]["message"]
+        text, reasoning = (message["content"] or "").strip(), (message.get("reasoning_content") or "").strip()
+        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return SmokeResult(False, f"chat completion is not OpenAI-shaped JSON: {body[:200]}")
-    if not text.strip():
-        return SmokeResult(False, "chat completion returned empty text")
+    # a reasoning model (--reasoning-parser) may spend a short reply thinking: content null,
+    # the text in reasoning_content. Tokens made and no error is a working server.
+    if not (text or reasoning) or tokens <= 0:
+        return SmokeResult(False, f"chat completion returned no text ({tokens} completion tokens)")
     latency = float(status.get("time", "0") or 0)
     accept = None
     try:
@@ -200,5 +215,6 @@ def parse_smoke(stdout: str) -> SmokeResult:
         completion_tokens=tokens,
         tokens_per_s=tokens / latency if latency > 0 else 0.0,
         accept_length=accept,
-        text=text.strip(),
+        text=text or reasoning,
+        reasoning_only=not text,
     )

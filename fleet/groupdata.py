@@ -41,7 +41,10 @@ def read_group_file(path: Path) -> dict[str, Any]:
 
 
 def class_files(group_dir: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted(group_dir.glob("*.py")) if p.stem != ALL}
+    """The GPU class files: those that declare `gpu_class`. Any other group file (connection data
+    such as ssh_user and _sudo for a group of boxes, say) is ordinary pyinfra group data."""
+    return {p.stem: p for p in sorted(group_dir.glob("*.py"))
+            if p.stem != ALL and "gpu_class" in read_group_file(p)}
 
 
 def load_group_data(group_dir: Path) -> dict[str, dict[str, Any]]:
@@ -120,6 +123,13 @@ def validate_class(source: str, data: dict[str, Any]) -> ClassSpec:
         return ClassSpec.model_validate(spec_data(data))
     except ValidationError as err:
         raise SpecError(explain(source, err)) from None
+
+
+def validate_host(source: str, data: dict[str, Any]) -> ClassSpec:
+    """A host's spec from its merged data (every group it is in, inventory data): the spec's
+    names only, other groups' data is theirs. The class file itself is checked whole by
+    load_class_specs (make check, and every inventory load), typos included."""
+    return validate_class(source, {k: v for k, v in data.items() if k in SPEC_KEYS})
 
 
 def load_class_specs(group_dir: Path) -> dict[str, ClassSpec]:

@@ -7,6 +7,7 @@ reference all come from here. Every default is documented where it is declared.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import typing
 from typing import Annotated, Literal, Union
@@ -33,6 +34,7 @@ def _absolute(path: str) -> str:
 
 AbsPath = Annotated[str, AfterValidator(_absolute)]
 
+HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -176,6 +178,17 @@ class Service(Strict):
         "unit failed (StartLimitBurst = this + 1, within a window of that many load timeouts), "
         "instead of reloading the model forever.",
     )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        # It lands in URLs and shell commands on the host: an address or a name, nothing else.
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not HOST_NAME.match(v):
+                raise ValueError("an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name") from None
+        return v
 
     @field_validator("served_model_name")
     @classmethod

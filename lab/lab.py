@@ -285,9 +285,9 @@ def write_inventory(st: dict[str, Any]) -> Path:
         lines.append("")
     lines += [
         "# Validate group_data and this file before pyinfra connects to anything (as inventory.py does).",
-        "from fleet.groupdata import check_or_exit  # noqa: E402",
+        "from tasks.inventory import checked  # noqa: E402",
         "",
-        "check_or_exit(globals())",
+        "checked(globals())",
         "",
     ]
     tmp = INVENTORY.with_suffix(".tmp")

@@ -137,6 +137,8 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
+        "reasoning_model": (False, False, lambda v: None if isinstance(v, bool) else "not true or false",
+                            "true or false"),
     }
 
 

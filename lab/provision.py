@@ -268,6 +268,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         "load_seconds": float(entry["load_seconds"]),
         "preinstalled_argv": preinstalled_argv,
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
+        "reasoning_model": entry["reasoning_model"],
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "missing_models": list(entry["missing_models"]),

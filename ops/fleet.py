@@ -16,8 +16,9 @@ from pyinfra.api.facts import get_fact
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
-from fleet.groupdata import SpecError, class_files, validate_class
+from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.spec import ClassSpec
+from tasks.inventory import UnreachableInSummary
 
 GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in
 
@@ -31,6 +32,9 @@ class Fleet:
         inv = make_inventory(inventory, cwd=self.state.cwd)
         ctx_inventory.set(inv)
         self.state.init(inv, Config())
+        # the inventory's footer arms the rollout summary for unreachable hosts: no rollout here
+        self.state.callback_handlers = [h for h in self.state.callback_handlers
+                                        if not isinstance(h, UnreachableInSummary)]
         self.hosts = [h for h in self.state.inventory if not limit or h.name in limit]
         unknown = sorted(set(limit or []) - {h.name for h in self.hosts})
         if unknown:
@@ -43,7 +47,7 @@ class Fleet:
             return ",".join(classes) or "-", None, [
                 f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"]
         try:
-            return classes[0], validate_class(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict()), []
+            return classes[0], validate_host(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict()), []
         except SpecError as e:
             return classes[0], None, e.problems
 

@@ -14,7 +14,7 @@ from pyinfra.operations import python
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
 from fleet import guards, lock, rollout
-from fleet.groupdata import SpecError, class_files, validate_class
+from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.parse import HostFacts
 from fleet.plan import Plan, declared_files, plan, read_pending
@@ -57,7 +57,7 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         if len(classes) != 1:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
-        spec = validate_class(f"{group_dir}/{group}.py", host.data.dict())
+        spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
         secrets = Secrets() if os.environ.get(ROLLBACK_ENV) else resolve(spec, f"{group_dir}/{group}.py")
     except (SpecError, SecretError) as e:

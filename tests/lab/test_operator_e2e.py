@@ -52,6 +52,14 @@ def ops(wd, *args: str) -> subprocess.CompletedProcess:
     return p
 
 
+def with_a_gone_host(lab, wd):
+    """The lab's inventory and one more PRO 6000 host at a lab address where nothing listens."""
+    inventory = wd / "inventory-with-a-gone-host.py"
+    gone = "pro6000.append(('ops-gone', {**pro6000[0][1], 'ssh_port': 2}))  # nothing listens there\n"
+    inventory.write_text(lab.inventory.read_text().replace("# Validate group_data", gone + "# Validate group_data"))
+    return inventory
+
+
 def rollback(lab, wd, host: str, to: str) -> subprocess.CompletedProcess:
     return deploy(lab, wd, "--limit", host, env={"SGLANG_FLEET_ROLLBACK": to})
 
@@ -171,10 +179,7 @@ def test_status_names_a_hand_edit_a_stopped_service_and_an_unreachable_host(flee
     lab, wd, _, _, _, _ = fleet
     sh(lab, "ops-b", f"sed -i 's/--mem-fraction-static 0.85/--mem-fraction-static 0.8/' {UNIT}")
     sh(lab, "ops-c", "systemctl stop sglang")
-    inventory = wd / "inventory-with-a-gone-host.py"
-    text = lab.inventory.read_text()
-    gone = "pro6000.append(('ops-gone', {**pro6000[0][1], 'ssh_port': 2}))  # nothing listens there\n"
-    inventory.write_text(text.replace("# Validate group_data", gone + "# Validate group_data"))
+    inventory = with_a_gone_host(lab, wd)
     p = ops(wd, "status", str(inventory))
     j = ops(wd, "status", str(inventory), "--json")
     assert p.returncode == 1 and j.returncode == 1, p.out
@@ -196,3 +201,16 @@ def test_status_names_a_hand_edit_a_stopped_service_and_an_unreachable_host(flee
             assert f"drift: make deploy would {r['drift']}" in details(p.stdout, host)
         assert [f"- {reason}" for reason in r["reasons"]] == [x for x in details(p.stdout, host) if x.startswith("- ")]
         assert r["served_model"] in row(p.stdout, host) and r["speculative"] in row(p.stdout, host)
+
+
+def test_the_deploy_summary_has_a_row_for_a_host_it_could_not_reach(fleet):
+    lab, wd, _, _, _, _ = fleet
+    p = subprocess.run([str(BIN / "pyinfra"), "-y", str(with_a_gone_host(lab, wd)), "deploy.py"], cwd=wd,
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"})
+    out = p.stdout + p.stderr
+    assert p.returncode != 0
+    row_ = summary_row(out, "ops-gone")
+    assert "pro6000" in row_ and "UNREACHABLE" in row_, out
+    table = out.rsplit("SGLang fleet rollout summary", 1)[-1]
+    assert "    - ops-gone: Could not connect" in table
+    assert all(summary_row(out, h) for h in ("ops-a", "ops-b", "ops-c"))  # the others ran

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import SpecError, check_inventory, check_or_exit, load_class_specs
+from fleet.groupdata import (
+    SpecError,
+    check_inventory,
+    check_or_exit,
+    class_files,
+    load_class_specs,
+    read_group_file,
+    validate_host,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-Fleet0123456789abcdef"
@@ -338,3 +346,19 @@ def test_make_check_with_the_shipped_inventory(tmp_path):
     r = run_check(tmp_path, "inventory.py")
     assert r.returncode == 0, r.stderr
     assert "ok  group_data/pro6000.py" in r.stdout
+
+
+def test_a_group_file_without_gpu_class_is_ordinary_group_data(tmp_path):
+    """The usual cloud setup: a group of boxes with connection data only, beside the classes."""
+    g = make_group_dir(tmp_path, {"good": GOOD, "cloud_boxes": 'ssh_user = "ubuntu"\n_sudo = True\nrack = "eu-1"\n'})
+    assert set(class_files(g)) == {"good"}
+    assert set(load_class_specs(g)) == {"good"}
+    assert check_inventory({"good": ["a"], "cloud_boxes": ["a"]}, {"a": {}}, g)
+    r = run_check(tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_host_spec_takes_the_spec_names_of_its_merged_data_only(tmp_path):
+    g = make_group_dir(tmp_path, {"good": GOOD})
+    data = {**read_group_file(g / "good.py"), "ssh_user": "ubuntu", "_sudo": True, "rack": "eu-1"}
+    assert validate_host("group_data/good.py", data).service.served_model_name == "qwen3-8b"

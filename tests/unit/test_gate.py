@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleet.gate import (
+    CURL,
     SERVER_INFO_MARK,
     WAITING,
     Observation,
@@ -177,7 +178,7 @@ def test_parse_observation_empty_values():
 
 @pytest.mark.parametrize(
     "host, address",
-    [("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"), ("127.0.0.1", "127.0.0.1"), ("10.1.2.3", "10.1.2.3"),
+    [("0.0.0.0", "127.0.0.1"), ("127.0.0.1", "127.0.0.1"), ("10.1.2.3", "10.1.2.3"),
      ("::", "[::1]"), ("fd00::5", "[fd00::5]")],
 )
 def test_local_address(host, address):
@@ -290,8 +291,24 @@ def test_parse_smoke_empty_text_fails(content):
     body["choices"][0]["message"]["content"] = content
     r = parse_smoke(smoke_out(body))
     assert not r.ok
-    assert r.reason == "chat completion returned empty text"
-    assert r.summary() == "FAILED: chat completion returned empty text"
+    assert r.reason == "chat completion returned no text (5 completion tokens)"
+    assert r.summary() == "FAILED: chat completion returned no text (5 completion tokens)"
+
+
+def test_a_reasoning_model_still_thinking_passes_and_says_so():
+    """Qwen3 with --reasoning-parser qwen3: a 16-token reply is all reasoning, content null."""
+    body = json.loads(json.dumps(CHAT))
+    body["choices"][0]["message"] = {"role": "assistant", "content": None,
+                                     "reasoning_content": "Okay, the user wants a greeting."}
+    r = parse_smoke(smoke_out(body))
+    assert r.ok and r.reasoning_only and r.text == "Okay, the user wants a greeting."
+    assert r.summary() == "250 ms, 20.0 tok/s, accept length 3.25, reasoning only"
+
+
+def test_text_without_completion_tokens_fails():
+    body = json.loads(json.dumps(CHAT))
+    body["usage"]["completion_tokens"] = 0
+    assert parse_smoke(smoke_out(body)).reason == "chat completion returned no text (0 completion tokens)"
 
 
 @pytest.mark.parametrize("http", ["401", "500", "000", "404"])
@@ -410,3 +427,24 @@ def test_smoke_prompt_with_quotes_is_sent_intact(tmp_path):
     assert body["messages"][0]["content"] == "Say 'hi' and \"bye\"; $(id) `x`"
     assert body["max_tokens"] == 4
     assert "--max-time" in args and args[args.index("--max-time") + 1] == "5"
+
+
+def test_requests_to_the_local_server_ignore_the_hosts_proxy(tmp_path):
+    """http_proxy in /etc/environment reaches the deploy's SSH sessions; with it, curl sends even
+    127.0.0.1 to the proxy (nothing listens on port 9 here: 000). The gate's real curl does not."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = fake_bin(tmp_path, {"systemctl": 'printf "ActiveState=active\\nSubState=running\\nMainPID=1\\n"\n'})
+        env.update(http_proxy="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9", no_proxy="", NO_PROXY="")
+        spec = make_spec(port=server.server_address[1])
+        out = subprocess.run(["sh", "-c", observe_command(spec)], env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert parse_observation(out.stdout).health in (200, 404)  # the server answered, not the proxy
+        bare = subprocess.run(["sh", "-c", observe_command(spec).replace(CURL, "curl")], env=env,
+                              capture_output=True, text=True, cwd=tmp_path)
+        assert parse_observation(bare.stdout).health == 0  # what the gate saw before
+    finally:
+        server.shutdown()

@@ -336,6 +336,10 @@ def test_all_problems_of_a_file_reported_together():
         ({"environment": {"HF_TOKEN": "x"}, "secret_environment": {"HF_TOKEN": {"env": "HF_TOKEN"}}},
          "HF_TOKEN in both environment and secret_environment"),
         ({"secret_environment": {"1BAD": {"env": "X"}}}, "'1BAD' is not a valid name"),
+        ({"host": "127.0.0.1; rm -rf /"}, "an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name"),
+        ({"host": "$(id)"}, "an IP address"),
+        ({"host": ""}, "an IP address"),
+        ({"host": "-bad.example"}, "an IP address"),
     ],
 )
 def test_service_refusals(service_fields, needle):
@@ -500,3 +504,8 @@ def test_every_abbreviation_argparse_reads_as_a_secret_flag_is_refused():
             if prefix == secret or reaches == [secret]:
                 p = one_problem(data(service=svc(extra_args=[prefix, "v"])))
                 assert "would put a secret in the server's arguments" in p, prefix
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1", "::", "::1", "fd00::5", "10.1.2.3", "gpu-box-1", "a.example.org"])
+def test_service_host_takes_addresses_and_names(host):
+    assert validate_class(SRC, data(service=svc(host=host))).service.host == host

@@ -7,7 +7,7 @@ import json
 from facts.gpu import GpuInventory
 from facts.systemd import SystemdVersion
 from fleet import guards
-from fleet.gate import auth_option, base_url
+from fleet.gate import CURL, auth_option, url
 from fleet.lock import lock_file
 from fleet.parse import parse_gpu_inventory, parse_systemd_version
 from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv
@@ -20,7 +20,7 @@ def _curl(node, target, path: str, key: bool = True) -> tuple[int, str]:
     """A request made on the host, with the API key from its 0600 header file (never an argument)."""
     spec = target.spec
     header = auth_option(spec) if key else ""
-    out = node.check_output(f"curl -s --max-time 10 {header}-w '\\n%{{http_code}}' {base_url(spec)}{path} || true")
+    out = node.check_output(f"{CURL} -s --max-time 10 {header}-w '\\n%{{http_code}}' {url(spec, path)} || true")
     body, _, code = out.rpartition("\n")
     return int(code) if code.isdigit() else 0, body
 

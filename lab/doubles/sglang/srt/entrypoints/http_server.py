@@ -95,6 +95,24 @@ def reply(max_tokens) -> tuple[list[str], str]:
     return [REPLY_WORDS[i % len(REPLY_WORDS)] for i in range(n)], "length"
 
 
+THINKING_WORDS = 40  # a thinking model (host.json "reasoning_model") reasons this long before it answers
+
+
+def split_reasoning(words: list[str], parser: str | None) -> tuple[list[str], list[str]]:
+    """(reasoning, answer) words of a reply. A thinking model (Qwen3) starts with its reasoning:
+    with --reasoning-parser that part goes to `reasoning_content`, so a short reply still
+    thinking has `content: null`; without a parser it stays in `content`, inside <think>."""
+    if not _lab.host_config().get("reasoning_model") or not words:
+        return [], words
+    thinking, answer = words[:THINKING_WORDS], words[THINKING_WORDS:]
+    if parser:
+        return thinking, answer
+    tagged = ["<think>" + words[0], *words[1:]]  # as many tokens: the tags ride on the words
+    if answer:
+        tagged[len(thinking) - 1] += "</think>"
+    return [], tagged
+
+
 class ServerState:
     def __init__(self, server_args):
         self.args = server_args
@@ -544,6 +562,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         prompt_tokens = _messages_tokens(messages)
         words, finish = reply(req.get("max_completion_tokens", req.get("max_tokens")))
+        thinking, answer = split_reasoning(words, self.state.args.reasoning_parser)
         rid = uuid.uuid4().hex
         created = int(time.time())
         model = req.get("model") or self.state.args.served_model_name
@@ -552,7 +571,7 @@ class Handler(BaseHTTPRequestHandler):
             "total_tokens": prompt_tokens + len(words),
             "completion_tokens": len(words),
             "prompt_tokens_details": None,
-            "reasoning_tokens": 0,
+            "reasoning_tokens": len(thinking),
         }
         if not req.get("stream"):
             if not self._generate_all(rid, len(words)):
@@ -568,7 +587,9 @@ class Handler(BaseHTTPRequestHandler):
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": " ".join(words), "reasoning_content": None, "tool_calls": None},
+                            "message": {"role": "assistant", "content": " ".join(answer) if answer else None,
+                                        "reasoning_content": " ".join(thinking) if thinking else None,
+                                        "tool_calls": None},
                             "logprobs": None,
                             "finish_reason": finish,
                             "matched_stop": 151645 if finish == "stop" else None,
@@ -597,7 +618,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._access_log(200)  # uvicorn logs a response when it starts
                 event({"role": "assistant", "content": ""})
                 for i in tokens:
-                    event({"role": None, "content": (" " if i else "") + words[i], "reasoning_content": None, "tool_calls": None})
+                    word = (" " if i else "") + (thinking + answer)[i]
+                    if i < len(thinking):
+                        event({"role": None, "content": None, "reasoning_content": word, "tool_calls": None})
+                    else:
+                        event({"role": None, "content": word, "reasoning_content": None, "tool_calls": None})
             event({"role": None, "content": None, "reasoning_content": None, "tool_calls": None}, finish)
             if (req.get("stream_options") or {}).get("include_usage"):
                 self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
