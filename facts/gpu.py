@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from facts import captured, marker
+from facts import captured_apart, marker
 from fleet.parse import GpuList, GpuProcessList, MARK, parse_gpu_inventory, parse_gpu_processes
 
-GPU_QUERY = "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id --format=csv,noheader,nounits"
+GPU_QUERY = ("--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current "
+             "--format=csv,noheader,nounits")
 PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
 
 # For each pid nvidia-smi listed ($out): its cgroup file, to tell which systemd service it runs in.
@@ -19,17 +20,18 @@ CGROUPS = (
 )
 
 
-def nvidia_smi(query: str, then: str = "") -> str:
-    """`nvidia-smi QUERY` (then `then`), with "not installed" told apart from "failed" (`command -v`)."""
-    run = "; ".join(filter(None, [captured("nvidia-smi", f"nvidia-smi {query}"), then]))
+def nvidia_smi(query: str, timeout_s: float, then: str = "") -> str:
+    """`nvidia-smi QUERY` (then `then`), with "not installed" told apart from "failed" (`command -v`),
+    its warnings apart from its CSV, and killed after timeout_s (0: no limit)."""
+    run = "; ".join(filter(None, [captured_apart("nvidia-smi", f"nvidia-smi {query}", timeout_s), then]))
     return f"if command -v nvidia-smi >/dev/null 2>&1; then {run}; else {marker('nvidia-smi', 'missing')}; fi"
 
 
 class GpuInventory(FactBase[GpuList]):
-    """index, name, uuid, memory (MiB), driver and PCI bus id of every GPU."""
+    """index, name, uuid, memory (MiB), driver, PCI bus id and MIG mode of every GPU."""
 
-    def command(self) -> str:
-        return nvidia_smi(GPU_QUERY)
+    def command(self, timeout_s: float = 0) -> str:
+        return nvidia_smi(GPU_QUERY, timeout_s)
 
     def process(self, output: list[str]) -> GpuList:
         return parse_gpu_inventory("\n".join(output))
@@ -38,8 +40,8 @@ class GpuInventory(FactBase[GpuList]):
 class GpuProcesses(FactBase[GpuProcessList]):
     """Every compute process on a GPU: pid, name, memory (MiB), GPU uuid and its systemd service."""
 
-    def command(self) -> str:
-        return nvidia_smi(PROCESS_QUERY, then=CGROUPS)
+    def command(self, timeout_s: float = 0) -> str:
+        return nvidia_smi(PROCESS_QUERY, timeout_s, then=CGROUPS)
 
     def process(self, output: list[str]) -> GpuProcessList:
         return parse_gpu_processes("\n".join(output))

@@ -38,13 +38,17 @@ def snapshot_args(spec: ClassSpec) -> dict:
         "deployed": [rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
                      lock.lock_file(spec), rollout.pending_file(spec)],
         "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
+        "timeout_s": spec.readiness.command_timeout_s,
     }
 
 
 class HostSnapshot(FactBase[HostFacts]):
-    def command(self, engine: list, models: list, units: list, deployed: list, runtime: list) -> str:
-        """Each argument: the arguments of that section's fact command (the GPU facts take none)."""
-        args = {"engine": engine, "models": models, "units": units, "deployed": deployed, "runtime": runtime}
+    def command(self, engine: list, models: list, units: list, deployed: list, runtime: list,
+                timeout_s: float = 0) -> str:
+        """Each argument: the arguments of that section's fact command; timeout_s bounds the
+        commands that can hang (nvidia-smi, the engine's import)."""
+        args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [*engine, timeout_s], "models": models,
+                "units": units, "deployed": deployed, "runtime": runtime}
         return "; ".join(
             f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )

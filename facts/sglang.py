@@ -11,13 +11,13 @@ from fleet.parse import Engine, parse_engine
 
 
 class SglangEngine(FactBase[Engine]):
-    def command(self, launcher: str) -> str:
+    def command(self, launcher: str, timeout_s: float = 0) -> str:
         py = shlex.quote(launcher)
         return (
             f"if [ -x {py} ]; then "
-            f"{captured('version', py + ' -c ' + shlex.quote('import sglang; print(sglang.__version__)'))}; "
+            f"{captured('version', py + ' -c ' + shlex.quote('import sglang; print(sglang.__version__)'), timeout_s)}; "
             # --help is the engine's own list of algorithms and flags (imports torch: a few seconds)
-            f"{captured('help', py + ' -m sglang.launch_server --help')}; "
+            f"{captured('help', py + ' -m sglang.launch_server --help', timeout_s)}; "
             f"else {marker('launcher', 'missing')}; fi"
         )
 

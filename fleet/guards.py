@@ -34,6 +34,10 @@ def gpu_violations(host: str, spec: ClassSpec, gpus: GpuList) -> list[Violation]
     models = " or ".join(want.accepted_models)
     if gpus.status == "nvidia-smi missing":
         return [Violation(host, "nvidia-smi", "nvidia-smi installed", f"none ({gpus.message})")]
+    if gpus.status == "nvidia-smi hung":
+        return [Violation(host, "nvidia-smi", f"an answer within readiness.command_timeout_s = "
+                          f"{spec.readiness.command_timeout_s:g}s", "none: `nvidia-smi --query-gpu` hung and was "
+                          "killed (a GPU fallen off the bus does that; see dmesg for Xid errors)")]
     if gpus.status != "ok":
         return [Violation(host, "nvidia-smi", "nvidia-smi to list the GPUs", gpus.message)]
     if not gpus.gpus:
@@ -43,6 +47,10 @@ def gpu_violations(host: str, spec: ClassSpec, gpus: GpuList) -> list[Violation]
         found.append(
             Violation(host, "GPU model", models, ", ".join(f"GPU {g.index}: {g.name}" for g in gpus.gpus))
         )
+    mig = [g for g in gpus.gpus if (g.mig == "Enabled") != want.mig]
+    if mig:
+        expected = "MIG enabled (gpu_class.mig is true)" if want.mig else "MIG disabled (gpu_class.mig is false)"
+        found.append(Violation(host, "MIG mode", expected, ", ".join(f"GPU {g.index}: MIG {g.mig}" for g in mig)))
     if len(gpus.gpus) < want.gpu_count:
         found.append(Violation(host, "GPU count", f"at least {want.gpu_count} GPUs", str(len(gpus.gpus))))
     small = [g for g in gpus.gpus if g.memory_mib is None or g.memory_mib < want.min_memory_mib]

@@ -19,7 +19,8 @@ from fleet.lock import LockFacts
 MARK = "@@"
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
 
-NvidiaSmiStatus = Literal["ok", "nvidia-smi missing", "nvidia-smi failed"]
+NvidiaSmiStatus = Literal["ok", "nvidia-smi missing", "nvidia-smi failed", "nvidia-smi hung"]
+TIMED_OUT = "124"  # coreutils timeout's exit status (facts.bounded)
 EngineStatus = Literal["ok", "no launcher", "not importable"]
 ModelStatus = Literal["ok", "no directory", "no config.json", "unreadable"]
 
@@ -49,6 +50,7 @@ class Gpu:
     memory_mib: int | None  # None: nvidia-smi printed [N/A] or similar
     driver: str
     bus_id: str
+    mig: str = "[N/A]"  # mig.mode.current: Enabled, Disabled, or [N/A] (a GPU without MIG)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class GpuList:
     status: NvidiaSmiStatus
     gpus: tuple[Gpu, ...] = ()
     message: str = ""  # nvidia-smi's own words when it failed
+    warnings: tuple[str, ...] = ()  # what it said on stderr (e.g. "WARNING: infoROM is corrupted at gpu ...")
 
 
 @dataclass(frozen=True)
@@ -251,42 +254,51 @@ def _int(field: str) -> int | None:
     return int(field) if field.isdigit() else None
 
 
-def _nvidia_smi_rows(text: str) -> tuple[NvidiaSmiStatus, str, list[str], list[tuple[str, str, list[str]]]]:
-    """(status, message, the CSV rows, the remaining blocks) of an nvidia-smi query."""
+def _nvidia_smi_rows(
+    text: str,
+) -> tuple[NvidiaSmiStatus, str, list[str], tuple[str, ...], list[tuple[str, str, list[str]]]]:
+    """(status, message, the CSV rows, its stderr lines, the remaining blocks) of an nvidia-smi query."""
     found = blocks(text)
     if not found or found[0][0] != "nvidia-smi":
-        return "nvidia-smi failed", NO_ANSWER, [], []
+        return "nvidia-smi failed", NO_ANSWER, [], (), []
     _, rc, lines = found[0]
+    rest = found[1:]
+    stderr: tuple[str, ...] = ()
+    if rest and rest[0][0] == "stderr":
+        stderr, rest = tuple(line.strip() for line in rest[0][2] if line.strip()), rest[1:]
     if rc == "missing":
-        return "nvidia-smi missing", "command not found", [], []
-    if rc != "0":
-        return "nvidia-smi failed", f"exit {rc}: {_words(lines) or '(no message)'}", [], []
-    return "ok", "", [line for line in lines if line.strip()], found[1:]
+        return "nvidia-smi missing", "command not found", [], (), []
+    if rc == TIMED_OUT:
+        return "nvidia-smi hung", "no answer: killed by the command timeout", [], stderr, []
+    if rc != "0":  # NVIDIA prints its failures on stdout; stderr may add to them
+        return "nvidia-smi failed", f"exit {rc}: {_words([*lines, *stderr]) or '(no message)'}", [], stderr, []
+    return "ok", "", [line for line in lines if line.strip()], stderr, rest
 
 
 def _gpu(line: str) -> Gpu | None:
     try:
         index, rest = line.split(",", 1)
-        name, uuid, memory, driver, bus_id = (f.strip() for f in rest.rsplit(",", 4))
+        name, uuid, memory, driver, bus_id, mig = (f.strip() for f in rest.rsplit(",", 5))
     except ValueError:
         return None
     if _int(index) is None:
         return None
-    return Gpu(int(index), name, uuid, _int(memory), driver, bus_id)
+    return Gpu(int(index), name, uuid, _int(memory), driver, bus_id, mig)
 
 
 def parse_gpu_inventory(text: str) -> GpuList:
-    """`nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id` (csv, noheader, nounits)."""
-    status, message, rows, _ = _nvidia_smi_rows(text)
+    """`nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current`
+    (csv, noheader, nounits), its stderr apart."""
+    status, message, rows, warnings, _ = _nvidia_smi_rows(text)
     if status != "ok":
-        return GpuList(status, message=message)
+        return GpuList(status, message=message, warnings=warnings)
     gpus = []
     for line in rows:
         gpu = _gpu(line)
-        if gpu is None:  # a header, a warning: never guess past it
-            return GpuList("nvidia-smi failed", message=f"unexpected line {line.strip()!r}")
+        if gpu is None:  # a header, a warning on stdout: never guess past it
+            return GpuList("nvidia-smi failed", message=f"unexpected line {line.strip()!r}", warnings=warnings)
         gpus.append(gpu)
-    return GpuList("ok", tuple(gpus))
+    return GpuList("ok", tuple(gpus), warnings=warnings)
 
 
 def unit_of_cgroup(lines: list[str]) -> str | None:
@@ -302,7 +314,7 @@ def unit_of_cgroup(lines: list[str]) -> str | None:
 
 def parse_gpu_processes(text: str) -> GpuProcessList:
     """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID` blocks."""
-    status, message, rows, rest = _nvidia_smi_rows(text)
+    status, message, rows, _, rest = _nvidia_smi_rows(text)
     if status != "ok":
         return GpuProcessList(status, message=message)
     units = {pid: unit_of_cgroup(lines) for key, pid, lines in rest if key == "cgroup"}
@@ -364,6 +376,8 @@ def parse_engine(text: str) -> Engine:
         return Engine("no launcher")
     for step, what in (("version", "import sglang"), ("help", "sglang.launch_server --help")):
         rc, lines = parts.get(step, ("", []))
+        if rc == TIMED_OUT:
+            return Engine("not importable", message=f"{what} hung and was killed by the command timeout")
         if rc != "0":
             found = f"{what} exited {rc}: {_last_line(lines) or '(no message)'}" if rc else NO_ANSWER
             return Engine("not importable", message=found)

@@ -54,6 +54,11 @@ class GpuClass(Strict):
     )
     gpu_count: int = Field(ge=1, le=16, description="GPUs the host must have (at least).")
     min_memory_mib: int = Field(ge=1, description="Memory each GPU must have, in MiB (memory.total).")
+    mig: bool = Field(
+        False,
+        description="True if the class runs on MIG-partitioned GPUs. A host whose GPUs' MIG mode differs "
+        "is refused: with MIG on, SGLang sees slices (or nothing), not whole GPUs.",
+    )
     shared: bool = Field(
         False,
         description="True if other GPU processes may run beside the service; "
@@ -346,6 +351,11 @@ class Readiness(Strict):
     progress_every_s: float = Field(15, gt=0, description="Print elapsed time and state this often while waiting.")
     workload_release_timeout_s: float = Field(
         120, gt=0, description="How long stopped workloads get to release GPU memory."
+    )
+    command_timeout_s: float = Field(
+        30, gt=0, le=600, description="How long one command reading the host (nvidia-smi, the engine's "
+        "import) may run: a GPU fallen off the bus makes nvidia-smi hang for good. Past it the host is "
+        "refused, naming the command; the other hosts go on.",
     )
 
 

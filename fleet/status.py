@@ -15,7 +15,7 @@ from fleet import guards, lock
 from fleet.history import History, describe_serving
 from fleet.parse import HostFacts
 from fleet.plan import declared_files, plan, read_pending
-from fleet.report import describe_gpus
+from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import Secrets, unread
 from fleet.spec import ClassSpec
@@ -86,7 +86,8 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     """One host's row. secrets: the class's, read here; None when they cannot be (secrets_problem
     says why): their files are then compared by presence only."""
     row = HostStatus(host, gpu_class=group, sglang=facts.engine.version or facts.engine.status)
-    row.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
+    row.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
+    row.reasons += [f"nvidia-smi said: {w}" for w in facts.gpus.warnings]
     unit = facts.units.get(spec.service_unit)
     row.unit = f"{unit.active_state} ({unit.sub_state}), {unit.unit_file_state or 'no unit file'}" if unit else "-"
     row.health = facts.runtime.health

@@ -67,6 +67,9 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
     def enum(*vals):
         return lambda v: None if v in vals else "not allowed", " | ".join(repr(x) for x in vals)
 
+    def boolean():
+        return lambda v: None if isinstance(v, bool) else "not true or false", "true or false"
+
     def text(pattern=None, allowed="a non-empty string"):
         def check(v):
             if not isinstance(v, str) or not v or v != v.strip():
@@ -126,7 +129,8 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "gpu_count": (True, None, *integer(1, 16)),
         "gpu_memory_mib": (True, None, *integer(1, 1 << 22)),
         "driver_version": (False, "580.95.05", *text(re.compile(r"^[0-9]+(\.[0-9]+)*$"), "a version like '580.95.05'")),
-        "nvidia_smi": (False, "ok", *enum("ok", "missing", "driver-error")),
+        "nvidia_smi": (False, "ok", *enum("ok", "missing", "driver-error", "warning", "hang")),
+        "mig": (False, False, *boolean()),
         "sglang_version": (False, "0.5.23", *text(re.compile(r"^[0-9A-Za-z.+-]+$"), "a version like '0.5.23'")),
         "sglang_algorithms": (False, list(SGLANG_0523_ALGORITHMS), algos,
                               "a list of algorithm names, e.g. " + repr(list(SGLANG_0523_ALGORITHMS) + ["DDTREE"])),
@@ -137,8 +141,7 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
-        "reasoning_model": (False, False, lambda v: None if isinstance(v, bool) else "not true or false",
-                            "true or false"),
+        "reasoning_model": (False, False, *boolean()),
     }
 
 

@@ -262,6 +262,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         "gpu_memory_mib": entry["gpu_memory_mib"],
         "driver_version": entry["driver_version"],
         "nvidia_smi": entry["nvidia_smi"],
+        "mig": entry["mig"],
         "sglang_version": entry["sglang_version"],
         "sglang_algorithms": list(entry["sglang_algorithms"]),
         "load": entry["load"],

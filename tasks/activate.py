@@ -119,7 +119,8 @@ class HostSteps:
             return [f"could not start {', '.join(workloads)} again: {out.strip()}"]
         deadline = time.monotonic() + self.spec.readiness.workload_release_timeout_s
         while running:
-            holding = {p.unit for p in parse_gpu_processes(run(self.host, GpuProcesses().command())[1]).processes}
+            holding = {p.unit for p in parse_gpu_processes(run(self.host, GpuProcesses().command(
+                self.spec.readiness.command_timeout_s))[1]).processes}
             running = [w for w in running if w not in holding]
             if not running:
                 break

@@ -19,7 +19,7 @@ from fleet.history import choose_backup, rollback_files
 from fleet.parse import HostFacts
 from fleet.plan import Plan, declared_files, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
-from fleet.report import RUN, describe_gpus
+from fleet.report import RUN, describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
@@ -72,7 +72,12 @@ def check(group_dir: str = "group_data") -> Preflight | None:
         spec, group, secrets = rollback.spec, rollback.group, Secrets()
 
     facts = host.get_fact(HostSnapshot, **snapshot_args(spec))
-    report.gpus = describe_gpus([g.name for g in facts.gpus.gpus]) if facts.gpus.status == "ok" else facts.gpus.status
+    if facts is None:  # the one command answered nothing at all (the connection broke, say)
+        return _refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
+                                 "preflight command (see pyinfra's error above)"])
+    report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
+    for warning in facts.gpus.warnings:  # harmless to the rollout, worth an operator's look
+        _warn(report, f"{host.name}: nvidia-smi said: {warning}")
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
     held = lock.judge(facts.deployed.lock, lock.lock_file(spec), time.time(), lock.stale_after(spec))
     if not held.free_to_take:

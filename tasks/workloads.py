@@ -33,7 +33,7 @@ def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
     if not ok:
         return fail(host, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s
-    command = GpuProcesses().command()
+    command = GpuProcesses().command(pf.spec.readiness.command_timeout_s)
     while True:
         _, out = run(host, command)
         processes = parse_gpu_processes(out)

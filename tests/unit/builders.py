@@ -74,7 +74,7 @@ def wanted(spec: ClassSpec, group: str = "pro6000", secrets: Secrets | None = No
 
 
 def gpu(index=0, name=PRO, memory=97887) -> Gpu:
-    return Gpu(index, name, f"GPU-{index}", memory, "580.159.03", f"00000000:{0x18 + index:02X}:00.0")
+    return Gpu(index, name, f"GPU-{index}", memory, "580.159.03", f"00000000:{0x18 + index:02X}:00.0", "Disabled")
 
 
 def target(**fields) -> ModelDir:

@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ from fleet.parse import (
 from fleet.spec import SGLANG_0523_ALGORITHMS
 
 HELP_0523 = Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt"
-H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0"
+H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0, Disabled"
 NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running."
@@ -44,7 +45,7 @@ NO_DRIVER = (
 
 
 def test_queries_are_the_documented_ones():
-    assert GPU_QUERY == "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id --format=csv,noheader,nounits"
+    assert GPU_QUERY == "--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current --format=csv,noheader,nounits"
     assert PROCESS_QUERY == "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
     assert f"nvidia-smi {GPU_QUERY}" in GpuInventory().command()
     assert f"nvidia-smi {PROCESS_QUERY}" in GpuProcesses().command()
@@ -81,7 +82,7 @@ def test_combined_command_reuses_each_fact_command():
 
 def test_process_on_recorded_output():
     assert GpuInventory().process(["@@nvidia-smi=0", H200_ROW]) == GpuList(
-        "ok", (Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0"),)
+        "ok", (Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0", "Disabled"),)
     )
     assert GpuInventory().process(["@@nvidia-smi=9", NO_DRIVER]).message == f"exit 9: {NO_DRIVER}"
     assert GpuProcesses().process(["@@nvidia-smi=missing"]).status == "nvidia-smi missing"
@@ -95,7 +96,7 @@ def bin_dir(tmp_path):
     """A PATH holding only what the commands use besides sh builtins (and the stand-ins we add)."""
     d = tmp_path / "bin"
     d.mkdir()
-    for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr"):
+    for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr", "mktemp", "rm", "timeout", "sleep"):
         (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
@@ -138,6 +139,22 @@ def test_nvidia_smi_message_on_stderr_is_kept(bin_dir):
     stand_in(bin_dir / "nvidia-smi", 'echo "Failed to initialize NVML: Driver/library version mismatch" >&2\nexit 18\n')
     inv = GpuInventory().process(run(GpuInventory().command(), bin_dir))
     assert inv.message == "exit 18: Failed to initialize NVML: Driver/library version mismatch"
+
+
+def test_nvidia_smi_warnings_on_stderr_are_kept_apart_from_the_csv(bin_dir):
+    """A real host's "WARNING: infoROM is corrupted" (stderr) must not make its CSV unreadable."""
+    warning = "WARNING: infoROM is corrupted at gpu 0000:19:00.0"
+    stand_in(bin_dir / "nvidia-smi", f'echo "{warning}" >&2\necho "{H200_ROW}"\n')
+    inv = GpuInventory().process(run(GpuInventory().command(), bin_dir))
+    assert inv.status == "ok" and inv.gpus[0].name == "NVIDIA H200" and inv.warnings == (warning,)
+
+
+def test_a_hanging_nvidia_smi_is_killed_and_said_so(bin_dir):
+    stand_in(bin_dir / "nvidia-smi", "sleep 60\n")
+    t = time.monotonic()
+    inv = GpuInventory().process(run(GpuInventory().command(timeout_s=1), bin_dir))
+    assert time.monotonic() - t < 30
+    assert (inv.status, inv.message) == ("nvidia-smi hung", "no answer: killed by the command timeout")
 
 
 def test_gpu_processes_with_their_units(bin_dir):

@@ -429,3 +429,19 @@ def test_an_unreadable_pending_record_is_refused():
     assert v.check == "pending rollout" and "/var/lib/sglang-fleet/sglang/pending.json" in v.expected
     assert "unreadable pending-rollout record" in v.found and "remove it" in v.found
     assert v in preflight("gpu1", SPEC, facts)
+
+
+def test_a_host_with_mig_enabled_is_refused_unless_its_class_declares_mig():
+    facts = good_facts(gpus=GpuList("ok", (replace(gpu(), mig="Enabled"),)))
+    (v,) = gpu_violations("gpu1", SPEC, facts.gpus)
+    assert str(v) == "gpu1: MIG mode: expected MIG disabled (gpu_class.mig is false), found GPU 0: MIG Enabled"
+    assert gpu_violations("gpu1", make_spec(mig=True), facts.gpus) == []
+    (v,) = gpu_violations("gpu1", make_spec(mig=True), good_facts().gpus)
+    assert str(v) == "gpu1: MIG mode: expected MIG enabled (gpu_class.mig is true), found GPU 0: MIG Disabled"
+
+
+def test_a_hung_nvidia_smi_refuses_the_host_naming_the_command_and_the_bound():
+    (v,) = gpu_violations("gpu1", SPEC, GpuList("nvidia-smi hung", message="no answer"))
+    assert str(v) == ("gpu1: nvidia-smi: expected an answer within readiness.command_timeout_s = 30s, found none: "
+                      "`nvidia-smi --query-gpu` hung and was killed (a GPU fallen off the bus does that; see dmesg "
+                      "for Xid errors)")

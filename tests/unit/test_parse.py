@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HELP_0523 = (ROOT / "tests/fixtures/sglang-0.5.23-help.txt").read_text()
 
 # Recorded on real hosts (nvidia-smi.md), verbatim.
-H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0"
+H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0, Disabled"
 HEADER = "index, name, uuid, memory.total [MiB], driver_version, pci.bus_id"
 NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -65,24 +65,24 @@ def smi(rc, *lines: str) -> str:
 
 def test_recorded_h200_row():
     assert parse_gpu_inventory(smi(0, H200_ROW)).gpus == (
-        Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0"),
+        Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0", "Disabled"),
     )
 
 
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_real_model_names_kept_whole(name):
-    gpus = parse_gpu_inventory(smi(0, f"3, {name}, GPU-1, 97887, 580.159.03, 00000000:1B:00.0")).gpus
+    gpus = parse_gpu_inventory(smi(0, f"3, {name}, GPU-1, 97887, 580.159.03, 00000000:1B:00.0, Disabled")).gpus
     assert [g.name for g in gpus] == [name]
 
 
 def test_several_gpus_in_order():
-    rows = [f"{i}, NVIDIA RTX A6000, GPU-{i}, 49140, 550.54.15, 00000000:{0x18 + i:02X}:00.0" for i in range(2)]
+    rows = [f"{i}, NVIDIA RTX A6000, GPU-{i}, 49140, 550.54.15, 00000000:{0x18 + i:02X}:00.0, [N/A]" for i in range(2)]
     inv = parse_gpu_inventory(smi(0, *rows, ""))
     assert inv.status == "ok" and [(g.index, g.memory_mib) for g in inv.gpus] == [(0, 49140), (1, 49140)]
 
 
 def test_memory_not_available_is_none():
-    assert parse_gpu_inventory(smi(0, "0, NVIDIA H200, GPU-1, [N/A], 580.159.03, 00000000:19:00.0")).gpus[0].memory_mib is None
+    assert parse_gpu_inventory(smi(0, "0, NVIDIA H200, GPU-1, [N/A], 580.159.03, 00000000:19:00.0, Disabled")).gpus[0].memory_mib is None
 
 
 def test_zero_gpus_is_ok_and_empty():
@@ -380,3 +380,9 @@ def test_unit_property_missing_on_old_systemd():
 def test_sections():
     text = "noise\n@@section=gpus\n@@nvidia-smi=missing\n@@section=models\n@@section=units\n@@unit=a\n"
     assert sections(text) == {"gpus": ["@@nvidia-smi=missing"], "models": [], "units": ["@@unit=a"]}
+
+
+def test_mig_mode_is_read():
+    rows = ["0, NVIDIA H200, GPU-0, 143771, 580.159.03, 00000000:19:00.0, Enabled",
+            "1, NVIDIA RTX A6000, GPU-1, 49140, 580.159.03, 00000000:1A:00.0, [N/A]"]
+    assert [g.mig for g in parse_gpu_inventory(smi(0, *rows)).gpus] == ["Enabled", "[N/A]"]

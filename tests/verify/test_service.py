@@ -35,7 +35,7 @@ def _server_argv(node, spec) -> list[str]:
 
 
 def test_gpus_match_the_class(node, target):
-    out = node.run(GpuInventory().command()).stdout
+    out = node.run(GpuInventory().command(target.spec.readiness.command_timeout_s)).stdout
     violations = guards.gpu_violations(target.name, target.spec, parse_gpu_inventory(out))
     assert not violations, "\n".join(map(str, violations))
 

@@ -1,0 +1,105 @@
+"""What real GPU boxes do that a kind lab would not (issue 9): a reasoning model whose short
+reply is all thinking, a host whose environment names an HTTP proxy, an nvidia-smi that
+warns on stderr, one that hangs (a GPU fallen off the bus), and MIG turned on. One deploy
+over all of them: each refused host untouched, the others converged."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from e2e import deploy, health, sh, summary_row, workdir
+
+PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
+       'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\n')
+LAB = f"""
+[lab]
+name = "boxlab"
+
+[[hosts]]
+name = "thinker"
+{PRO}reasoning_model = true
+
+[[hosts]]
+name = "proxied"
+{PRO}
+[[hosts]]
+name = "warned"
+{PRO}nvidia_smi = "warning"
+
+[[hosts]]
+name = "hung"
+{PRO}nvidia_smi = "hang"
+
+[[hosts]]
+name = "sliced"
+{PRO}mig = true
+"""
+TIMEOUT_S = 4
+OVERRIDE = ('service = {**service, "extra_args": ["--reasoning-parser", "qwen3"]}\n'
+            'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 5, '
+            f'"command_timeout_s": {TIMEOUT_S}}}')
+PROXY = "http_proxy=http://127.0.0.1:9\nHTTP_PROXY=http://127.0.0.1:9\n"  # nothing listens on port 9
+
+
+@pytest.fixture(scope="module")
+def boxes(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(LAB, fresh=True)
+    sh(lab, "proxied", f"printf '{PROXY}' >> /etc/environment")
+    wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=OVERRIDE)
+    t = time.monotonic()
+    run = deploy(lab, wd)
+    return lab, run, time.monotonic() - t
+
+
+def untouched(lab, host: str) -> bool:
+    return sh(lab, host, "ls -d /etc/sglang /var/lib/sglang-fleet /run/sglang-fleet /etc/systemd/system/sglang.service "
+                         "2>/dev/null; systemctl is-active sglang") == "inactive"
+
+
+def test_a_reasoning_model_still_thinking_passes_the_smoke_test_and_the_summary_says_so(boxes):
+    lab, run, _ = boxes
+    row = summary_row(run.out, "thinker")
+    assert " OK " in row and "reasoning only" in row, run.out
+    assert health(lab, "thinker") == "200"
+    reply = sh(lab, "thinker", "curl -s -d '{\"model\": \"qwen3.6-27b\", \"max_tokens\": 16, \"messages\": "
+                               "[{\"role\": \"user\", \"content\": \"hi\"}]}' http://127.0.0.1:30000/v1/chat/completions")
+    assert '"content":null' in reply and '"reasoning_content":"' in reply  # what the smoke test met
+
+
+def test_a_host_whose_environment_names_a_proxy_is_deployed_through_the_gate(boxes):
+    lab, run, _ = boxes
+    assert " OK " in summary_row(run.out, "proxied"), run.out
+    # the proxy is in effect in SSH sessions: curl without --noproxy goes there and gets nothing
+    assert sh(lab, "proxied", "curl -s -o /dev/null -w '%{http_code}' --max-time 3 http://127.0.0.1:30000/health") \
+        == "000"
+    assert sh(lab, "proxied", "curl -s --noproxy '*' -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health") \
+        == "200"
+
+
+def test_nvidia_smi_warnings_are_shown_not_fatal(boxes):
+    lab, run, _ = boxes
+    row = summary_row(run.out, "warned")
+    assert " OK " in row and "1x NVIDIA RTX PRO 6000 Blackwell Workstation Edition at 18:00.0" in row, run.out
+    warning = "warned: nvidia-smi said: WARNING: infoROM is corrupted at gpu 0000:18:00.0"
+    assert f"    ! warning: {warning}" in run.out.rsplit("SGLang fleet rollout summary", 1)[-1]
+    assert health(lab, "warned") == "200"
+
+
+def test_a_hanging_nvidia_smi_refuses_its_host_within_the_bound_and_the_others_go_on(boxes):
+    lab, run, took = boxes
+    assert "REFUSED" in summary_row(run.out, "hung"), run.out
+    assert (f"hung: nvidia-smi: expected an answer within readiness.command_timeout_s = {TIMEOUT_S}s, found none: "
+            "`nvidia-smi --query-gpu` hung and was killed") in run.out
+    assert untouched(lab, "hung")
+    assert all(" OK " in summary_row(run.out, h) for h in ("thinker", "proxied", "warned"))
+    # the hung host cost its bound (twice: the GPU query, then the process query), not the run
+    print(f"deploy over 5 hosts, one hung: {took:.1f}s")
+    assert sh(lab, "hung", "pgrep -c -f '[/]usr/bin/nvidia-smi' || true") == "0"  # nothing left hanging there
+
+
+def test_mig_turned_on_refuses_the_host_of_a_class_that_does_not_declare_it(boxes):
+    lab, run, _ = boxes
+    assert "REFUSED" in summary_row(run.out, "sliced"), run.out
+    assert "sliced: MIG mode: expected MIG disabled (gpu_class.mig is false), found GPU 0: MIG Enabled" in run.out
+    assert untouched(lab, "sliced")
