@@ -9,7 +9,7 @@ from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.service import RunningService
-from facts.sglang import SglangEngine
+from facts.sglang import CACHE_DIR, SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
 from fleet import lock, rollout
 from fleet.gate import base_url
@@ -32,7 +32,7 @@ SECTIONS = {
 def snapshot_args(spec: ClassSpec) -> dict:
     """HostSnapshot's arguments for a host that is to run `spec`."""
     return {
-        "engine": [spec.service.launcher],
+        "engine": [spec.service.launcher, spec.service.environment, CACHE_DIR],
         "models": [spec.model_paths],
         "units": [spec.watched_units],
         "deployed": [rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
@@ -47,7 +47,8 @@ class HostSnapshot(FactBase[HostFacts]):
                 timeout_s: float = 0) -> str:
         """Each argument: the arguments of that section's fact command; timeout_s bounds the
         commands that can hang (nvidia-smi, the engine's import)."""
-        args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [*engine, timeout_s], "models": models,
+        args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [engine[0], timeout_s, *engine[1:]],
+                "models": models,
                 "units": units, "deployed": deployed, "runtime": runtime}
         return "; ".join(
             f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()

@@ -88,6 +88,7 @@ class Engine:
     algorithms: tuple[str, ...] = ()
     flags: frozenset[str] = frozenset()
     message: str = ""  # why it is not importable
+    cached: bool = False  # read from the host's engine cache: nothing was imported
 
 
 @dataclass(frozen=True)
@@ -384,6 +385,7 @@ def parse_engine(text: str) -> Engine:
     help_text = "\n".join(parts["help"][1])
     return Engine(
         "ok",
+        cached="engine-cache" in parts,
         version=_last_line(parts["version"][1]),  # after any warnings
         algorithms=parse_algorithms(help_text),
         flags=parse_flags(help_text),

@@ -108,7 +108,7 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         bad = [p for p in v if not p.startswith("/")]
         return f"not absolute: {bad}" if bad else None
 
-    def load_seconds(v):
+    def seconds(v):
         if not _is_num(v):
             return "not a number"
         return "out of range" if not 0 <= v <= 3600 else None
@@ -137,8 +137,9 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "workloads": (False, [], units, "a list of systemd unit names, e.g. ['dflash-train']"),
         "preinstalled": (False, None, table, "a table of spec overrides over the group's spec"),
         "load": (False, "ok", *enum("ok", "crash", "hang")),
-        "load_seconds": (False, 3.0, load_seconds, "a number of seconds 0..3600"),
+        "load_seconds": (False, 3.0, seconds, "a number of seconds 0..3600"),
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
+        "engine_import_seconds": (False, 0.0, seconds, "a number of seconds 0..3600"),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),
@@ -216,7 +217,7 @@ def parse(path: Path, groups: list[str]) -> LabFile:
             if err:
                 problems.append(f"{where}: {label}: {k} = {v!r}: {err}; allowed: {allowed}")
                 continue
-            entry[k] = float(v) if k in ("load_seconds", "decode_tokens_per_s") else v
+            entry[k] = float(v) if k in ("load_seconds", "decode_tokens_per_s", "engine_import_seconds") else v
         if isinstance(hname, str):
             if hname in seen:
                 problems.append(f"{where}: {label}: name {hname!r} used twice; host names must be unique")

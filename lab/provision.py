@@ -5,7 +5,9 @@ Everything is written into the host's merged overlay root (so it lands in its up
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -166,6 +168,24 @@ def _safetensors_stub() -> bytes:
     return struct.pack("<Q", len(header)) + header
 
 
+def write_dist_info(root: Path, version: str) -> None:
+    """The double's installed-package record, as pip leaves one (METADATA, RECORD): what
+    identifies an installed SGLang, and what the deploy's engine cache is keyed by."""
+    site = _inside(root, SGLANG_DOUBLE_DIR)
+    for old in site.glob("sglang-*.dist-info"):
+        shutil.rmtree(old)
+    info = site / f"sglang-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    lines = []
+    for f in sorted((site / "sglang").rglob("*")):
+        if f.is_file():
+            digest = base64.urlsafe_b64encode(hashlib.sha256(f.read_bytes()).digest()).rstrip(b"=").decode()
+            lines.append(f"{f.relative_to(site)},sha256={digest},{f.stat().st_size}")
+    lines += [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(lines) + "\n")
+
+
 def write_model(root: Path, path: str, config: dict[str, Any]) -> None:
     write(root, f"{path}/config.json", json.dumps(config, indent=2) + "\n")
     write(root, f"{path}/generation_config.json", json.dumps({"do_sample": True, "temperature": 0.6}) + "\n")
@@ -216,6 +236,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
     pkg = DOUBLES / "sglang"
     if pkg.is_dir():
         copy_tree(pkg, root, f"{SGLANG_DOUBLE_DIR}/sglang")
+        write_dist_info(root, entry["sglang_version"])
     else:
         warnings.append(f"{name}: lab/doubles/sglang/ not there yet; the launcher has no sglang to run")
     launchers = {group_spec.service.launcher} | ({pre_spec.service.launcher} if pre_spec else set())
@@ -270,6 +291,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         "preinstalled_argv": preinstalled_argv,
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
         "reasoning_model": entry["reasoning_model"],
+        "engine_import_seconds": float(entry["engine_import_seconds"]),
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "missing_models": list(entry["missing_models"]),

@@ -34,6 +34,10 @@ name = "hung"
 [[hosts]]
 name = "sliced"
 {PRO}mig = true
+
+[[hosts]]
+name = "slow-import"
+{PRO}engine_import_seconds = 3
 """
 TIMEOUT_S = 4
 OVERRIDE = ('service = {**service, "extra_args": ["--reasoning-parser", "qwen3"]}\n'
@@ -49,6 +53,7 @@ def boxes(lab_manager, tmp_path_factory):
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=OVERRIDE)
     t = time.monotonic()
     run = deploy(lab, wd)
+    run.cwd = wd
     return lab, run, time.monotonic() - t
 
 
@@ -103,3 +108,19 @@ def test_mig_turned_on_refuses_the_host_of_a_class_that_does_not_declare_it(boxe
     assert "REFUSED" in summary_row(run.out, "sliced"), run.out
     assert "sliced: MIG mode: expected MIG disabled (gpu_class.mig is false), found GPU 0: MIG Enabled" in run.out
     assert untouched(lab, "sliced")
+
+
+def test_the_engine_is_imported_once_then_read_from_the_hosts_cache(boxes):
+    """`import sglang` costs seconds on a real host (torch): the first preflight pays it (the
+    version, then --help: two imports), a no-op run after it imports nothing."""
+    lab, run, _ = boxes
+    assert " OK " in summary_row(run.out, "slow-import"), run.out
+    imports = sh(lab, "slow-import", "cat /run/lab-sglang-imports.log").splitlines()
+    assert len(imports) == 2 and any("--help" in line for line in imports)
+    t = time.monotonic()
+    again = deploy(lab, run.cwd, "--limit", "slow-import")
+    took = time.monotonic() - t
+    assert "none (already as declared)" in summary_row(again.out, "slow-import"), again.out
+    assert sh(lab, "slow-import", "cat /run/lab-sglang-imports.log").splitlines() == imports
+    assert sh(lab, "slow-import", "ls /var/cache/sglang-fleet/engine | wc -l") == "1"
+    print(f"no-op run with a 3 s engine import, cached: {took:.1f}s")

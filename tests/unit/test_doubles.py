@@ -94,6 +94,7 @@ class Lab:
         env.update(
             LAB_HOST_JSON=str(self.host_json),
             LAB_GPU_DIR=str(self.gpu_dir),
+            LAB_SGLANG_IMPORT_LOG=str(self.gpu_dir.parent / "imports.log"),
             PYTHONPATH=str(DOUBLES),  # what the lab's launcher wrapper does
             LAB_SGLANG_WARMUP_SECONDS="0.8",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grp
 import json
+from dataclasses import replace
 import os
 import pwd
 import subprocess
@@ -19,10 +20,11 @@ from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.service import RunningService
-from facts.sglang import SglangEngine
+from facts.sglang import CACHE_DIR, SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
 from fleet.lock import LockFacts
 from fleet.parse import (
+    Engine,
     UNIT_PROPERTIES,
     parse_systemd_version,
     DeployState,
@@ -65,12 +67,13 @@ RUNTIME = ("sglang.service", "http://127.0.0.1:30000/health")
 
 
 def test_combined_command_reuses_each_fact_command():
-    command = HostSnapshot().command(["/opt/sglang/bin/python"], [["/m/t", "/m/d"]], [["sglang.service"]],
-                                     list(DEPLOYED), list(RUNTIME))
+    engine = ["/opt/sglang/bin/python", {"CUDA_HOME": "/usr/local/cuda"}, CACHE_DIR]
+    command = HostSnapshot().command(engine, [["/m/t", "/m/d"]], [["sglang.service"]],
+                                     list(DEPLOYED), list(RUNTIME), timeout_s=30)
     for part in (
-        GpuInventory().command(),
-        GpuProcesses().command(),
-        SglangEngine().command("/opt/sglang/bin/python"),
+        GpuInventory().command(30),
+        GpuProcesses().command(30),
+        SglangEngine().command("/opt/sglang/bin/python", 30, {"CUDA_HOME": "/usr/local/cuda"}, CACHE_DIR),
         ModelDirs().command(["/m/t", "/m/d"]),
         UnitStates().command(["sglang.service"]),
         DeployedFiles().command(*DEPLOYED),
@@ -96,7 +99,8 @@ def bin_dir(tmp_path):
     """A PATH holding only what the commands use besides sh builtins (and the stand-ins we add)."""
     d = tmp_path / "bin"
     d.mkdir()
-    for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr", "mktemp", "rm", "timeout", "sleep"):
+    for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr", "mktemp", "rm", "timeout", "sleep", "env", "grep", "mkdir",
+                 "mv", "ls", "tail", "xargs"):
         (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
@@ -172,24 +176,33 @@ def test_gpu_processes_when_nvidia_smi_fails(bin_dir):
     assert procs.status == "nvidia-smi failed" and procs.processes == ()
 
 
-def launcher(bin_dir: Path, version_script: str, help_script: str) -> str:
-    return str(stand_in(bin_dir / "python", f'if [ "$1" = -c ]; then\n{version_script}\nelse\n{help_script}\nfi\n'))
+def launcher(bin_dir: Path, version_script: str, help_script: str, key: str = "") -> str:
+    """A launcher whose `-c` import of sglang runs version_script, whose --help runs help_script,
+    and whose engine key (importlib.metadata, no sglang import) is `key` ('' : no RECORD)."""
+    return str(stand_in(bin_dir / "python",
+                        f'case "$2" in *importlib.metadata*) [ -n "{key}" ] && echo {key}; exit 0;; esac\n'
+                        f'if [ "$1" = -c ]; then\n{version_script}\nelse\n{help_script}\nfi\n'))
+
+
+def engine_of(py: str, bin_dir: Path, env: dict | None = None) -> Engine:
+    cache = bin_dir.parent / "engine-cache"
+    return SglangEngine().process(run(SglangEngine().command(py, 0, env or {}, str(cache)), bin_dir))
 
 
 def test_engine(bin_dir):
     py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
-    engine = SglangEngine().process(run(SglangEngine().command(py), bin_dir))
+    engine = engine_of(py, bin_dir)
     assert (engine.status, engine.version, engine.algorithms) == ("ok", "0.5.23", SGLANG_0523_ALGORITHMS)
     assert engine.flags == parse_flags(HELP_0523.read_text())
 
 
 def test_engine_launcher_missing(bin_dir):
-    assert SglangEngine().process(run(SglangEngine().command("/nonexistent/bin/python"), bin_dir)).status == "no launcher"
+    assert engine_of("/nonexistent/bin/python", bin_dir).status == "no launcher"
 
 
 def test_engine_not_importable(bin_dir):
     fail = "echo \"ModuleNotFoundError: No module named 'sglang'\" >&2; exit 1"
-    engine = SglangEngine().process(run(SglangEngine().command(launcher(bin_dir, fail, fail)), bin_dir))
+    engine = engine_of(launcher(bin_dir, fail, fail, key="k1"), bin_dir)
     assert engine.status == "not importable" and engine.message.endswith("No module named 'sglang'")
 
 
@@ -197,7 +210,31 @@ def test_engine_launcher_path_is_quoted(bin_dir, tmp_path):
     odd = tmp_path / "it's here"
     odd.mkdir()
     py = stand_in(odd / "python", f'if [ "$1" = -c ]; then echo 0.5.23; else /bin/cat "{HELP_0523}"; fi\n')
-    assert SglangEngine().process(run(SglangEngine().command(str(py)), bin_dir)).status == "ok"
+    assert engine_of(str(py), bin_dir).status == "ok"
+
+
+def test_the_engine_is_read_once_then_from_the_hosts_cache(bin_dir):
+    """A no-op run imports nothing: the answer is cached under the engine's key; another key (an
+    upgrade, a plugin) or another environment reads the engine again. A failed read is not cached."""
+    calls = bin_dir.parent / "calls"
+    py = launcher(bin_dir, f"echo import >> {calls}; echo 0.5.23", f'echo help >> {calls}; /bin/cat "{HELP_0523}"',
+                  key="k1")
+    first, second = engine_of(py, bin_dir), engine_of(py, bin_dir)
+    assert first == replace(second, cached=False) and (first.cached, second.cached) == (False, True)
+    assert calls.read_text().split() == ["import", "help"]  # the second run imported nothing
+    assert engine_of(py, bin_dir, {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}).cached is False
+    launcher(bin_dir, "echo 0.5.24", f'/bin/cat "{HELP_0523}"', key="k2")
+    assert (engine_of(py, bin_dir).version, engine_of(py, bin_dir).cached) == ("0.5.24", True)
+    fail = "echo boom >&2; exit 1"
+    launcher(bin_dir, fail, fail, key="k3")
+    assert engine_of(py, bin_dir).status == engine_of(py, bin_dir).status == "not importable"
+    assert sorted(p.name.split("-")[0] for p in (bin_dir.parent / "engine-cache").iterdir()) == ["k1", "k1", "k2"]
+
+
+def test_without_a_record_the_engine_is_read_every_time(bin_dir):
+    py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"', key="")
+    assert engine_of(py, bin_dir).cached is False and engine_of(py, bin_dir).cached is False
+    assert not (bin_dir.parent / "engine-cache").exists()
 
 
 def test_model_dirs(bin_dir, tmp_path):
@@ -263,12 +300,14 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
     deployed = [[str(tmp_path / "unit"), str(tmp_path / "gone")], [str(tmp_path)], [str(tmp_path / "unit")],
                 str(tmp_path / "lock"), str(tmp_path / "pending.json")]
     runtime = ["sglang.service", "http://127.0.0.1:30000/health"]
-    facts = HostSnapshot().process(run(HostSnapshot().command([py], [paths], [units], deployed, runtime), bin_dir))
+    cache = str(tmp_path / "engine-cache")
+    facts = HostSnapshot().process(run(HostSnapshot().command([py, {}, cache], [paths], [units], deployed, runtime),
+                                       bin_dir))
 
     assert facts == HostFacts(
         gpus=GpuInventory().process(run(GpuInventory().command(), bin_dir)),
         gpu_processes=GpuProcesses().process(run(GpuProcesses().command(), bin_dir)),
-        engine=SglangEngine().process(run(SglangEngine().command(py), bin_dir)),
+        engine=SglangEngine().process(run(SglangEngine().command(py, 0, {}, cache), bin_dir)),
         models=ModelDirs().process(run(ModelDirs().command(paths), bin_dir)),
         units=UnitStates().process(run(UnitStates().command(units), bin_dir)),
         deployed=DeployedFiles().process(run(DeployedFiles().command(*deployed), bin_dir)),

@@ -12,9 +12,27 @@ holding its memory as seen by the lab's nvidia-smi double) and the same stop beh
 decode_tokens_per_s. See docs/ARCHITECTURE.md, "Lab host contract".
 
 The host's lab entry (/etc/lab/host.json, or $LAB_HOST_JSON) decides the version, the
-speculative algorithms this "engine" has, and whether loading succeeds, crashes or hangs.
+speculative algorithms this "engine" has, whether loading succeeds, crashes or hangs, and
+how long `import sglang` takes outside a server start (engine_import_seconds: the cost an
+engine check pays on a real host; each such import is counted in $LAB_SGLANG_IMPORT_LOG,
+else /run/lab-sglang-imports.log).
 """
 
-from sglang._lab import host_config
+import sys
+import time
+
+from sglang._lab import host_config, note_import
 
 __version__ = str(host_config().get("sglang_version") or "0.5.23")
+
+
+def _starting_a_server() -> bool:
+    # `python -m sglang.launch_server ARGS` without --help (argv[0] is still "-m" while the package
+    # imports): its start-up time is load_seconds. `python -c ...` is an engine check.
+    return sys.argv[0] != "-c" and "--help" not in sys.argv and "-h" not in sys.argv
+
+
+if not _starting_a_server():
+    # What a real import costs (torch, CUDA libraries): host.json's engine_import_seconds.
+    time.sleep(float(host_config().get("engine_import_seconds") or 0))
+    note_import()

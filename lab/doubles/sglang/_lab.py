@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 
 BUILTIN_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
 
@@ -28,7 +29,17 @@ _DEFAULT_HOST = {
     "load_seconds": 0.0,
     "preinstalled_argv": None,
     "decode_tokens_per_s": 100.0,
+    "engine_import_seconds": 0.0,
 }
+
+
+def note_import() -> None:
+    """One line per import outside a server start: how a test sees the engine check ran."""
+    try:
+        with open(os.environ.get("LAB_SGLANG_IMPORT_LOG") or "/run/lab-sglang-imports.log", "a") as f:
+            f.write(" ".join(sys.argv) + "\n")
+    except OSError:
+        pass
 
 
 def host_json_path() -> str:
