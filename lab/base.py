@@ -19,10 +19,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-BASE_VERSION = 2
+BASE_VERSION = 3
 SUITE = "bookworm"
-# python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does.
-PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,iproute2,curl,procps,ca-certificates"
+# python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does; sudo: hosts
+# whose lab entry has an ssh_user log that user in, who becomes root with sudo (the cloud setup).
+PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,sudo,iproute2,curl,procps,ca-certificates"
 
 
 def cache_dir() -> Path:

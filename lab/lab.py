@@ -276,9 +276,11 @@ def write_inventory(st: dict[str, Any]) -> Path:
     for group, hosts in groups.items():
         lines.append(f"{group} = [")
         for h in hosts:
+            user = h["entry"].get("ssh_user", "root")
             data = {
-                "ssh_hostname": h["ip"], "ssh_user": "root", "ssh_key": str(KEY),
+                "ssh_hostname": h["ip"], "ssh_user": user, "ssh_key": str(KEY),
                 "ssh_strict_host_key_checking": "no", "ssh_known_hosts_file": "/dev/null",
+                **({"_sudo": True} if user != "root" else {}),
             }
             lines.append(f"    ({h['name']!r}, {data!r}),")
         lines.append("]")

@@ -143,6 +143,7 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),
+        "ssh_user": (False, "root", *text(re.compile(r"^[a-z_][a-z0-9_-]{0,30}$"), "a user name, e.g. 'ubuntu'")),
     }
 
 

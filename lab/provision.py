@@ -168,6 +168,25 @@ def _safetensors_stub() -> bytes:
     return struct.pack("<Q", len(header)) + header
 
 
+SUDO_UID = 1000
+
+
+def add_sudo_user(root: Path, user: str, pubkey: str) -> None:
+    """A login user with passwordless sudo, as cloud images have (ubuntu, ec2-user...): the deploy
+    logs in as them and becomes root with sudo."""
+    home = f"/home/{user}"
+    for path, line in (("/etc/passwd", f"{user}:x:{SUDO_UID}:{SUDO_UID}::{home}:/bin/bash"),
+                       ("/etc/shadow", f"{user}:*:20000:0:99999:7:::"),  # no password; keys only
+                       ("/etc/group", f"{user}:x:{SUDO_UID}:")):
+        p = _inside(root, path)
+        p.write_text(p.read_text() + line + "\n")
+    write(root, f"/etc/sudoers.d/{user}", f"{user} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
+    write(root, f"{home}/.ssh/authorized_keys", pubkey.strip() + "\n", 0o600)
+    for path in (home, f"{home}/.ssh", f"{home}/.ssh/authorized_keys"):
+        os.chown(_inside(root, path), SUDO_UID, SUDO_UID)
+    os.chmod(_inside(root, f"{home}/.ssh"), 0o700)
+
+
 def write_dist_info(root: Path, version: str) -> None:
     """The double's installed-package record, as pip leaves one (METADATA, RECORD): what
     identifies an installed SGLang, and what the deploy's engine cache is keyed by."""
@@ -221,6 +240,8 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
     (root / "root/.ssh").mkdir(parents=True, exist_ok=True)
     os.chmod(root / "root/.ssh", 0o700)
     write(root, "/root/.ssh/authorized_keys", pubkey.strip() + "\n", 0o600)
+    if entry["ssh_user"] != "root":
+        add_sudo_user(root, entry["ssh_user"], pubkey)
 
     pre_spec = None
     if entry.get("preinstalled") is not None:
@@ -292,6 +313,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
         "reasoning_model": entry["reasoning_model"],
         "engine_import_seconds": float(entry["engine_import_seconds"]),
+        "ssh_user": entry["ssh_user"],
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "missing_models": list(entry["missing_models"]),

@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 
 from pyinfra.api import StringCommand
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from fleet.report import RUN
 
@@ -23,10 +24,23 @@ class Begun:
 BEGUN: dict[str, Begun] = {}
 
 
+def connector_arguments(host, **given) -> dict:
+    """The host's connector settings (_sudo, _su_user, _doas ... from its data, as pyinfra's own
+    operations and facts take them) with `given` over them."""
+    arguments, _ = pop_global_arguments(host.state, host, dict(given))
+    return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+
+
+def escalates(arguments: dict) -> bool:
+    """The commands run as another user than the login (sudo, su, doas)."""
+    return bool(arguments.get("_sudo") or arguments.get("_su_user") or arguments.get("_doas"))
+
+
 def run(host, command: str, timeout: float | None = None) -> tuple[bool, str]:
-    """Run one shell command on the host at execution time: (ok, stdout; stdout and stderr if it failed)."""
-    kwargs = {"_timeout": int(timeout)} if timeout else {}
-    ok, output = host.run_shell_command(StringCommand(command), **kwargs)
+    """Run one shell command on the host at execution time, as pyinfra's operations would (sudo
+    if the host's data says so): (ok, stdout; stdout and stderr if it failed)."""
+    extra = {"_timeout": int(timeout)} if timeout else {}
+    ok, output = host.run_shell_command(StringCommand(command), **connector_arguments(host, **extra))
     return ok, output.stdout if ok else output.output
 
 

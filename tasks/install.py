@@ -2,24 +2,51 @@
 
 Nothing live changes here: activate renames them into place. Uploads reuse what preflight
 read of the host, so they cost no fact gathering of their own; a secret file is uploaded into
-a file begin made 0600, so it is never readable by others, not even for a moment.
+a file begin made 0600, so it is never readable by others, not even for a moment. Logged in
+as a user who becomes root by sudo, the secret goes through a 0700 directory of that user's,
+never a shared temporary file.
 """
 
 from __future__ import annotations
 
+import shlex
 from io import StringIO
+from pathlib import PurePosixPath
 
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from fleet.rollout import staged_path
+from tasks.common import connector_arguments, escalates, run
 from tasks.preflight import Preflight
 
 
-def _upload(state, host, path: str, content: str) -> bool:
+# Where a login user that becomes root by sudo drops secret files first: a directory of its
+# own, 0700 (pyinfra's sudo upload would pass them through a temp file others may read).
+PRIVATE_DROP = ".sglang-fleet-upload"
+
+
+def _upload(state, host, path: str, content: str, secret: bool) -> bool:
     # pyinfra's own upload command lets a connector error (no SFTP subsystem, say) escape and
     # end the whole run; here it fails this host's operation, which rolls the host back.
+    arguments = connector_arguments(host)
     try:
-        return host.put_file(StringIO(content), staged_path(path))
+        if not (secret and escalates(arguments)):
+            return host.put_file(StringIO(content), staged_path(path), **arguments)
+        login = {k: v for k, v in arguments.items() if k not in ("_sudo", "_su_user", "_doas")}
+        ok, output = host.run_shell_command(
+            StringCommand(f"mkdir -p -m 700 {PRIVATE_DROP} && chmod 700 {PRIVATE_DROP} && cd {PRIVATE_DROP} && pwd"),
+            **login)
+        if not ok:
+            raise RuntimeError(f"no private directory ~/{PRIVATE_DROP}: {output.output}")
+        drop = f"{output.stdout.strip()}/{PurePosixPath(path).name}"
+        if not host.put_file(StringIO(content), drop, **login):
+            raise RuntimeError(f"could not upload it to {drop}")
+        # into the file begin made 0600 for it, as root; the drop is gone either way
+        ok, out = run(host, f"cat {shlex.quote(drop)} > {shlex.quote(staged_path(path))}; rc=$?; "
+                            f"rm -f {shlex.quote(drop)}; exit $rc")
+        if not ok:
+            raise RuntimeError(out)
+        return True
     except Exception as e:  # noqa: BLE001 - any transfer error fails the upload the same way
         host.log_styled(f"upload of {path} failed: {e}", fg="red")
         return False
@@ -28,7 +55,7 @@ def _upload(state, host, path: str, content: str) -> bool:
 @operation()
 def _staged(files: list):
     for f in files:
-        yield FunctionCommand(_upload, (f.path, f.content), {})
+        yield FunctionCommand(_upload, (f.path, f.content, f.secret), {})
 
 
 def stage(pf: Preflight) -> None:

@@ -5,10 +5,11 @@ over all of them: each refused host untouched, the others converged."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
-from e2e import deploy, health, sh, summary_row, workdir
+from e2e import BIN, REPO, deploy, health, sh, summary_row, workdir
 
 PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
        'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\n')
@@ -38,9 +39,15 @@ name = "sliced"
 [[hosts]]
 name = "slow-import"
 {PRO}engine_import_seconds = 3
+
+[[hosts]]
+name = "cloudy"
+{PRO}ssh_user = "ubuntu"
 """
 TIMEOUT_S = 4
-OVERRIDE = ('service = {**service, "extra_args": ["--reasoning-parser", "qwen3"]}\n'
+TOKEN = "hf_lab_0123456789abcdef"
+OVERRIDE = ('service = {**service, "extra_args": ["--reasoning-parser", "qwen3"], '
+            '"secret_environment": {"HF_TOKEN": {"env": "LAB_BOX_HF_TOKEN"}}}\n'
             'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 5, '
             f'"command_timeout_s": {TIMEOUT_S}}}')
 PROXY = "http_proxy=http://127.0.0.1:9\nHTTP_PROXY=http://127.0.0.1:9\n"  # nothing listens on port 9
@@ -52,7 +59,7 @@ def boxes(lab_manager, tmp_path_factory):
     sh(lab, "proxied", f"printf '{PROXY}' >> /etc/environment")
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=OVERRIDE)
     t = time.monotonic()
-    run = deploy(lab, wd)
+    run = deploy(lab, wd, env={"LAB_BOX_HF_TOKEN": TOKEN})
     run.cwd = wd
     return lab, run, time.monotonic() - t
 
@@ -118,9 +125,30 @@ def test_the_engine_is_imported_once_then_read_from_the_hosts_cache(boxes):
     imports = sh(lab, "slow-import", "cat /run/lab-sglang-imports.log").splitlines()
     assert len(imports) == 2 and any("--help" in line for line in imports)
     t = time.monotonic()
-    again = deploy(lab, run.cwd, "--limit", "slow-import")
+    again = deploy(lab, run.cwd, "--limit", "slow-import", env={"LAB_BOX_HF_TOKEN": TOKEN})
     took = time.monotonic() - t
     assert "none (already as declared)" in summary_row(again.out, "slow-import"), again.out
     assert sh(lab, "slow-import", "cat /run/lab-sglang-imports.log").splitlines() == imports
     assert sh(lab, "slow-import", "ls /var/cache/sglang-fleet/engine | wc -l") == "1"
     print(f"no-op run with a 3 s engine import, cached: {took:.1f}s")
+
+
+def test_a_login_user_with_sudo_gets_the_same_rollout_and_its_secret_never_lies_in_a_shared_place(boxes):
+    """The cloud setup: ssh_user "ubuntu", _sudo = True. Every command of the rollout (lock,
+    restart, record) runs as root through sudo; the secret passes through ubuntu's 0700 drop
+    directory, not a shared temporary file; make verify connects the same way."""
+    lab, run, _ = boxes
+    assert " OK " in summary_row(run.out, "cloudy"), run.out
+    assert sh(lab, "cloudy", "stat -c '%a %U' /etc/sglang/sglang.secret /etc/sglang/sglang.env").splitlines() == [
+        "600 root", "644 root"]
+    assert sh(lab, "cloudy", "stat -c '%a %U' /home/ubuntu/.sglang-fleet-upload; ls -A /home/ubuntu/.sglang-fleet-upload") \
+        == "700 ubuntu"  # emptied
+    assert sh(lab, "cloudy", "grep -rlF -- " + TOKEN + " /tmp /var/tmp /home 2>/dev/null") == ""
+    assert sh(lab, "cloudy", "ls /run/sglang-fleet; ls /var/lib/sglang-fleet/sglang") == "backups\ndeploys.jsonl\nspec.json"
+    assert health(lab, "cloudy") == "200"
+    v = subprocess.run(
+        [str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", "-k", "cloudy", str(REPO / "tests" / "verify"),
+         "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), "--inventory", str(lab.inventory)],
+        cwd=run.cwd, capture_output=True, text=True, timeout=300,
+    )
+    assert v.returncode == 0 and "11 passed" in v.stdout, v.stdout + v.stderr

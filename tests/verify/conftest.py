@@ -1,24 +1,21 @@
 """`make verify`: testinfra checks of every host in an inventory against its declared spec.
 
 The inventory is the same file pyinfra uses (--inventory; `make verify` passes INVENTORY,
-default inventory.py); the
-spec is the same group_data. SSH settings come from the inventory's host data.
+default inventory.py), read by pyinfra's own loader, so each host's connection data is
+what a deploy uses: its user, key, port, host name, and sudo (from the inventory or
+group_data). The spec is the same group_data.
 """
 
 from __future__ import annotations
 
-import runpy
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import testinfra
 
-from fleet.groupdata import check_inventory, class_files, inventory_groups
 from fleet.spec import ClassSpec
-
-# Like pyinfra: group_data/ of the directory it runs in.
-GROUP_DATA = Path("group_data")
+from ops.fleet import Fleet
 
 
 @dataclass
@@ -30,13 +27,13 @@ class Target:
 
 
 def load_targets(inventory: str) -> list[Target]:
-    groups, hosts_data = inventory_groups(runpy.run_path(inventory))
-    specs = check_inventory(groups, hosts_data, GROUP_DATA)
-    classes = class_files(GROUP_DATA)
+    fleet = Fleet(inventory)
     targets = []
-    for group, hosts in groups.items():
-        if group in classes:
-            targets += [Target(h, group, specs[group], hosts_data[h]) for h in hosts]
+    for host in fleet.hosts:
+        group, spec, problems = fleet.spec_of(host)
+        if spec is None:
+            raise pytest.UsageError("\n".join(problems))
+        targets.append(Target(host.name, group, spec, host.data.dict()))
     return sorted(targets, key=lambda t: t.name)
 
 
@@ -45,7 +42,7 @@ def ssh_config_for(targets: list[Target], path: Path) -> None:
     lines = []
     for t in targets:
         d = t.data
-        lines += [f"Host {t.name}", f"  HostName {d.get('ssh_hostname', t.name)}", f"  User {d.get('ssh_user', 'root')}"]
+        lines += [f"Host {t.name}", f"  HostName {d.get('ssh_hostname') or t.name}", f"  User {d.get('ssh_user') or 'root'}"]
         if d.get("ssh_port"):
             lines.append(f"  Port {d['ssh_port']}")
         if d.get("ssh_key"):
@@ -65,4 +62,5 @@ def pytest_generate_tests(metafunc):
 def node(target, tmp_path_factory):
     cfg = tmp_path_factory.mktemp("ssh") / "config"
     ssh_config_for([target], cfg)
-    return testinfra.get_host(f"paramiko://{target.name}", ssh_config=str(cfg))
+    # as the deploy: root through sudo where the host's data says so
+    return testinfra.get_host(f"paramiko://{target.name}", ssh_config=str(cfg), sudo=bool(target.data.get("_sudo")))
