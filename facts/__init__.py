@@ -17,12 +17,9 @@ def marker(key: str, value: str) -> str:
     return f"echo {shlex.quote(f'{MARK}{key}={value}')}"
 
 
-TIMED_OUT = 124  # coreutils timeout's exit status when the command ran out of time
-
-
 def bounded(command: str, timeout_s: float) -> str:
     """`command` killed after timeout_s (a GPU fallen off the bus makes nvidia-smi hang for good):
-    it exits TIMED_OUT then, and the fact still answers."""
+    it exits 124 then (coreutils timeout; fleet.parse.TIMED_OUT), and the fact still answers."""
     return f"timeout -k 5 {max(1, int(timeout_s + 0.999))} {command}" if timeout_s else command
 
 

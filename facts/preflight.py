@@ -47,9 +47,9 @@ class HostSnapshot(FactBase[HostFacts]):
                 timeout_s: float = 0) -> str:
         """Each argument: the arguments of that section's fact command; timeout_s bounds the
         commands that can hang (nvidia-smi, the engine's import)."""
-        args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [engine[0], timeout_s, *engine[1:]],
-                "models": models,
-                "units": units, "deployed": deployed, "runtime": runtime}
+        launcher, *engine_rest = engine
+        args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [launcher, timeout_s, *engine_rest],
+                "models": models, "units": units, "deployed": deployed, "runtime": runtime}
         return "; ".join(
             f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )

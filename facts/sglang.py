@@ -32,9 +32,8 @@ class SglangEngine(FactBase[Engine]):
     def command(self, launcher: str, timeout_s: float, environment: dict[str, str], cache_dir: str) -> str:
         """environment: the unit's (it decides what the engine loads, e.g. LD_LIBRARY_PATH);
         cache_dir: CACHE_DIR on a host."""
-        env = environment
-        run = f"env {' '.join(shlex.quote(f'{k}={v}') for k, v in env.items())} {shlex.quote(launcher)}"
-        tag = hashlib.sha1(json.dumps([launcher, env], sort_keys=True).encode()).hexdigest()[:12]
+        run = f"env {' '.join(shlex.quote(f'{k}={v}') for k, v in environment.items())} {shlex.quote(launcher)}"
+        tag = hashlib.sha1(json.dumps([launcher, environment], sort_keys=True).encode()).hexdigest()[:12]
         cache = shlex.quote(cache_dir)
         check = "; ".join([
             captured("version", run + " -c " + shlex.quote("import sglang; print(sglang.__version__)"), timeout_s),
