@@ -83,7 +83,7 @@ class Record:
 
     def describe_commit(self) -> str:
         if not self.commit:
-            return "-"
+            return "no commit"
         return self.commit[:12] + ("+dirty" if self.dirty else "")
 
 

@@ -168,7 +168,7 @@ def begin_command(
     BEGUN_MARK at the end, or CHANGED_MARK and the path that changed.
     Whatever fails after the lock is taken releases it and changes nothing else."""
     release = lock.release_command(spec)
-    fail = f"{{ {release}; exit 1; }}"
+    fail = f"{{ {_drop_staged(spec)}; {release}; exit 1; }}"
     steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
     for path, sha1 in files_seen.items():
         steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo {CHANGED_MARK}{_q(path)}; {release}; exit 1; }}")
@@ -176,9 +176,9 @@ def begin_command(
         steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
     steps.append(_drop_staged(spec))
     for path, source in (copies or {}).items():
-        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {{ {_drop_staged(spec)}; {release}; exit 1; }}")
+        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {fail}")
     if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {{ {_drop_staged(spec)}; {release}; exit 1; }}")
+        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail}")
     steps.append(f"{_write_json(pending_file(spec), pending)} || {fail}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
         steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail}")

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from fleet.spec import ClassSpec, SecretSource
+from fleet.spec import SECRET_FLAGS, ClassSpec, SecretSource
+
+# A secret flag's field in SGLang's `server_args=ServerArgs(..., api_key='...', ...)` log line.
+SERVER_ARGS_SECRET = re.compile(
+    r"\b(" + "|".join(f[2:].replace("-", "_") for f in SECRET_FLAGS) + r")=(?:'[^']*'|\"[^\"]*\")")
 
 # Plain characters only: the key goes into a YAML string, an HTTP header and argparse, which
 # would take a leading '-' for a flag.
@@ -37,10 +41,12 @@ class Secrets:
         return [*self.server.values(), *self.environment.values()]
 
     def redact(self, text: str) -> str:
-        """SGLang logs its server_args with the keys in clear: never pass that on to a terminal."""
+        """SGLang logs its server_args with the keys in clear: never pass that on to a terminal.
+        Every value read, and every secret field of a server_args line, whatever key it holds (a
+        rollback's backed-up service may run with a key the operator no longer has)."""
         for value in sorted(self.values(), key=len, reverse=True):
             text = text.replace(value, "***")
-        return text
+        return SERVER_ARGS_SECRET.sub(r"\1='***'", text)
 
 
 class SecretError(Exception):

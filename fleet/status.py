@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
-from fleet.history import History, describe_serving
+from fleet.history import History, Record, describe_serving
 from fleet.parse import HostFacts
 from fleet.plan import declared_files, plan, read_pending
 from fleet.report import describe_gpu_list
@@ -37,7 +37,7 @@ class HostStatus:
     sglang: str = "-"
     accept_length: float | None = None  # sglang:spec_accept_length now
     gen_throughput: float | None = None  # sglang:gen_throughput now, tokens/s
-    last_deploy: dict | None = None  # the newest deploy record (fleet.history.Record as a dict)
+    last_deploy: Record | None = None  # the newest deploy record
     drift: str = ""  # what `make deploy` would do, as `make dry` says it; '' when nothing
     reasons: list[str] = field(default_factory=list)  # why the verdict: drift details, refusals, notes
 
@@ -94,7 +94,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     row.served_model, row.speculative = describe_serving(facts.runtime.cmdline)
     m = parse_metrics(metrics)
     row.accept_length, row.gen_throughput = m.get("sglang:spec_accept_length"), m.get("sglang:gen_throughput")
-    row.last_deploy = asdict(history.last) if history.last else None
+    row.last_deploy = history.last
 
     violations = [str(v) for v in guards.preflight(host, spec, facts)]
     if violations:
@@ -127,12 +127,11 @@ def _when(ts: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
 
 
-def describe_record(r: dict | None) -> str:
-    if not r:
+def describe_record(r: Record | None) -> str:
+    if r is None:
         return "-"
-    what = f"rollback to {r['to']}" if r.get("kind") == "rollback" else "deploy"
-    commit = (r["commit"][:12] + ("+dirty" if r.get("dirty") else "")) if r.get("commit") else "no commit"
-    return f"{_when(r['time'])} {what} by {r['by']}: {r['result'] or '?'} ({commit})"
+    what = f"rollback to {r.to}" if r.kind == "rollback" else "deploy"
+    return f"{_when(r.time)} {what} by {r.by}: {r.result or '?'} ({r.describe_commit()})"
 
 
 def table(rows: list[HostStatus]) -> str:

@@ -67,7 +67,7 @@ def show_status(args) -> int:
 def describe_history(name: str, history: History) -> str:
     out = [f"{name}: rollouts, newest first"]
     for r in reversed(history.records):
-        d = status.describe_record(asdict(r))
+        d = status.describe_record(r)
         out.append(f"  {d}; {r.algorithm or '?'} {r.served_model or ''}".rstrip()
                    + (f"; {r.action}" if r.action else "") + (f"; {r.reason}" if r.reason else ""))
     if history.unreadable:

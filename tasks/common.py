@@ -31,9 +31,17 @@ def connector_arguments(host, **given) -> dict:
     return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
 
 
+ESCALATIONS = ("_sudo", "_su_user", "_doas")  # connector settings that run commands as another user
+
+
 def escalates(arguments: dict) -> bool:
     """The commands run as another user than the login (sudo, su, doas)."""
-    return bool(arguments.get("_sudo") or arguments.get("_su_user") or arguments.get("_doas"))
+    return any(arguments.get(k) for k in ESCALATIONS)
+
+
+def as_login(arguments: dict) -> dict:
+    """The same connector settings, as the login user itself."""
+    return {k: v for k, v in arguments.items() if k not in ESCALATIONS}
 
 
 def run(host, command: str, timeout: float | None = None) -> tuple[bool, str]:

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from fleet.rollout import staged_path
-from tasks.common import connector_arguments, escalates, run
+from tasks.common import as_login, connector_arguments, escalates, run
 from tasks.preflight import Preflight
 
 
@@ -32,7 +32,7 @@ def _upload(state, host, path: str, content: str, secret: bool) -> bool:
     try:
         if not (secret and escalates(arguments)):
             return host.put_file(StringIO(content), staged_path(path), **arguments)
-        login = {k: v for k, v in arguments.items() if k not in ("_sudo", "_su_user", "_doas")}
+        login = as_login(arguments)
         ok, output = host.run_shell_command(
             StringCommand(f"mkdir -p -m 700 {PRIVATE_DROP} && chmod 700 {PRIVATE_DROP} && cd {PRIVATE_DROP} && pwd"),
             **login)

@@ -53,23 +53,20 @@ def check(group_dir: str = "group_data") -> Preflight | None:
     RUN.failed_hosts = lambda: {h.name for h in run_state.failed_hosts}
     classes = [g for g in host.groups if g in class_files(Path(group_dir))]
     report.gpu_class = ",".join(classes) or "-"
+    rollback_to = os.environ.get(ROLLBACK_ENV)
+    rollback = None
     try:
         if len(classes) != 1:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
-        secrets = Secrets() if os.environ.get(ROLLBACK_ENV) else resolve(spec, f"{group_dir}/{group}.py")
+        secrets = Secrets() if rollback_to else resolve(spec, f"{group_dir}/{group}.py")
+        if rollback_to:  # make rollback: the files of a backup set, and the spec they came from
+            rollback = _rollback_target(spec, rollback_to)
+            spec, group = rollback.spec, rollback.group
     except (SpecError, SecretError) as e:
         return _refused(report, e.problems)
-
-    rollback = None
-    if os.environ.get(ROLLBACK_ENV):  # make rollback: the files of a backup set, and the spec they came from
-        try:
-            rollback = _rollback_target(spec, os.environ[ROLLBACK_ENV])
-        except SpecError as e:
-            return _refused(report, e.problems)
-        spec, group, secrets = rollback.spec, rollback.group, Secrets()
 
     facts = host.get_fact(HostSnapshot, **snapshot_args(spec))
     if facts is None:  # the one command answered nothing at all (the connection broke, say)

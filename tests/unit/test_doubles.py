@@ -632,6 +632,8 @@ def test_sglang_reads_its_keys_from_a_config_file_as_the_real_one(lab, tmp_path)
     ("c.json", "{}", "ValueError: Config file must be YAML format, got: .json"),
     ("missing.yaml", None, "ValueError: Config file not found: "),
     ("list.yaml", "- a\n", "ValueError: Config file must contain a dictionary at root level"),
+    ("bool.yaml", "enable-tf32-matmul: true\n",
+     "ValueError: Unsupported config option 'enable_tf32_matmul' with action 'BooleanOptionalAction'"),
 ])
 def test_sglang_refuses_a_bad_config_file_as_the_real_one(lab, tmp_path, name, content, error):
     path = tmp_path / name

@@ -134,4 +134,4 @@ def test_the_spec_hash_follows_the_spec():
 
 def test_record_from_json_fills_what_old_records_lack():
     r = Record.from_json({"time": 1, "by": "x", "result": "ok", "unknown_later_field": 3})
-    assert (r.kind, r.commit, r.dirty, r.describe_commit()) == ("deploy", "", None, "-")
+    assert (r.kind, r.commit, r.dirty, r.describe_commit()) == ("deploy", "", None, "no commit")

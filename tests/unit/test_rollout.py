@@ -395,7 +395,8 @@ def test_journal_command():
 def test_redact_hides_every_secret_value_sglang_may_log():
     line = f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30000) HF_TOKEN=hf_Fleet0123"
     assert SECRETS.redact(line) == "server_args=ServerArgs(model_path='/m', api_key='***', port=30000) HF_TOKEN=***"
-    assert Secrets().redact(line) == line  # no secret declared: nothing to hide
+    # nothing read: the server_args field is still hidden, the rest left as it is
+    assert Secrets().redact(line) == "server_args=ServerArgs(model_path='/m', api_key='***', port=30000) HF_TOKEN=hf_Fleet0123"
 
 
 # --- the report table --------------------------------------------------------------

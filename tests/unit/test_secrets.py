@@ -75,3 +75,11 @@ def test_a_secret_environment_value_is_one_line(bad):
 def test_unread_stands_in_for_each_declared_secret_only():
     assert unread(SPEC) == Secrets({"api-key": "unread", "admin-api-key": "unread"}, {"HF_TOKEN": "unread"})
     assert unread(make_spec()) == Secrets()
+
+
+def test_a_server_args_line_is_redacted_even_with_a_key_nobody_read():
+    """A rollback reads no secrets: the backed-up service may run with an old key, logged in clear."""
+    line = ("[2026-11-30 12:00:00] server_args=ServerArgs(model_path='/m', api_key='sk-old-0123456789', "
+            "admin_api_key=None, ssl_keyfile_password=\"pw-1\", port=30000)")
+    assert Secrets().redact(line) == ("[2026-11-30 12:00:00] server_args=ServerArgs(model_path='/m', api_key='***', "
+                                      "admin_api_key=None, ssl_keyfile_password='***', port=30000)")

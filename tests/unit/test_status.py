@@ -41,7 +41,7 @@ def test_a_converged_host_is_ok_and_says_what_it_serves():
     assert (r.gpus, r.unit, r.health) == (f"1x {PRO} at 18:00.0", "active (running), enabled", 200)
     assert (r.served_model, r.speculative) == ("qwen3.6-27b", "DFLASH (draft /root/models/Qwen3.6-27B-DFlash, block size 16)")
     assert (r.sglang, r.accept_length, r.gen_throughput) == ("0.5.23", 4.7, 97.5)
-    assert r.last_deploy["by"] == "alice@laptop" and exit_code([r]) == 0
+    assert r.last_deploy.by == "alice@laptop" and exit_code([r]) == 0
 
 
 def test_a_hand_edited_unit_is_drift_named_as_make_dry_names_it():

@@ -320,8 +320,9 @@ def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     flags placed BEFORE the command line's (the command line wins). Only the exact token
     `--config` is seen (`--config=F` is not merged: argparse then just stores it); one file only;
     .yaml/.yml only; booleans of store_true flags become the bare flag, others `--k true|false`;
-    lists repeat values after one flag; dicts become JSON; the rest str(). Errors are ValueError
-    with the real messages, raised before parsing (a traceback, exit 1)."""
+    lists repeat values after one flag; dicts become JSON; the rest str(); a flag of another kind
+    (--enable-x/--no-enable-x, a deprecated switch) is refused. Errors are ValueError with the real
+    messages, raised before parsing (a traceback, exit 1)."""
     if "--config" not in argv:
         return argv
     at = [i for i, a in enumerate(argv) if a == "--config"]
@@ -346,8 +347,19 @@ def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     if not isinstance(config, dict):
         raise ValueError("Config file must contain a dictionary at root level")
     store_true = {k for a in parser._actions if isinstance(a, argparse._StoreTrueAction) for k in _config_keys(a)}
+    # as the real one: only store_true and single-value flags may be set from the file
+    supported = [a for a in parser._actions
+                 if isinstance(a, (argparse._StoreTrueAction, argparse._StoreAction)) or a.nargs is None]
+    supported_keys = {k for a in supported for k in _config_keys(a)}
+    unsupported = {k: a for a in parser._actions if a.option_strings and a not in supported
+                   and not {"--config", "--help", "-h"} & set(a.option_strings)
+                   for k in _config_keys(a) if k not in supported_keys}
     merged: list[str] = []
     for key, value in config.items():
+        if key.replace("-", "_") in unsupported:
+            action = unsupported[key.replace("-", "_")]
+            raise ValueError(f"Unsupported config option '{key.replace('-', '_')}' with action "
+                             f"'{action.__class__.__name__}'")
         if isinstance(value, bool):
             if key.replace("-", "_") in store_true:
                 merged += [f"--{key}"] if value else []
