@@ -144,10 +144,11 @@ def _key() -> str:
     return KEY.with_suffix(".pub").read_text()
 
 
-def _groups() -> tuple[dict, dict]:
-    from fleet.groupdata import load_class_specs, load_group_data
+def _groups() -> tuple[dict, dict, list[str]]:
+    """GPU class specs, their group data, and the gateway groups (a gateway host's group)."""
+    from fleet.groupdata import gateway_files, load_class_specs, load_group_data
 
-    return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA)
+    return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA), sorted(gateway_files(GROUP_DATA))
 
 
 def load_lab(path: Path) -> labfile.LabFile:
@@ -156,8 +157,8 @@ def load_lab(path: Path) -> labfile.LabFile:
 
     from fleet.groupdata import explain
 
-    specs, data = _groups()
-    lab = labfile.parse(Path(path), sorted(specs))
+    specs, data, gateways = _groups()
+    lab = labfile.parse(Path(path), sorted(specs), gateways)
     problems = []
     for h in lab.hosts:
         if h.entry.get("preinstalled") is not None:
@@ -392,7 +393,7 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     if leftovers:
         raise LabError(f"found {', '.join(leftovers)} but no lab state in {STATE}: remove them by hand "
                        "(another lab with the same [lab] name?)")
-    specs, group_data = _groups()
+    specs, group_data, _ = _groups()
     base_root = base.ensure_base()
     pubkey = _key()
     st: dict[str, Any] = {
@@ -421,7 +422,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
                    "netns": _netns(lab.name, i), "veth": _veth(lab.name, i)}
             st["hosts"].append(rec)
             _write_state(st)
-            _make_host(lab, rec, base_root, specs[h.group], group_data[h.group], pubkey)
+            # a gateway host's group is no GPU class: no spec, no class data
+            _make_host(lab, rec, base_root, specs.get(h.group), group_data.get(h.group), pubkey)
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
@@ -442,7 +444,8 @@ def _is_mountpoint(p: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
-def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_data: dict, pubkey: str) -> None:
+def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_data: dict | None,
+               pubkey: str) -> None:
     name, ns, veth = rec["name"], rec["netns"], rec["veth"]
     hdir = HOSTS_DIR / name
     if hdir.exists():

@@ -20,6 +20,8 @@ FIRST_HOST = 11  # host addresses are .11, .12, ... in file order
 HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 ALGO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# A gateway host has no GPU and runs no SGLang (smg comes with the deploy): only these keys mean anything on it.
+GATEWAY_KEYS = ("name", "group", "role", "ssh_user")
 
 
 class LabFileError(ValueError):
@@ -62,8 +64,12 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
+def _one_of(names: list[str]) -> str:
+    return " | ".join(repr(n) for n in names) or "none in group_data/"
+
+
 # key -> (required, default, check(value) -> error text or None, allowed text)
-def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
+def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
     def enum(*vals):
         return lambda v: None if v in vals else "not allowed", " | ".join(repr(x) for x in vals)
 
@@ -123,8 +129,10 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
 
     return {
         "name": (True, None, *text(HOST_NAME, "lowercase letters, digits and '-', at most 32")),
-        "group": (True, None, lambda v: None if v in groups else "not a GPU class group",
-                  " | ".join(repr(g) for g in groups)),
+        "group": (True, None, lambda v: None if v in groups + gateway_groups else "not a GPU class or gateway group",
+                  f"a GPU class group: {_one_of(groups)}; with role = 'gateway', a gateway group: "
+                  f"{_one_of(gateway_groups)}"),
+        "role": (False, "gpu", *enum("gpu", "gateway")),
         "gpu_model": (True, None, *text(None, "the exact nvidia-smi name, e.g. 'NVIDIA RTX A6000'")),
         "gpu_count": (True, None, *integer(1, 16)),
         "gpu_memory_mib": (True, None, *integer(1, 1 << 22)),
@@ -150,8 +158,9 @@ def _host_keys(groups: list[str]) -> dict[str, tuple[bool, Any, Any, str]]:
 LAB_KEYS = {"name", "subnet"}
 
 
-def parse(path: Path, groups: list[str]) -> LabFile:
-    """Parse `path`; `groups` are the GPU class groups group_data/ declares."""
+def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
+    """Parse `path`; `groups` are the GPU class groups group_data/ declares, `gateway_groups` its
+    gateway groups (a gateway host's group)."""
     path = Path(path)
     where = str(path)
     try:
@@ -195,7 +204,7 @@ def parse(path: Path, groups: list[str]) -> LabFile:
         hosts_raw = []
     if not hosts_raw:
         problems.append(f"{where}: no [[hosts]]: a lab needs at least one host")
-    keys = _host_keys(groups)
+    keys = _host_keys(groups, gateway_groups)
     hosts: list[Host] = []
     seen: set[str] = set()
     addresses = list(subnet.hosts())
@@ -203,10 +212,15 @@ def parse(path: Path, groups: list[str]) -> LabFile:
         hname = raw.get("name")
         label = f"host {hname!r}" if isinstance(hname, str) else f"host #{i + 1}"
         entry: dict[str, Any] = {}
+        gateway = raw.get("role") == "gateway"
+        host_keys = {k: v for k, v in keys.items() if k in GATEWAY_KEYS} if gateway else keys
         for k in raw:
             if k not in keys:
                 problems.append(f"{where}: {label}: unknown key {k!r}; allowed keys: {', '.join(keys)}")
-        for k, (required, default, check, allowed) in keys.items():
+            elif k not in host_keys:
+                problems.append(f"{where}: {label}: {k} = {raw[k]!r}: a GPU host's key; role = 'gateway' has no "
+                                f"GPU and runs no SGLang; allowed keys for a gateway host: {', '.join(GATEWAY_KEYS)}")
+        for k, (required, default, check, allowed) in host_keys.items():
             if k not in raw:
                 if required:
                     problems.append(f"{where}: {label}: key {k!r} is required; allowed: {allowed}")
@@ -219,6 +233,13 @@ def parse(path: Path, groups: list[str]) -> LabFile:
                 problems.append(f"{where}: {label}: {k} = {v!r}: {err}; allowed: {allowed}")
                 continue
             entry[k] = float(v) if k in ("load_seconds", "decode_tokens_per_s", "engine_import_seconds") else v
+        group, role = entry.get("group"), entry.get("role")
+        if role == "gpu" and group in gateway_groups:
+            problems.append(f"{where}: {label}: group = {group!r} is a gateway group but role = 'gpu' (a GPU host); "
+                            f"allowed: role = 'gateway' with it, or a GPU class group: {_one_of(groups)}")
+        if role == "gateway" and group in groups:
+            problems.append(f"{where}: {label}: role = 'gateway' but group = {group!r} is a GPU class group; "
+                            f"allowed for a gateway host: a gateway group: {_one_of(gateway_groups)}")
         if isinstance(hname, str):
             if hname in seen:
                 problems.append(f"{where}: {label}: name {hname!r} used twice; host names must be unique")
@@ -229,7 +250,7 @@ def parse(path: Path, groups: list[str]) -> LabFile:
             continue
         if "workloads" in entry:
             entry["workloads"] = [w.removesuffix(".service") for w in entry["workloads"]]
-        if all(k in entry for k, spec in keys.items() if spec[0]):
+        if all(k in entry for k, spec in host_keys.items() if spec[0]):
             hosts.append(Host(name=entry["name"], ip=str(addresses[idx]), group=entry["group"], entry=entry))
     if problems:
         raise LabFileError(problems)

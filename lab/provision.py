@@ -229,10 +229,12 @@ def models_of(spec: ClassSpec) -> list[tuple[str, str, str | None]]:
 
 # --- the host ----------------------------------------------------------------------------
 
-def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_data: dict[str, Any],
+def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, group_data: dict[str, Any] | None,
               pubkey: str, ip: str, lab_name: str) -> list[str]:
-    """Write one host's files into its (mounted) root. Returns warnings."""
-    warnings: list[str] = []
+    """Write one host's files into its (mounted) root. Returns warnings.
+
+    A gateway host (no class: group_spec and group_data None) gets only what every host needs;
+    its smg comes with the deploy."""
     name = entry["name"]
     write(root, "/etc/hostname", name + "\n")
     write(root, "/etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n{ip}\t{name}.{lab_name} {name}\n"
@@ -242,7 +244,19 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
     write(root, "/root/.ssh/authorized_keys", pubkey.strip() + "\n", 0o600)
     if entry["ssh_user"] != "root":
         add_sudo_user(root, entry["ssh_user"], pubkey)
+    warnings, gpu = ([], {}) if entry["role"] == "gateway" else _provision_gpu(root, entry, group_spec, group_data)
+    host_json = {"name": name, "group": entry["group"], "role": entry["role"], **gpu,
+                 "ssh_user": entry["ssh_user"], "ip": ip, "lab": lab_name}
+    write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
+    return warnings
 
+
+def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
+                   group_data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """A GPU host's doubles, workloads, models and preinstalled service. Returns (warnings, its
+    part of host.json)."""
+    warnings: list[str] = []
+    name = entry["name"]
     pre_spec = None
     if entry.get("preinstalled") is not None:
         pre_spec = preinstalled_spec(group_data, entry["preinstalled"])
@@ -296,9 +310,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         enable(root, f"{pre_spec.service.unit}.service")
         preinstalled_argv = server_argv(pre_spec)[3:]
 
-    host_json = {
-        "name": name,
-        "group": entry["group"],
+    return warnings, {
         "gpu_model": entry["gpu_model"],
         "gpu_count": entry["gpu_count"],
         "gpu_memory_mib": entry["gpu_memory_mib"],
@@ -313,14 +325,9 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_da
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
         "reasoning_model": entry["reasoning_model"],
         "engine_import_seconds": float(entry["engine_import_seconds"]),
-        "ssh_user": entry["ssh_user"],
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "missing_models": list(entry["missing_models"]),
         "draft_vocab_size": entry.get("draft_vocab_size"),
         "preinstalled": entry.get("preinstalled"),
-        "ip": ip,
-        "lab": lab_name,
     }
-    write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
-    return warnings

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab import lab as labmod
-from lab import labfile
+from lab import labfile, provision
 
 from fleet.groupdata import load_class_specs
 from fleet.spec import SGLANG_0523_ALGORITHMS
@@ -248,6 +248,38 @@ def test_cli_check_names_host_and_key(tmp_path):
     assert "host 'x-1'" in r.stderr and "'colour'" in r.stderr
 
 
+GATEWAY_HOST = """
+[[hosts]]
+name = "gw-1"
+group = "gateway"
+role = "gateway"
+"""
+
+
+def test_gateway_host_is_accepted_without_gpu_keys(tmp_path):
+    p = tmp_path / "ok.toml"
+    p.write_text(GOOD_HOST + GATEWAY_HOST)
+    gw = labmod.load_lab(p).hosts[1]
+    assert (gw.name, gw.ip, gw.group) == ("gw-1", "10.203.0.12", "gateway")
+    assert gw.entry == {"name": "gw-1", "group": "gateway", "role": "gateway", "ssh_user": "root"}
+
+
+@pytest.mark.parametrize("line", ['gpu_model = "NVIDIA RTX A6000"', 'workloads = ["dflash-train"]', "load_seconds = 3"])
+def test_gpu_key_on_a_gateway_host_is_refused(tmp_path, line):
+    msg = _problems(tmp_path, GATEWAY_HOST + line + "\n")
+    key = line.split()[0]
+    assert "host 'gw-1'" in msg and f"{key} = " in msg and "role = 'gateway'" in msg
+    assert "allowed keys for a gateway host: name, group, role, ssh_user" in msg
+
+
+def test_role_and_group_must_match(tmp_path):
+    msg = _problems(tmp_path, GOOD_HOST.replace('"a6000"', '"gateway"'))
+    assert "host 'x-1'" in msg and "group = 'gateway' is a gateway group" in msg and "role = 'gpu'" in msg
+    msg = _problems(tmp_path, GATEWAY_HOST.replace('group = "gateway"', 'group = "pro6000"'))
+    assert "host 'gw-1'" in msg and "role = 'gateway'" in msg and "group = 'pro6000' is a GPU class group" in msg
+    assert "'gateway'" in msg.split("allowed")[1]
+
+
 def test_subnet_overlapping_a_route_is_refused():
     routes = json.loads(subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True).stdout)
     dst = next(r["dst"] for r in routes if r.get("dst") not in (None, "default"))
@@ -313,6 +345,27 @@ def test_keys_shape_the_hosts(lab_up):
     assert host_json(lab, "vocab")["nvidia_smi"] == "driver-error"
     smi = sh(lab, "vocab", "nvidia-smi -L")
     assert smi.returncode == 9 and "couldn't communicate with the NVIDIA driver" in smi.stdout
+
+
+def test_gateway_lab(lab_up):
+    lab = lab_up(REPO / "lab" / "gateway.toml")
+    assert [(h.name, h.ip) for h in lab.hosts] == [
+        ("pro6000-1", "10.204.0.11"), ("pro6000-2", "10.204.0.12"), ("pro6000-3", "10.204.0.13"),
+        ("gw-1", "10.204.0.14"),
+    ]
+    for h in lab.hosts:
+        assert sh(lab, h.name, "hostname").stdout.strip() == h.name
+    spec = SPECS["pro6000"]
+    # no GPU, no SGLang: only what every host needs; smg is the deploy's to install
+    for path in ("/usr/bin/nvidia-smi", provision.SGLANG_DOUBLE_DIR, spec.service.launcher, spec.service.model_path):
+        assert sh(lab, "gw-1", f"test -e {path}").returncode != 0, path
+    assert sh(lab, "gw-1", "python3 -c 'print(1)'").stdout.strip() == "1"
+    assert host_json(lab, "gw-1")["role"] == "gateway"
+    assert host_json(lab, "pro6000-1")["role"] == "gpu"
+    assert sh(lab, "pro6000-1", "test -x /usr/bin/nvidia-smi").returncode == 0
+    inv = runpy.run_path(str(lab.inventory))
+    assert [n for n, _ in inv["gateway"]] == ["gw-1"]
+    assert [n for n, _ in inv["pro6000"]] == ["pro6000-1", "pro6000-2", "pro6000-3"]
 
 
 # --- down -----------------------------------------------------------------------------------

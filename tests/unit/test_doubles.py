@@ -692,6 +692,76 @@ def test_sglang_model_info_server_info_metrics(lab):
         assert f"\n{name}{{" in metrics, name
     gen = json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4}})[2])
     assert {"spec_accept_length", "spec_accept_rate", "spec_verify_ct"} <= set(gen["meta_info"])
+    [load] = json.loads(http(port, "/v1/loads")[2])["loads"]
+    assert load["speculative"]["accept_length"] == si["internal_states"][0]["avg_spec_accept_length"]
+
+
+def test_sglang_answers_what_smg_polls_on_registration(lab):
+    """smg 1.13.0 registers a worker by /health, /server_info (/get_server_info), /model_info
+    (/get_model_info) and /v1/models, all behind the API key but /health."""
+    p, port = start_and_wait_healthy(lab, "--api-key", "k")
+    assert http(port, "/health")[0] == 200
+    for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info", "/v1/models", "/v1/loads"):
+        assert http(port, path)[0] == 401, path
+        status, _, body = http(port, path, key="k")
+        assert status == 200, path
+        json.loads(body)
+    assert json.loads(http(port, "/get_server_info", key="k")[2])["version"] == "0.5.23"
+    assert json.loads(http(port, "/get_model_info", key="k")[2])["served_model_name"] == "qwen-test"
+
+
+# LoadSnapshot's core scalars, in its field order (0.5.23's srt/managers/load_snapshot.py)
+LOAD_CORE_KEYS = [
+    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_waiting_uncached_tokens",
+    "num_used_tokens", "num_total_tokens", "num_active_tokens", "num_prealloc_ready_tokens",
+    "max_total_num_tokens", "max_running_requests", "token_usage", "gen_throughput", "cache_hit_rate",
+    "utilization", "total_prefill_uncached_tokens", "total_prefill_busy_us", "decode_moments",
+]
+
+
+def test_sglang_v1_loads_has_the_real_shape_and_sections(lab):
+    """0.5.23's srt/entrypoints/v1_loads.py: {timestamp, version, accelerator, num_accelerators,
+    loads: [LoadSnapshot.to_dict(include)]}; ?include= picks the sections."""
+    p, port = start_and_wait_healthy(lab)
+    status, headers, body = http(port, "/v1/loads")
+    assert status == 200 and headers["content-type"] == "application/json"
+    out = json.loads(body)
+    assert list(out) == ["timestamp", "version", "accelerator", "num_accelerators", "loads"]
+    assert out["version"] == "0.5.23" and out["accelerator"] == "NVIDIA H200" and out["num_accelerators"] == 1
+    assert out["timestamp"].endswith("+00:00")  # datetime.now(timezone.utc).isoformat()
+    [load] = out["loads"]
+    assert list(load) == LOAD_CORE_KEYS + ["memory", "disaggregation", "queues"]  # no spec, no LoRA here
+    assert load["dp_rank"] == 0 and load["num_running_reqs"] == 0 and load["max_running_requests"] == 2048
+    assert load["disaggregation"]["mode"] == "null"
+    assert set(load["memory"]) == {"weight_gb", "kv_cache_gb", "graph_gb", "token_capacity"}
+    assert set(load["queues"]) == {"waiting", "grammar", "paused", "retracted", "prealloc_ready"}
+    # what smg asks for
+    [load] = json.loads(http(port, "/v1/loads?include=core,disagg,queues,memory")[2])["loads"]
+    assert list(load) == LOAD_CORE_KEYS + ["memory", "disaggregation", "queues"]
+    [load] = json.loads(http(port, "/v1/loads?include=core")[2])["loads"]
+    assert list(load) == LOAD_CORE_KEYS
+    [load] = json.loads(http(port, "/v1/loads?include=queues")[2])["loads"]
+    assert list(load) == LOAD_CORE_KEYS + ["queues"]
+    # to_dict's ValueError is raised outside the route's try: a bare 500
+    assert http(port, "/v1/loads?include=core,bogus")[0] == 500
+    p.kill()
+    p.wait(5)
+    assert "ValueError: Invalid include sections: {'bogus'}" in p.stderr.read()
+
+
+def test_sglang_v1_loads_counts_running_requests_as_metrics(lab):
+    lab.set(decode_tokens_per_s=10.0)
+    p, port = start_and_wait_healthy(lab, "--enable-metrics")
+    s = Stream(port, 30)  # 3 s
+    wait_for(lambda: len(s.tokens) >= 2, 5, "first tokens streamed")
+    [load] = json.loads(http(port, "/v1/loads?include=core,disagg,queues,memory")[2])["loads"]
+    [running] = [line for line in http(port, "/metrics")[2].splitlines() if line.startswith("sglang:num_running_reqs{")]
+    assert load["num_running_reqs"] == 1 and running.endswith(" 1.0"), (load, running)
+    assert load["num_waiting_reqs"] == 0 and load["queues"]["waiting"] == 0
+    s.join(10)
+    assert s.done
+    [load] = json.loads(http(port, "/v1/loads")[2])["loads"]
+    assert load["num_running_reqs"] == 0 and load["gen_throughput"] > 0
 
 
 def test_sglang_metrics_need_enable_metrics(lab):

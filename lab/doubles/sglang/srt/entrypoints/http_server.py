@@ -25,8 +25,9 @@ drain timeout. SGL_FORCE_SHUTDOWN=1: exit on the first tick, cutting what still 
 Before the port opens SIGTERM exits at once.
 HTTP: a ThreadingHTTPServer that answers like the real FastAPI app for what a deploy
 uses: /health*, /ready, /v1/models, /v1/chat/completions (plain and SSE), /v1/completions,
-/generate, /model_info, /server_info, /metrics (--enable-metrics). The API key guards
-every path except /health*, /ready* and /metrics* (as the real middleware does).
+/generate, /model_info, /server_info, /metrics (--enable-metrics), /v1/loads (what the
+smg gateway polls; live running count, as /metrics). The API key guards every path
+except /health*, /ready* and /metrics* (as the real middleware does), /v1/loads included.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import sglang
@@ -179,18 +182,23 @@ def _messages_tokens(messages) -> int:
     return n + 3
 
 
+def _memory_usage(state: ServerState) -> dict:
+    """TP0's memory breakdown (GB), as /server_info's internal_states report it."""
+    return {
+        "weight": round(state.gpu_memory_mib * 0.45 / 1024, 2),
+        "kvcache": round(state.gpu_memory_mib * (state.args.mem_fraction_static - 0.45) / 1024, 2),
+        "token_capacity": int(state.gpu_memory_mib * 4),
+        "graph": 1.12,
+    }
+
+
 def _server_info(state: ServerState) -> dict:
     a = state.args
     info = dict(a.resolved_dict())
     info["launch_command"] = a.launch_command
     internal = {
         "last_gen_throughput": state.last_gen_throughput,
-        "memory_usage": {
-            "weight": round(state.gpu_memory_mib * 0.45 / 1024, 2),
-            "kvcache": round(state.gpu_memory_mib * (a.mem_fraction_static - 0.45) / 1024, 2),
-            "token_capacity": int(state.gpu_memory_mib * 4),
-            "graph": 1.12,
-        },
+        "memory_usage": _memory_usage(state),
         "effective_max_running_requests_per_dp": a.max_running_requests or 2048,
     }
     if state.accept_length:
@@ -274,6 +282,90 @@ def _metrics(state: ServerState) -> str:
             f"{name}_total{{{lab}}} {float(value)}",
         ]
     return "\n".join(out) + "\n"
+
+
+# load_snapshot.py's LoadSnapshot.VALID_SECTIONS: what /v1/loads?include= may name
+LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+
+
+def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
+    """TP0's LoadSnapshot (load_inquirer.py's get_loads) as LoadSnapshot.to_dict(include)
+    gives it: every core scalar, then the sections asked for that apply. ValueError for
+    an unknown section, as to_dict. The double has no queue, KV cache or prefill cost,
+    so those counts stay 0 (as /metrics says), and no decode step timings: no
+    decode_moments."""
+    a = state.args
+    mem = _memory_usage(state)
+    with state.lock:
+        running = len(state.running)
+    load = {
+        "timestamp": time.time(),
+        "dp_rank": 0,
+        "num_running_reqs": running,
+        "num_waiting_reqs": 0,
+        "num_waiting_uncached_tokens": 0,
+        "num_used_tokens": 0,
+        "num_total_tokens": 0,
+        "num_active_tokens": 0,
+        "num_prealloc_ready_tokens": 0,
+        "max_total_num_tokens": mem["token_capacity"],
+        "max_running_requests": a.max_running_requests or 2048,
+        "token_usage": 0.0,
+        "gen_throughput": round(state.last_gen_throughput, 2),
+        "cache_hit_rate": 0.0,
+        "utilization": 0.0,
+        "total_prefill_uncached_tokens": 0,
+        "total_prefill_busy_us": 0,
+        "decode_moments": None,
+    }
+    if include is not None and "all" not in include:
+        if not include <= LOAD_SECTIONS:
+            raise ValueError(
+                f"Invalid include sections: {include - LOAD_SECTIONS}. Valid options: {sorted(LOAD_SECTIONS)}"
+            )
+        if include == {"core"}:
+            return load
+    spec = None
+    if state.accept_length and state.verify_calls_total:  # only once a verify step ran
+        spec = {"accept_length": state.accept_length, "accept_rate": state.spec_meta(10)["spec_accept_rate"]}
+    sections = [
+        ("memory", "memory", {"weight_gb": mem["weight"], "kv_cache_gb": mem["kvcache"],
+                              "graph_gb": mem["graph"], "token_capacity": mem["token_capacity"]}),
+        ("speculative", "spec", spec),
+        # the pool's stats as the first batch (the warm-up's) leaves them
+        ("lora", "lora", {"slots_used": 0, "slots_total": a.max_loras_per_batch, "utilization": 0.0}
+         if a.enable_lora or a.lora_paths else None),
+        ("disaggregation", "disagg", {
+            "mode": a.disaggregation_mode or "null",
+            "prefill_bootstrap_queue_reqs": 0,
+            "prefill_inflight_queue_reqs": 0,
+            "decode_prealloc_queue_reqs": 0,
+            "decode_transfer_queue_reqs": 0,
+            "decode_retracted_queue_reqs": 0,
+            "kv_transfer_speed_gb_s": 0.0,
+            "kv_transfer_latency_ms": 0.0,
+        }),
+        ("queues", "queues", {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}),
+    ]
+    for field, name, section in sections:
+        if section is not None and (include is None or "all" in include or name in include):
+            load[field] = section
+    return load
+
+
+def _loads(state: ServerState, include: set[str] | None) -> dict:
+    """v1_loads.py's answer: one load per DP rank (the double has one)."""
+    a = state.args
+    accelerators = int(a.tp_size) * int(a.pp_size)
+    if a.enable_dp_attention:
+        accelerators //= int(a.dp_size)
+    return {
+        "timestamp": datetime.now(timezone.utc).isoformat(),
+        "version": sglang.__version__,
+        "accelerator": _lab.host_config()["gpu_model"],
+        "num_accelerators": accelerators,
+        "loads": [_load_snapshot(state, include)],
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -371,6 +463,7 @@ class Handler(BaseHTTPRequestHandler):
         "/server_info": ("GET",),
         "/get_server_info": ("GET",),
         "/metrics": ("GET",),
+        "/v1/loads": ("GET",),
         "/generate": ("POST", "PUT"),
         "/v1/chat/completions": ("POST",),
         "/v1/completions": ("POST",),
@@ -479,6 +572,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def _r_metrics(self, _body):
         self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
+
+    def _r_v1_loads(self, _body):
+        """?include= as v1_loads.py reads it; ?dp_rank= and ?format=prometheus are not
+        modelled (one DP rank; smg asks for JSON)."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        include = query.get("include", [""])[-1]
+        try:
+            body = _loads(self.state, {s.strip() for s in include.split(",")} if include else None)
+        except ValueError as e:
+            # to_dict raises outside the route's try: uncaught, Starlette answers 500
+            http_log("ERROR:    Exception in ASGI application")
+            http_log(f"ValueError: {e}")
+            self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self._json(200, body)
 
     def _r_flush_cache(self, _body):
         self._send(200, b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n", "text/plain; charset=utf-8")
@@ -864,7 +972,8 @@ def launch_server(server_args) -> None:
     host = _lab.host_config()
     gpu_count = int(host.get("gpu_count", 1))
     gpu_mib = int(host.get("gpu_memory_mib", 81920))
-    load = str(host.get("load", "ok"))
+    # LAB_SGLANG_LOAD in the unit's environment: a spec (not a host) whose load ends so, for tests
+    load = os.environ.get("LAB_SGLANG_LOAD") or str(host.get("load", "ok"))
     load_seconds = float(host.get("load_seconds", 0) or 0)
     pre = host.get("preinstalled_argv")
     preinstalled = pre is not None and sys.argv[1:] == list(pre)
