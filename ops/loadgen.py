@@ -1,0 +1,276 @@
+"""Steady streaming chat load, and the gateway's view of its workers, sampled over time.
+
+End-to-end tests and the rolling-rollout benchmark need to know whether any client request
+failed while workers were replaced behind the gateway (smg), and how latency moved in each
+window. smg reports a failure after it has answered HTTP 200 as an SSE `error` event, so a
+status code alone is not enough: every stream is read to its end and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+import requests
+
+from fleet.gateway import READY, parse_workers
+
+BODY_CHARS = 200  # of an error body or event kept in an error text
+
+
+@dataclass
+class Request:
+    """One finished request; times are time.monotonic()."""
+
+    started: float
+    ended: float
+    ok: bool
+    error: str = ""
+
+    @property
+    def latency_s(self) -> float:
+        return self.ended - self.started
+
+
+@dataclass
+class LoadReport:
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.requests)
+
+    @property
+    def failed(self) -> int:
+        return sum(not r.ok for r in self.requests)
+
+    def failures(self, limit: int = 5) -> list[str]:
+        """The first `limit` distinct error texts, in the order they first happened."""
+        seen: dict[str, None] = {}
+        for r in self.requests:
+            if not r.ok and r.error not in seen:
+                seen[r.error] = None
+                if len(seen) == limit:
+                    break
+        return list(seen)
+
+    def latency_percentile(self, p: float, start: float | None = None, end: float | None = None) -> float | None:
+        """Nearest-rank p-th percentile (0 < p <= 100) of the latency, in seconds, of the ok
+        requests that started within [start, end]; None when there are none."""
+        latencies = sorted(
+            r.latency_s for r in self.requests
+            if r.ok and (start is None or r.started >= start) and (end is None or r.started <= end)
+        )
+        if not latencies:
+            return None
+        return latencies[max(0, math.ceil(p / 100 * len(latencies)) - 1)]
+
+    def summary(self) -> str:
+        def ms(p: float) -> str:
+            s = self.latency_percentile(p)
+            return "n/a" if s is None else f"{s * 1000:.0f} ms"
+
+        return f"{self.total} requests, {self.failed} failed, p50 {ms(50)}, p99 {ms(99)}"
+
+
+def _session(api_key: str | None) -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # lab targets are private addresses: never through an environment proxy
+    if api_key:
+        session.headers["Authorization"] = f"Bearer {api_key}"
+    return session
+
+
+def _http_error(resp: requests.Response) -> str:
+    body = resp.content.decode("utf-8", "replace").strip()
+    return f"HTTP {resp.status_code}: {body[:BODY_CHARS]}"
+
+
+def _lines(resp: requests.Response):
+    """The body's lines as they arrive, without their end of line (LF or CRLF)."""
+    pending = b""
+    for chunk in resp.iter_content(chunk_size=None):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _read_stream(resp: requests.Response, deadline: float) -> str:
+    """Read an SSE chat stream to its end: '' when it ended with [DONE] and no error, else why not."""
+    data: list[str] = []
+    done = False
+    for line in _lines(resp):
+        if time.monotonic() > deadline:
+            return "timeout: the stream outlasted the request timeout"
+        if line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+            continue
+        if line or not data:
+            continue  # a comment (':'), an event:/id:/retry: field, or a blank line ending no event
+        payload, data = "\n".join(data), []
+        if done:
+            continue  # read on after [DONE] only so that the connection goes back to the pool
+        if payload == "[DONE]":
+            done = True
+            continue
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return f"stream data is not JSON: {payload[:BODY_CHARS]}"
+        if isinstance(event, dict) and "error" in event:
+            return f"stream error event: {payload[:BODY_CHARS]}"
+    # an event cut before its blank line is discarded, as SSE says: a cut [DONE] does not count
+    return "" if done else "stream ended without [DONE]"
+
+
+class Load:
+    """`concurrency` threads, each sending one streaming chat completion after another until stop().
+
+    A failed request is followed by a pause of failure_pause_s, so that a target that refuses
+    at once does not turn each thread into a busy loop flooding the report.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, concurrency: int = 8,
+                 max_tokens: int = 32, prompt: str = "Count to ten.", timeout_s: float = 120.0,
+                 failure_pause_s: float = 0.05):
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                     "max_tokens": max_tokens, "stream": True}
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.failure_pause_s = failure_pause_s
+        self.report: LoadReport | None = None
+        self._done: list[Request] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def completed(self) -> int:
+        """Requests finished so far, for callers waiting for some traffic to have passed."""
+        with self._lock:
+            return len(self._done)
+
+    def start(self) -> None:
+        if self._threads:
+            raise RuntimeError("Load already started")
+        self._threads = [threading.Thread(target=self._worker, name=f"loadgen-{i}", daemon=True)
+                         for i in range(self.concurrency)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> LoadReport:
+        """Stop sending; requests in flight run to their end (a cut one would count as a failure)."""
+        if self.report is None:
+            self._stopping.set()
+            for t in self._threads:
+                t.join()
+            with self._lock:
+                self.report = LoadReport(sorted(self._done, key=lambda r: r.started))
+        return self.report
+
+    def __enter__(self) -> Load:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _worker(self) -> None:
+        with _session(self.api_key) as session:
+            while not self._stopping.is_set():
+                request = self._send(session)
+                with self._lock:
+                    self._done.append(request)
+                if not request.ok:
+                    self._stopping.wait(self.failure_pause_s)
+
+    def _send(self, session: requests.Session) -> Request:
+        started = time.monotonic()
+        try:
+            with session.post(self.url, json=self.body, stream=True, timeout=self.timeout_s) as resp:
+                if resp.status_code != 200:
+                    error = _http_error(resp)
+                else:
+                    error = _read_stream(resp, started + self.timeout_s)
+        except requests.RequestException as e:  # refused, reset, timed out, cut mid-chunk
+            error = f"transport: {type(e).__name__}: {e}"
+        return Request(started, time.monotonic(), not error, error)
+
+
+@dataclass
+class WorkersSample:
+    at: float  # time.monotonic()
+    statuses: dict[str, str]  # worker url -> status; {} when the read failed
+    error: str = ""
+
+    @property
+    def ready(self) -> int:
+        return sum(s == READY for s in self.statuses.values())
+
+
+def min_ready(samples: list[WorkersSample]) -> int | None:
+    """The fewest ready workers over the samples that were read; None when none was."""
+    return min((s.ready for s in samples if not s.error), default=None)
+
+
+class WorkersSampler:
+    """Reads the gateway's GET /workers every interval_s until stop(); a failed read is kept as a
+    sample with its error, never taken for zero workers."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, interval_s: float = 0.2,
+                 timeout_s: float = 5.0):
+        self.url = base_url.rstrip("/") + "/workers"
+        self.api_key = api_key
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.samples: list[WorkersSample] = []
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread:
+            raise RuntimeError("WorkersSampler already started")
+        self._thread = threading.Thread(target=self._run, name="workers-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[WorkersSample]:
+        self._stopping.set()
+        if self._thread:
+            self._thread.join()
+        return self.samples
+
+    def __enter__(self) -> WorkersSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        with _session(self.api_key) as session:
+            while True:
+                self.samples.append(self._sample(session))
+                if self._stopping.wait(self.interval_s):
+                    return
+
+    def _sample(self, session: requests.Session) -> WorkersSample:
+        at = time.monotonic()
+        try:
+            resp = session.get(self.url, timeout=self.timeout_s)
+        except requests.RequestException as e:
+            return WorkersSample(at, {}, f"transport: {type(e).__name__}: {e}")
+        if resp.status_code != 200:
+            return WorkersSample(at, {}, _http_error(resp))
+        try:
+            return WorkersSample(at, parse_workers(resp.text))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            return WorkersSample(at, {}, f"unexpected answer ({type(e).__name__}: {e}): {resp.text[:BODY_CHARS]}")
