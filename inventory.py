@@ -21,6 +21,11 @@ h200 = [
     ("gpu-h200-01.fleet.example", {**_ssh, "ssh_port": 2222}),
 ]
 
+# SGLang's gateway (smg) in front of the pro6000 replicas (group_data/gateway.py).
+gateway = [
+    ("gw-01.fleet.example", {**_ssh}),
+]
+
 # Validate group_data and this file before pyinfra connects to anything; unreachable hosts get
 # a row in the summary.
 checked(globals())

@@ -6,7 +6,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from fleet.groupdata import SpecError, class_files, load_class_specs
+from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
 
 
 def main(argv: list[str]) -> int:
@@ -17,6 +17,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         specs = load_class_specs(group_dir)
+        gateways = load_gateways(group_dir, specs)
     except SpecError as e:
         print(f"{len(e.problems)} problem(s) in {group_dir}/:", file=sys.stderr)
         for p in e.problems:
@@ -27,6 +28,9 @@ def main(argv: list[str]) -> int:
     for group, spec in specs.items():
         print(f"ok  {group_dir}/{group}.py: {spec.service.served_model_name} on {spec.gpu_class.gpu_count}x "
               f"{spec.gpu_class.accepted_models[0]}, speculative {spec.speculative.algorithm}")
+    for group, gw in gateways.items():
+        print(f"ok  {group_dir}/{group}.py: gateway smg {gw.version} on port {gw.port} routing {', '.join(gw.routes)}, "
+              f"rolled {gw.rolling.max_unavailable} replica(s) at a time after the canary")
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from fleet.gateway import Gateway, Rolling
 from fleet.spec import (
     ClassSpec,
     DDTree,
@@ -41,6 +42,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("speculative (algorithm = DDTREE, provisional)", DDTree),
     ("readiness", Readiness),
     ("smoke", Smoke),
+    ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
+    ("gateway.rolling", Rolling),
 ]
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec
+from fleet.gateway import Gateway, check_routes
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -47,6 +48,12 @@ def class_files(group_dir: Path) -> dict[str, Path]:
             if p.stem != ALL and "gpu_class" in read_group_file(p)}
 
 
+def gateway_files(group_dir: Path) -> dict[str, Path]:
+    """The gateway files: those that declare `gateway` (smg in front of some classes)."""
+    return {p.stem: p for p in sorted(group_dir.glob("*.py"))
+            if p.stem != ALL and "gateway" in read_group_file(p)}
+
+
 def load_group_data(group_dir: Path) -> dict[str, dict[str, Any]]:
     """group -> all.py's data with the class file's names laid over it."""
     base = read_group_file(group_dir / f"{ALL}.py") if (group_dir / f"{ALL}.py").exists() else {}
@@ -76,10 +83,10 @@ def _show(loc: tuple, value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _allowed(raw_loc: tuple) -> str:
+def _allowed(raw_loc: tuple, root: type[BaseModel] = ClassSpec) -> str:
     """The keys a model at `raw_loc` (pydantic's path, union tag included) accepts, to tell an
     operator what a typo should have been."""
-    model: type[BaseModel] | None = ClassSpec
+    model: type[BaseModel] | None = root
     loc = raw_loc
     if len(loc) > 2 and loc[0] == "speculative" and loc[1] in SPECULATIVE_MODELS:
         model, loc = SPECULATIVE_MODELS[loc[1]], loc[2:]
@@ -99,13 +106,13 @@ def _without_union_tag(loc: tuple) -> tuple:
     return loc
 
 
-def explain(source: str, err: ValidationError) -> list[str]:
+def explain(source: str, err: ValidationError, root: type[BaseModel] = ClassSpec) -> list[str]:
     problems = []
     for e in err.errors():
         loc = _without_union_tag(e["loc"])
         field = ".".join(str(p) for p in loc) or "(top level)"
         if e["type"] == "extra_forbidden":
-            allowed = _allowed(e["loc"])
+            allowed = _allowed(e["loc"], root)
             problems.append(
                 f"{source}: {field}: unknown key (value {_show(loc, e['input'])})"
                 + (f"; allowed keys: {allowed}" if allowed else "")
@@ -145,6 +152,24 @@ def load_class_specs(group_dir: Path) -> dict[str, ClassSpec]:
     return specs
 
 
+class GatewayFile(Strict):
+    gateway: Gateway
+
+
+def load_gateways(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, Gateway]:
+    """Every gateway file, validated, and checked against the classes it routes."""
+    gateways, problems = {}, []
+    for group, path in gateway_files(group_dir).items():
+        try:
+            gateways[group] = GatewayFile.model_validate({"gateway": read_group_file(path)["gateway"]}).gateway
+        except ValidationError as err:
+            problems += explain(str(path), err, GatewayFile)
+    problems += check_routes(gateways, classes)
+    if problems:
+        raise SpecError(problems)
+    return gateways
+
+
 def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], group_dir: Path) -> dict[str, ClassSpec]:
     """Validate group_data and the inventory's use of it, before anything connects.
 
@@ -153,7 +178,13 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     one port), and host data may not override the spec (group_data is the one place).
     """
     specs = load_class_specs(group_dir)
+    gateways = load_gateways(group_dir, specs)
     problems = []
+    for group in gateways:
+        hosts = groups.get(group, [])
+        if len(hosts) > 1:
+            problems.append(f"inventory: gateway group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
+                            "expected one: the rollout writes one discovery file and reads one /workers")
     classes_of: dict[str, list[str]] = {}
     for group, hosts in groups.items():
         if group not in specs:
@@ -175,9 +206,11 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
                 f"inventory: host {h} sets {', '.join(overrides)}; the service is declared per GPU class "
                 f"in group_data/, not per host"
             )
-    unfiled = sorted(set(hosts_data) - set(classes_of))
+    gateway_hosts = {h for group in gateways for h in groups.get(group, [])}
+    unfiled = sorted(set(hosts_data) - set(classes_of) - gateway_hosts)
     for h in unfiled:
-        problems.append(f"inventory: host {h} is in no GPU class group; expected one of {', '.join(specs)}")
+        problems.append(f"inventory: host {h} is in no GPU class group; expected one of {', '.join(specs)}"
+                        + (f" (or the gateway group {', '.join(gateways)})" if gateways else ""))
     if problems:
         raise SpecError(problems)
     return specs

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jinja2
 
+from fleet.gateway import Gateway, launch_args, secret_args
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
@@ -128,6 +129,14 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
         env_files=[spec.env_file] + ([spec.secret_file] if spec.service.secret_environment else []),
         arg_lines=server_arg_groups(spec),
         log_filters=[f"~{SERVER_ARGS_LINE}"] if journal_filter and spec.service.server_secrets else [],
+    )
+
+
+def render_gateway_unit(gw: Gateway, group: str) -> str:
+    return _env.get_template("smg.service.j2").render(
+        gw=gw, group=group, command=launch_args(gw), secret_args=secret_args(gw),
+        env_files=[gw.secret_file] if gw.api_key is not None else [],
+        stop_timeout=_seconds(gw.shutdown_grace_period_s + 15),
     )
 
 

@@ -79,14 +79,17 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
                  for name, source in spec.service.secret_environment.items()]
     for kind, name, field_name, source in declared:
         try:
+            if kind == "server":
+                values[kind][name] = read_key(source, where, field_name, environ, read_file)
+                continue
             value = _read(source, environ, read_file)
+        except SecretError as e:
+            problems += e.problems
+            continue
         except LookupError as e:
             problems.append(f"{where}: {field_name}: {e}; expected the secret there")
             continue
-        if kind == "server" and not API_KEY.match(value):
-            problems.append(f"{where}: {field_name}: the value of {source.describe()} is not a usable key: "
-                            f"expected {KEY_RULE} (the value is not shown)")
-        elif kind == "environment" and (not value or "\n" in value):
+        if not value or "\n" in value:
             problems.append(f"{where}: {field_name}: the value of {source.describe()} is empty or spans "
                             "lines (the value is not shown)")
         else:
@@ -94,6 +97,19 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
     if problems:
         raise SecretError(problems)
     return Secrets(**values)
+
+
+def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = os.environ,
+             read_file: Callable[[Path], str] = Path.read_text) -> str:
+    """One API key, read now; SecretError naming the field, the source and the rule (never the value)."""
+    try:
+        value = _read(source, environ, read_file)
+    except LookupError as e:
+        raise SecretError([f"{where}: {field_name}: {e}; expected the secret there"]) from None
+    if not API_KEY.match(value):
+        raise SecretError([f"{where}: {field_name}: the value of {source.describe()} is not a usable key: "
+                           f"expected {KEY_RULE} (the value is not shown)"])
+    return value
 
 
 def unread(spec: ClassSpec) -> Secrets:

@@ -1,0 +1,227 @@
+"""The gateway: SGLang's model gateway (smg) in front of the replicas of the GPU classes it
+routes, and the decisions of a rolling rollout behind it.
+
+group_data/<gateway>.py declares `gateway = {...}` (the model below); its one host runs smg
+as a systemd unit and learns the replicas from a discovery file the deploy writes. A class
+it routes is rolled one replica at a time (canary first): out of the file, drained, rolled
+through the gate, back in the file, `ready` in smg; only then the next. Plain data in,
+verdicts out: tasks/gateway.py installs smg, tasks/rolling.py does the talking.
+Facts about smg 1.13.0: ../shared/reference/smg-1.13.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from fleet.spec import AbsPath, ClassSpec, Source, Strict, UNIT_NAME
+
+SMG_VERSION = "1.13.0"
+# smg's worker states (GET /workers); only `ready` ones get traffic
+READY, DRAINING = "ready", "draining"
+
+
+class Rolling(Strict):
+    """How a class behind the gateway is rolled: one replica at a time unless said otherwise."""
+
+    max_unavailable: int = Field(1, ge=1, description="Replicas out of the gateway at once, after the canary "
+                                 "(the class's first host to roll, alone).")
+    drain_timeout_s: float = Field(
+        600, ge=0, le=3600, description="How long a replica taken out of the gateway gets to finish its requests "
+        "(smg no longer routes to it and SGLang's /metrics shows no running or queued request) before it is "
+        "stopped anyway; SGLang then drains what is left on SIGTERM (service.drain_timeout_s).")
+    ready_timeout_s: float = Field(
+        300, gt=0, le=3600, description="How long smg gets to call a replica `ready` after it is back in the "
+        "discovery file, and to find a peer ready before one goes out.")
+    poll_interval_s: float = Field(0.5, gt=0, le=10, description="Seconds between reads of /workers and /metrics.")
+
+
+class Gateway(Strict):
+    """SGLang's model gateway (smg), on the one host of its inventory group."""
+
+    routes: list[str] = Field(min_length=1, description="The GPU classes (group_data files) whose replicas it "
+                              "routes; each class behind at most one gateway.")
+    unit: str = Field("smg", description="systemd unit name, without `.service`.")
+    version: str = Field(SMG_VERSION, description="The smg release installed (pip, from wheels the controller "
+                         "downloads once into its cache and uploads: the host needs no package index).")
+    install_dir: AbsPath = Field("/opt/smg", description="Its virtual environment (venv/) and wheels (wheels/).")
+    python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
+    host: str = Field("0.0.0.0", description="Bind address of the client API.")
+    port: int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers).")
+    prometheus_port: int = Field(29000, ge=1, le=65535, description="smg's own /metrics.")
+    policy: Literal["cache_aware", "round_robin", "least_load", "power_of_two", "random"] = Field(
+        "cache_aware", description="Load-balancing policy (smg's default).")
+    api_key: Source | None = Field(
+        None, description="Where the clients' API key comes from (a secret source, like service.api_key). smg "
+        "also sends it to the replicas, so a routed class with service.api_key must name the same source.")
+    health_check_interval_s: int = Field(
+        2, ge=1, le=600, description="smg's probe interval, and how often it retries a replica that did not "
+        "answer yet: a replica back in the file is `ready` after 2 good probes (smg's own defaults, 60 and 30, "
+        "make that minutes per replica).")
+    shutdown_grace_period_s: int = Field(180, ge=0, le=3600, description="How long a stopping smg waits "
+                                         "for in-flight requests (smg's default).")
+    rolling: Rolling = Field(default_factory=Rolling, description="How the classes it routes are rolled.")
+
+    @field_validator("unit")
+    @classmethod
+    def _unit(cls, v: str) -> str:
+        if not UNIT_NAME.match(v) or v.endswith(".service"):
+            raise ValueError("a systemd unit name without .service")
+        return v
+
+    @property
+    def service_unit(self) -> str:
+        return f"{self.unit}.service"
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.unit}.service"
+
+    @property
+    def discovery_file(self) -> str:
+        """The workers smg routes to (`--discovery-provider file`), rewritten atomically by the deploy."""
+        return f"/etc/smg/{self.unit}-workers.json"
+
+    @property
+    def secret_file(self) -> str:
+        """0600 EnvironmentFile with the API key (SMG_API_KEY), for ExecStart's --api-key."""
+        return f"/etc/smg/{self.unit}.secret"
+
+    @property
+    def auth_header_file(self) -> str:
+        """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file)."""
+        return f"/etc/smg/{self.unit}.auth"
+
+    @property
+    def venv(self) -> str:
+        return f"{self.install_dir}/venv"
+
+    @property
+    def wheels_dir(self) -> str:
+        return f"{self.install_dir}/wheels/{self.version}"
+
+    def url(self, path: str) -> str:
+        """The gateway's own URL, as a command on its host reaches it."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}{path}"
+
+
+def check_routes(gateways: dict[str, Gateway], classes: dict[str, ClassSpec]) -> list[str]:
+    """Problems between the gateways and the classes they route, each naming the field."""
+    problems, routed_by = [], {}
+    for group, gw in gateways.items():
+        for cls in gw.routes:
+            where = f"group_data/{group}.py: gateway.routes"
+            if cls not in classes:
+                problems.append(f"{where}: {cls!r} is not a GPU class; expected one of {', '.join(classes)}")
+                continue
+            if cls in routed_by:
+                problems.append(f"{where}: {cls!r} is already routed by {routed_by[cls]}; a class is behind one gateway")
+            routed_by[cls] = group
+            key = classes[cls].service.api_key
+            if key is not None and key != gw.api_key:
+                problems.append(
+                    f"group_data/{group}.py: gateway.api_key: expected the source of {cls}'s service.api_key "
+                    f"({key.describe()}), found {gw.api_key.describe() if gw.api_key else 'none'}: smg sends its "
+                    "own key to the replicas")
+    return problems
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One host of a routed class, as the gateway reaches it."""
+
+    host: str  # inventory name
+    gpu_class: str
+    served_model: str
+    url: str  # http://address:port, the address pyinfra connects to
+
+
+def discovery_file(replicas: list[Replica], out: set[str]) -> str:
+    """smg's discovery file: every replica but those taken `out` (host names). Only keys smg
+    1.13.0 knows: one unknown key and it rejects the whole file."""
+    workers = [{"id": r.host, "url": r.url} for r in replicas if r.host not in out]
+    return json.dumps({"version": 1, "workers": workers}, indent=1) + "\n"
+
+
+def write_command(path: str, content: str) -> str:
+    """Write `path` atomically (smg re-reads it on change; a half-written file would be rejected)."""
+    tmp = f"{path}.tmp"
+    return (f"install -d -m 0755 {shlex.quote(path.rsplit('/', 1)[0])} && printf %s {shlex.quote(content)} > "
+            f"{shlex.quote(tmp)} && chmod 0644 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+
+
+def parse_workers(text: str) -> dict[str, str]:
+    """GET /workers -> {url: status}. An entry without `status` counts as ready if is_healthy."""
+    data = json.loads(text)
+    out = {}
+    for w in data["workers"]:  # KeyError: not an answer of /workers
+        url = str(w.get("url", "")).rstrip("/")
+        out[url] = w.get("status") or (READY if w.get("is_healthy") else "not_ready")
+    return out
+
+
+def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> str | None:
+    """Why `me` may not go out of the gateway now (None: it may). Only a replica smg routes to
+    needs a peer: one that is not ready carries no traffic."""
+    if statuses.get(me.url) != READY:
+        return None
+    peers = [r.host for r in replicas if r.served_model == me.served_model and r.url != me.url
+             and statuses.get(r.url) == READY]
+    if peers:
+        return None
+    return (f"no other replica of {me.served_model} is ready in the gateway (workers: "
+            + (", ".join(f"{u} {s}" for u, s in sorted(statuses.items())) or "none") + "): taking "
+            f"{me.host} out would leave {me.served_model} with nothing to route to")
+
+
+def routed(statuses: dict[str, str], url: str) -> bool:
+    """smg may still send it new requests: it is registered and not draining."""
+    return url in statuses and statuses[url] != DRAINING
+
+
+KEY_VARIABLE = "SMG_API_KEY"  # in the 0600 secret file; systemd puts it on smg's command line
+
+
+def launch_args(gw: Gateway) -> list[str]:
+    """`smg launch` arguments, the key aside (secret_args)."""
+    return [
+        f"{gw.venv}/bin/smg", "launch",
+        "--host", gw.host, "--port", str(gw.port),
+        "--policy", gw.policy,
+        "--discovery-provider", "file", "--discovery-file", gw.discovery_file,
+        "--health-check-interval-secs", str(gw.health_check_interval_s),
+        # a replica listed before it serves is retried this often (smg's default: every 30 s)
+        "--worker-startup-check-interval", str(gw.health_check_interval_s),
+        "--prometheus-port", str(gw.prometheus_port),
+        "--shutdown-grace-period-secs", str(gw.shutdown_grace_period_s),
+    ]
+
+
+def secret_args(gw: Gateway) -> list[str]:
+    """Expanded by systemd from the 0600 EnvironmentFile; smg renames its process (`smg::router`)
+    as it starts, so the key is in its arguments only for that moment, and never in a file but that one."""
+    return ["--api-key", f"${{{KEY_VARIABLE}}}"] if gw.api_key is not None else []
+
+
+@dataclass(frozen=True)
+class GatewayHost:
+    """What the gateway host has: its Python (for which wheels), its machine, smg installed."""
+
+    python: str  # "3.11", '' if none
+    machine: str  # uname -m
+    smg: str  # installed smg version in the venv, '' if none
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+
+def parse_gateway_host(text: str) -> GatewayHost:
+    """`python=3.11`, `machine=x86_64`, `smg=1.13.0` lines (facts/gateway.py)."""
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return GatewayHost(values.get("python", "").strip(), values.get("machine", "").strip(), values.get("smg", "").strip())

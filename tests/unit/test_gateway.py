@@ -1,0 +1,138 @@
+"""The gateway's spec and the rolling rollout's decisions (fleet/gateway.py): no hosts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.gateway import (
+    Gateway,
+    Replica,
+    check_routes,
+    discovery_file,
+    launch_args,
+    parse_gateway_host,
+    parse_workers,
+    peer_problem,
+    routed,
+    write_command,
+)
+from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_gateways
+from fleet.render import render_gateway_unit
+from fleet.spec import ClassSpec
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP_DATA = REPO / "group_data"
+R = [Replica("a", "pro6000", "m", "http://10.0.0.1:30000"), Replica("b", "pro6000", "m", "http://10.0.0.2:30000"),
+     Replica("c", "h200", "other", "http://10.0.0.3:30000")]
+
+
+def test_repo_gateway_is_valid_and_routes_pro6000():
+    gws = load_gateways(GROUP_DATA, load_class_specs(GROUP_DATA))
+    assert gws["gateway"].routes == ["pro6000"]
+
+
+def test_routes_are_checked_against_the_classes():
+    classes = load_class_specs(GROUP_DATA)
+    problems = check_routes({"gw": Gateway(routes=["nope", "pro6000"]), "gw2": Gateway(routes=["pro6000"])}, classes)
+    assert any("'nope' is not a GPU class" in p for p in problems)
+    assert any("already routed by gw" in p for p in problems)
+
+
+def test_a_class_key_must_be_the_gateways():
+    classes = load_class_specs(GROUP_DATA)
+    data = classes["pro6000"].model_dump(exclude_none=True)
+    keyed = ClassSpec.model_validate({**data, "service": {**data["service"], "api_key": {"env": "K"}}})
+    problems = check_routes({"gw": Gateway(routes=["pro6000"])}, {"pro6000": keyed})
+    assert problems and "gateway.api_key" in problems[0] and "environment variable K" in problems[0]
+
+
+def test_bad_gateway_file_names_file_and_field(tmp_path):
+    g = tmp_path / "group_data"
+    g.mkdir()
+    for f in ("all.py", "pro6000.py"):
+        (g / f).write_text((GROUP_DATA / f).read_text())
+    (g / "gw.py").write_text('gateway = {"routes": ["pro6000"], "polcy": "random", "api_key": "plain"}\n')
+    with pytest.raises(SpecError) as e:
+        load_gateways(g, load_class_specs(g))
+    text = "\n".join(e.value.problems)
+    assert "gw.py: gateway.polcy: unknown key" in text and "allowed keys: routes" in text
+    assert "gateway.api_key" in text and "plain" not in text
+
+
+def test_inventory_takes_one_gateway_host_per_group():
+    assert check_inventory({"pro6000": ["p1"], "gateway": ["g1"]}, {"p1": {}, "g1": {}}, GROUP_DATA)
+    with pytest.raises(SpecError) as e:
+        check_inventory({"pro6000": ["p1"], "gateway": ["g1", "g2"]}, {"p1": {}, "g1": {}, "g2": {}}, GROUP_DATA)
+    assert "gateway group gateway has 2 hosts" in str(e.value)
+
+
+def test_discovery_file_lists_replicas_but_those_out_with_known_keys_only():
+    data = json.loads(discovery_file(R, out={"b"}))
+    assert data == {"version": 1, "workers": [{"id": "a", "url": "http://10.0.0.1:30000"},
+                                               {"id": "c", "url": "http://10.0.0.3:30000"}]}
+
+
+def test_write_is_atomic_rename():
+    cmd = write_command("/etc/smg/w.json", '{"x": 1}\n')
+    assert "> /etc/smg/w.json.tmp" in cmd and cmd.endswith("mv -f /etc/smg/w.json.tmp /etc/smg/w.json")
+
+
+def test_parse_workers_statuses():
+    text = json.dumps({"workers": [{"url": "http://10.0.0.1:30000/", "status": "ready"},
+                                   {"url": "http://10.0.0.2:30000", "is_healthy": False}], "total": 2})
+    assert parse_workers(text) == {"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "not_ready"}
+
+
+@pytest.mark.parametrize("statuses, ok", [
+    ({"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "ready"}, True),  # a peer serves
+    ({"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "draining"}, False),  # the only one routed
+    ({"http://10.0.0.1:30000": "ready", "http://10.0.0.3:30000": "ready"}, False),  # another model is no peer
+    ({"http://10.0.0.1:30000": "failed"}, True),  # carries no traffic: nothing to protect
+    ({}, True),
+])
+def test_peer_rule(statuses, ok):
+    problem = peer_problem(R[0], R, statuses)
+    assert (problem is None) == ok
+    if problem:
+        assert "no other replica of m is ready" in problem
+
+
+def test_routed_until_draining_or_gone():
+    assert routed({"u": "ready"}, "u") and routed({"u": "pending"}, "u")
+    assert not routed({"u": "draining"}, "u") and not routed({}, "u")
+
+
+def test_unit_keeps_the_key_out_of_files_and_names_the_discovery_file():
+    gw = Gateway(routes=["pro6000"], api_key={"env": "GW_KEY"})
+    unit = render_gateway_unit(gw, "gateway")
+    assert "EnvironmentFile=/etc/smg/smg.secret" in unit and "--api-key ${SMG_API_KEY}" in unit
+    assert "--discovery-provider file --discovery-file /etc/smg/smg-workers.json" in unit
+    assert "KillMode=mixed" in unit
+    open_gw = render_gateway_unit(Gateway(routes=["pro6000"]), "gateway")
+    assert "--api-key" not in open_gw and "EnvironmentFile" not in open_gw
+    assert launch_args(gw)[:2] == ["/opt/smg/venv/bin/smg", "launch"]
+
+
+def test_parse_gateway_host():
+    h = parse_gateway_host("python=3.11\nmachine=x86_64\nsmg=\n")
+    assert (h.python, h.machine, h.smg, h.python_tag) == ("3.11", "x86_64", "", "cp311")
+
+
+def test_status_row_of_the_gateway():
+    from fleet.status import DRIFT, OK, UNHEALTHY, judge_gateway
+
+    gw = Gateway(routes=["pro6000"])
+    workers = json.dumps({"workers": [{"url": R[0].url, "status": "ready"}, {"url": R[1].url, "status": "ready"}]})
+    read = {"unit": "ActiveState=active\nSubState=running\nUnitFileState=enabled", "installed": "1.13.0",
+            "readiness": "200", "workers": workers}
+    row = judge_gateway("gw-1", "gateway", gw, read, R[:2])
+    assert (row.verdict, row.served_model, row.health) == (OK, "2/2 replicas ready", 200)
+    row = judge_gateway("gw-1", "gateway", gw, read, R)
+    assert row.verdict == UNHEALTHY and any("c (http://10.0.0.3:30000): not in the gateway" in r for r in row.reasons)
+    row = judge_gateway("gw-1", "gateway", gw, {**read, "installed": "1.12.0"}, R[:2])
+    assert row.verdict == DRIFT and row.drift == "install smg 1.13.0"
+    row = judge_gateway("gw-1", "gateway", gw, {**read, "readiness": "000", "workers": ""}, R[:2])
+    assert row.verdict == UNHEALTHY and row.reasons[0] == "/readiness no answer"
