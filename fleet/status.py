@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
+from fleet.gateway import READY, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_serving
 from fleet.parse import HostFacts
 from fleet.plan import declared_files, plan, read_pending
@@ -116,6 +117,34 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     if facts.runtime.health != 200:
         row.verdict = UNHEALTHY
         row.reasons.insert(0, f"/health {facts.runtime.health or 'no answer'}")
+    return row
+
+
+def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], replicas: list[Replica]) -> HostStatus:
+    """The gateway host's row (facts.gateway.GatewayStatus read it): smg serving, its version, and
+    which declared replicas it routes to."""
+    unit = dict(line.split("=", 1) for line in read.get("unit", "").splitlines() if "=" in line)
+    row = HostStatus(host, gpu_class=group, gpus="-", sglang=f"smg {read.get('installed') or 'not installed'}")
+    row.unit = f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')}), {unit.get('UnitFileState') or 'no unit file'}"
+    code = read.get("readiness", "")
+    row.health = int(code) if code.isdigit() else 0
+    try:
+        statuses = parse_workers(read.get("workers", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        statuses = {}
+        row.reasons.append(f"/workers answered {read.get('workers', '')[:120]!r}")
+    ready = [r for r in replicas if statuses.get(r.url) == READY]
+    row.served_model = f"{len(ready)}/{len(replicas)} replicas ready"
+    row.speculative = f"routes {', '.join(gw.routes)}"
+    if read.get("installed") != gw.version:
+        row.verdict = DRIFT
+        row.drift = f"install smg {gw.version}"
+    for r in replicas:
+        if statuses.get(r.url) != READY:
+            row.reasons.append(f"{r.host} ({r.url}): {statuses.get(r.url, 'not in the gateway')}")
+    if unit.get("ActiveState") != "active" or row.health != 200 or len(ready) < len(replicas):
+        row.verdict = UNHEALTHY
+        row.reasons.insert(0, f"/readiness {row.health or 'no answer'}")
     return row
 
 

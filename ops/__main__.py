@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict
 
+from facts.gateway import GatewayStatus
 from facts.history import DeployHistory
 from facts.preflight import snapshot_args
 from facts.status import StatusSnapshot
@@ -32,9 +33,19 @@ from fleet.history import History
 from fleet.rollout import backups_dir, records_file
 from fleet.secrets import SecretError, resolve
 from ops.fleet import GROUP_DIR, Fleet
+from tasks.rolling import replicas
 
 
 def host_status(fleet: Fleet, host) -> status.HostStatus:
+    group, gw = fleet.gateway_of(host)
+    if gw is not None:
+        why = fleet.connect(host)
+        if why:
+            return status.unreachable(host.name, group, why)
+        return status.judge_gateway(host.name, group, gw, fleet.fact(
+            host, GatewayStatus, unit=gw.service_unit, venv=gw.venv, readiness_url=gw.url("/readiness"),
+            workers_url=gw.url("/workers"), auth_file=gw.auth_header_file if gw.api_key is not None else None),
+                                    replicas(fleet.state, gw))
     group, spec, problems = fleet.spec_of(host)
     if spec is None:
         return status.refused(host.name, group, problems)

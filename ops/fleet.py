@@ -16,7 +16,8 @@ from pyinfra.api.facts import get_fact
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
-from fleet.groupdata import SpecError, class_files, validate_host
+from fleet.gateway import Gateway
+from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
 from fleet.spec import ClassSpec
 from tasks.inventory import UnreachableInSummary
 
@@ -50,6 +51,13 @@ class Fleet:
             return classes[0], validate_host(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict()), []
         except SpecError as e:
             return classes[0], None, e.problems
+
+    def gateway_of(self, host) -> tuple[str, Gateway | None]:
+        """(its gateway group, the gateway it runs), or ('', None) for a replica."""
+        group = next((g for g in host.groups if g in gateway_files(GROUP_DIR)), "")
+        if not group:
+            return "", None
+        return group, load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))[group]
 
     def each(self, work) -> dict:
         """work(host) -> result, for every host at once (greenlets, as pyinfra runs its hosts)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from pyinfra import host
 from pyinfra.operations import python
 
 from facts.gpu import GpuProcesses
@@ -17,10 +18,12 @@ from fleet.parse import parse_gpu_processes
 from fleet.plan import RUNNING_STATES
 from fleet.report import RUN
 from fleet.spec import ClassSpec
+from tasks import rolling
 from tasks.common import BEGUN, Begun, repo_state, run
 from tasks.preflight import Preflight
 
 def service(pf: Preflight) -> None:
+    rolling.enlist(host, pf)  # behind a gateway: one replica at a time, drained first
     python.call(
         name=f"Activate {pf.spec.service_unit} (files live, restart if needed, wait for /health, smoke test)",
         function=_activate,
@@ -158,8 +161,11 @@ def _report(host, outcome: activation.Outcome) -> bool:
 
 
 def _activate(state, host, pf: Preflight) -> bool:
-    begun = BEGUN[host.name]
-    outcome = activation.activate(pf.plan, HostSteps(host, begun), pf.spec.service_unit, _record(pf))
+    steps, unit, record = HostSteps(host, BEGUN[host.name]), pf.spec.service_unit, _record(pf)
+    outcome = rolling.take_turn(
+        host, pf, steps,
+        go=lambda: activation.activate(pf.plan, steps, unit, record),
+        leave=lambda reason: activation.roll_back(pf.plan, steps, unit, record, reason, started=False))
     if outcome.ok and pf.rollback:
         outcome.left = (f"backups/{pf.rollback.stamp} serving; the host now differs from group_data: the next "
                         "make deploy brings it back to the declared spec (make dry shows the difference)")

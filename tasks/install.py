@@ -25,7 +25,7 @@ from tasks.preflight import Preflight
 PRIVATE_DROP = ".sglang-fleet-upload"
 
 
-def _upload(state, host, path: str, content: str, secret: bool) -> bool:
+def upload(state, host, path: str, content: str, secret: bool) -> bool:
     # pyinfra's own upload command lets a connector error (no SFTP subsystem, say) escape and
     # end the whole run; here it fails this host's operation, which rolls the host back.
     arguments = connector_arguments(host)
@@ -55,7 +55,7 @@ def _upload(state, host, path: str, content: str, secret: bool) -> bool:
 @operation()
 def _staged(files: list):
     for f in files:
-        yield FunctionCommand(_upload, (f.path, f.content, f.secret), {})
+        yield FunctionCommand(upload, (f.path, f.content, f.secret), {})
 
 
 def stage(pf: Preflight) -> None:

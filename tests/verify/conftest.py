@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from fleet.gateway import Gateway, Replica
 from fleet.spec import ClassSpec
 from ops.fleet import Fleet
+from tasks.rolling import replicas
 
 
 @dataclass
@@ -26,18 +28,31 @@ class Target:
     data: dict
 
 
-def load_targets(inventory: str) -> list[Target]:
+@dataclass
+class GatewayTarget:
+    name: str
+    group: str
+    gw: Gateway
+    data: dict
+    replicas: list[Replica]  # every host of the classes it routes
+
+
+def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget]]:
     fleet = Fleet(inventory)
-    targets = []
+    targets, gateways = [], []
     for host in fleet.hosts:
+        group, gw = fleet.gateway_of(host)
+        if gw is not None:
+            gateways.append(GatewayTarget(host.name, group, gw, host.data.dict(), replicas(fleet.state, gw)))
+            continue
         group, spec, problems = fleet.spec_of(host)
         if spec is None:
             raise pytest.UsageError("\n".join(problems))
         targets.append(Target(host.name, group, spec, host.data.dict()))
-    return sorted(targets, key=lambda t: t.name)
+    return sorted(targets, key=lambda t: t.name), gateways
 
 
-def ssh_config_for(targets: list[Target], path: Path) -> None:
+def ssh_config_for(targets: list[Target | GatewayTarget], path: Path) -> None:
     """One ssh_config stanza per host from its pyinfra data, for testinfra's paramiko backend."""
     lines = []
     for t in targets:
@@ -53,14 +68,24 @@ def ssh_config_for(targets: list[Target], path: Path) -> None:
 
 
 def pytest_generate_tests(metafunc):
-    if "target" in metafunc.fixturenames:
-        targets = load_targets(metafunc.config.getoption("--inventory"))
-        metafunc.parametrize("target", targets, ids=[t.name for t in targets], scope="module")
+    for name, i in (("target", 0), ("gateway", 1)):
+        if name in metafunc.fixturenames:
+            targets = load_targets(metafunc.config.getoption("--inventory"))[i]
+            metafunc.parametrize(name, targets, ids=[t.name for t in targets], scope="module")
 
 
-@pytest.fixture(scope="module")
-def node(target, tmp_path_factory):
+def _connect(target, tmp_path_factory):
     cfg = tmp_path_factory.mktemp("ssh") / "config"
     ssh_config_for([target], cfg)
     # as the deploy: root through sudo where the host's data says so
     return testinfra.get_host(f"paramiko://{target.name}", ssh_config=str(cfg), sudo=bool(target.data.get("_sudo")))
+
+
+@pytest.fixture(scope="module")
+def node(target, tmp_path_factory):
+    return _connect(target, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def gw_node(gateway, tmp_path_factory):
+    return _connect(gateway, tmp_path_factory)

@@ -1,0 +1,168 @@
+"""The gateway host: SGLang's model gateway (smg) as a systemd unit, converged like any pyinfra
+deploy (each step changes only what differs, a second run changes nothing):
+
+  install    smg's wheels, downloaded once by the controller into its cache for the host's
+             Python and machine, uploaded, installed with pip --no-index (no package index needed)
+  configure  the unit, its key (0600, never shown), the discovery file listing the replicas
+  activate   restart only if the unit, key or smg changed; wait until it answers /health
+
+The replicas' rolling rollout (tasks/rolling.py) then reads its /workers and rewrites the
+discovery file as it takes replicas out and puts them back.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.facts.files import Sha1File
+from pyinfra.operations import files, python, server, systemd
+from pyinfra.operations.util import any_changed
+
+from facts.gateway import GatewayFacts
+from fleet.gateway import KEY_VARIABLE, Gateway, GatewayHost, discovery_file, write_command
+from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
+from fleet.render import render_gateway_unit
+from fleet.report import RUN
+from fleet.rollout import sha1, staged_path
+from fleet.secrets import SecretError, read_key
+from tasks import rolling
+from tasks.common import fail, run
+from tasks.install import upload
+
+CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
+HEALTH_TIMEOUT_S = 60  # smg answers /health within seconds of its start
+
+
+def is_gateway(group_dir: str = "group_data") -> bool:
+    return any(g in gateway_files(Path(group_dir)) for g in host.groups)
+
+
+def converge(group_dir: str = "group_data") -> None:
+    report = RUN.host(host.name)
+    report.gpu_class = "gateway"
+    try:
+        group = next(g for g in host.groups if g in gateway_files(Path(group_dir)))
+        gw = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))[group]
+        key = read_key(gw.api_key, f"{group_dir}/{group}.py", "gateway.api_key") if gw.api_key else None
+        facts = host.get_fact(GatewayFacts, python=gw.python, venv=gw.venv)
+        wheels = cached_wheels(gw, facts)
+    except (SpecError, SecretError) as e:
+        return _refuse(report, e.problems)
+    except WheelError as e:
+        return _refuse(report, [f"{host.name}: gateway: {e}"])
+
+    report.action = f"install smg {gw.version}" if facts.smg != gw.version else f"smg {gw.version} installed"
+    files.directory(name="smg wheels directory", path=gw.wheels_dir, mode="755")
+    for wheel in wheels:
+        files.put(name="Upload smg's wheels", src=str(wheel), dest=f"{gw.wheels_dir}/{wheel.name}", mode="644")
+    installed = None
+    if facts.smg != gw.version:
+        installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
+    unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(render_gateway_unit(gw, group)), dest=gw.unit_file,
+                     mode="644")
+    changed = [unit] + ([installed] if installed else [])
+    if key is not None:
+        changed.append(secret_file(name=f"Key {gw.secret_file} (0600, not shown)", path=gw.secret_file,
+                                   content=f"{KEY_VARIABLE}={key}\n"))
+        secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
+                    content=f"Authorization: Bearer {key}\n")
+    content = discovery_file(rolling.replicas(host.state, gw), out=set())
+    if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
+        server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
+                     commands=[write_command(gw.discovery_file, content)])
+    systemd.daemon_reload(name="systemctl daemon-reload (the unit changed)", _if=unit.did_change)
+    systemd.service(name=f"Enable and start {gw.service_unit}", service=gw.service_unit, running=True, enabled=True)
+    systemd.service(name=f"Restart {gw.service_unit} (its unit, key or smg changed)", service=gw.service_unit,
+                    restarted=True, _if=any_changed(*changed))
+    python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
+
+
+def converged() -> None:
+    """One step on every host, after the gateway's own: pyinfra orders a step shared by all hosts
+    after every earlier step of each, so the replicas' rollout begins once smg is converged."""
+    python.call(name="Gateway converged (replicas roll after it)", function=lambda state, host: True)
+
+
+def _refuse(report, problems: list[str]) -> None:
+    report.verdict, report.action = "REFUSED", "none"
+    for p in problems:
+        host.log_styled(p, fg="red", log_func=logger.error)
+    python.call(name="Refuse host (preflight failed)", function=lambda state, host: fail(host, *problems,
+                                                                                      verdict="REFUSED"))
+
+
+@operation()
+def secret_file(path: str, content: str):
+    """A 0600 root file whose content is never shown (no diff): written only when its sha1 differs.
+    It goes through the same upload as the replicas' secrets (sudo: the login user's 0700 directory)."""
+    if host.get_fact(Sha1File, path=path) == sha1(content):
+        host.noop(f"{path} is as declared")
+        return
+    staged = shlex.quote(staged_path(path))
+    yield StringCommand(f"install -d -m 0755 {shlex.quote(os.path.dirname(path))} && install -m 0600 /dev/null {staged}")
+    yield FunctionCommand(upload, (path, content, True), {})
+    yield StringCommand(f"mv -f {staged} {shlex.quote(path)}")
+
+
+def install_command(gw: Gateway, wheels: list[Path]) -> str:
+    """A venv without pip (Debian's python3 has no ensurepip), then pip run from its own wheel."""
+    pip = next(w.name for w in wheels if w.name.startswith("pip-"))
+    venv, found = shlex.quote(gw.venv), shlex.quote(gw.wheels_dir)
+    return (f"set -e; test -x {venv}/bin/python || {shlex.quote(gw.python)} -m venv --without-pip {venv}; "
+            f"{venv}/bin/python {found}/{pip}/pip install --quiet --disable-pip-version-check --no-index "
+            f"--find-links {found} smg=={gw.version}")
+
+
+class WheelError(Exception):
+    pass
+
+
+def platforms(machine: str) -> list[str]:
+    """manylinux tags a host with a current glibc takes (smg's own is manylinux_2_17)."""
+    return [f"manylinux{tag}_{machine}" for tag in ("1", "2010", "2014", "_2_17", "_2_28")]
+
+
+def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
+    """smg, its dependencies and pip, for the host's Python and machine: downloaded once, kept in the
+    controller's cache (a `complete` file marks a finished download)."""
+    if not facts.python or not facts.machine:
+        raise WheelError(f"expected a Python at {gw.python} (gateway.python), found none")
+    where = CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}"
+    done = where / "complete"
+    if not done.exists():
+        logger.info(f"Downloading smg {gw.version} for Python {facts.python} on {facts.machine} into {where}")
+        where.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                   "--only-binary=:all:", "--python-version", facts.python, "--implementation", "cp",
+                   *[a for p in platforms(facts.machine) for a in ("--platform", p)],
+                   "--dest", str(where), f"smg=={gw.version}", "pip"]
+        try:
+            got = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            raise WheelError(f"downloading smg {gw.version}'s wheels took more than 600 s") from None
+        if got.returncode != 0:
+            raise WheelError(f"could not download smg {gw.version} for Python {facts.python} on {facts.machine}: "
+                             + (got.stderr.strip().splitlines() or ["pip said nothing"])[-1])
+        done.write_text("\n".join(sorted(p.name for p in where.glob("*.whl"))) + "\n")
+    return [where / name for name in done.read_text().split()]
+
+
+def _wait_health(state, host, gw: Gateway) -> bool:
+    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+    while True:
+        ok, out = run(host, f"curl --noproxy '*' -s -o /dev/null -w '%{{http_code}}' {shlex.quote(gw.url('/health'))}")
+        if out.strip() == "200":
+            RUN.host(host.name).verdict = "OK"
+            return True
+        if time.monotonic() > deadline:
+            return fail(host, f"{host.name}: {gw.service_unit}: expected /health 200 within {HEALTH_TIMEOUT_S}s, "
+                              f"found {out.strip() or 'no answer'} (journalctl -u {gw.service_unit})")
+        time.sleep(1)

@@ -1,0 +1,201 @@
+"""Replicas behind SGLang's real gateway (smg 1.13.0, installed by the deploy on gw-1): a spec
+change is rolled one replica at a time while a client streams chat completions through the
+gateway at concurrency 8, and not one request fails. The tests run in order on one lab
+(lab/gateway.toml): baseline, a clean rollout, a unit left at KillMode=control-group (the load
+generator sees the failures that makes), a canary whose new spec crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet.lock import LOCK_ROOT
+from lab import lab as labmod
+from ops.loadgen import Load, WorkersSampler, min_ready
+from tests.lab.e2e import BIN, REPO, deploy, main_pid, sh, summary_row, workdir
+
+LAB_FILE = REPO / "lab" / "gateway.toml"
+REPLICAS = ["pro6000-1", "pro6000-2", "pro6000-3"]
+KEY = "gw-e2e-key-0123456789"
+ENV = {"SGLANG_FLEET_GATEWAY_KEY": KEY}
+MODEL = "qwen3.6-27b"
+LOCK_FILE = f"{LOCK_ROOT}/sglang.lock"
+DROPIN = "/etc/systemd/system/sglang.service.d/killmode.conf"
+
+
+@pytest.fixture(scope="module")
+def gw_lab(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(LAB_FILE)
+    base = workdir(tmp_path_factory.mktemp("gw-base"))
+    run = deploy(lab, base, env=ENV)
+    assert run.returncode == 0, run.out
+    yield lab
+    if lab_manager.default_in_use:
+        lab_manager.ensure(labmod.DEFAULT_LAB)
+
+
+def _url(lab) -> str:
+    return f"http://{lab.host('gw-1').ip}:8000"
+
+
+def _block_size(lab, host: str) -> str:
+    unit = sh(lab, host, "cat /etc/systemd/system/sglang.service")
+    return unit.split("--speculative-dflash-block-size", 1)[1].split()[0]
+
+
+def _rolled(lab, tmp: Path, block_size: int, gateway: str = "", environment: str = ""):
+    """Deploy a new block size (and more group_data lines) while the load runs through the gateway."""
+    cwd = workdir(tmp, pro6000=f'speculative = {{**speculative, "block_size": {block_size}}}\n{environment}',
+                  gateway=gateway)
+    with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
+            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+        time.sleep(2)  # steady state first
+        run = deploy(lab, cwd, env=ENV)
+        time.sleep(1)
+    return run, load.report, sampler.samples
+
+
+def test_gateway_installed_and_routing(gw_lab):
+    lab = gw_lab
+    assert sh(lab, "gw-1", "systemctl is-active smg.service") == "active"
+    assert sh(lab, "gw-1", "/opt/smg/venv/bin/python -c 'import importlib.metadata as m; print(m.version(\"smg\"))'") == "1.13.0"
+    assert sh(lab, "gw-1", "stat -c %a /etc/smg/smg.secret /etc/smg/smg.auth").split() == ["600", "600"]
+    assert KEY not in sh(lab, "gw-1", "cat /etc/systemd/system/smg.service /proc/$(systemctl show -p MainPID --value smg)/cmdline")
+    workers = json.loads(sh(lab, "gw-1", "cat /etc/smg/smg-workers.json"))["workers"]
+    assert [w["id"] for w in workers] == REPLICAS
+    with WorkersSampler(_url(lab), KEY) as sampler:
+        time.sleep(0.5)
+    assert min_ready(sampler.samples) == 3
+    with Load(_url(lab), MODEL, KEY, concurrency=2, max_tokens=8) as load:
+        time.sleep(1)
+    assert load.report.total > 0 and load.report.failed == 0, load.report.failures()
+    with Load(_url(lab), MODEL, None, concurrency=1, max_tokens=8) as anonymous:
+        time.sleep(0.3)
+    assert anonymous.report.failed == anonymous.report.total > 0
+    assert "HTTP 401" in anonymous.report.failures()[0]
+
+
+def test_second_run_changes_nothing(gw_lab, tmp_path):
+    lab = gw_lab
+    before = {h: main_pid(lab, h) for h in REPLICAS} | {"gw-1": main_pid(lab, "gw-1", "smg.service")}
+    run = deploy(lab, workdir(tmp_path), env=ENV)
+    assert run.returncode == 0, run.out
+    assert {h: main_pid(lab, h) for h in REPLICAS} | {"gw-1": main_pid(lab, "gw-1", "smg.service")} == before
+    assert "Install smg" not in run.out
+
+
+def _verify(lab, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "pytest"), "-v", "-p", "no:cacheprovider", "tests/verify", "--inventory",
+                           str(lab.inventory), *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_verify_checks_the_gateway(gw_lab):
+    lab = gw_lab
+    p = _verify(lab)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for check in ("test_every_declared_replica_is_ready", "test_chat_completion_through_the_gateway",
+                  "test_gateway_refuses_a_request_without_the_key", "test_gateway_readiness_is_200"):
+        assert f"test_gateway.py::{check}[gw-1] PASSED" in p.stdout, p.stdout
+    # a replica the gateway does not route to is named
+    listed = sh(lab, "gw-1", "cat /etc/smg/smg-workers.json")
+    workers = json.loads(listed)
+    workers["workers"] = [w for w in workers["workers"] if w["id"] != "pro6000-3"]
+    sh(lab, "gw-1", f"printf %s '{json.dumps(workers)}' > /etc/smg/x.tmp && mv /etc/smg/x.tmp /etc/smg/smg-workers.json")
+    try:
+        time.sleep(7)  # smg drains a removed worker for 5 s, then drops it
+        p = _verify(lab, "-k", "declared_replica")
+        assert p.returncode == 1 and "pro6000-3" in p.stdout and "not registered" in p.stdout, p.stdout
+        st = _status(lab)
+        assert st.returncode == 1 and "pro6000-3 (http://10.204.0.13:30000): not in the gateway" in st.stdout, st.stdout
+        assert "2/3 replicas ready" in st.stdout and "UNHEALTHY" in st.stdout, st.stdout
+    finally:
+        sh(lab, "gw-1", f"printf %s '{listed}' > /etc/smg/x.tmp && mv /etc/smg/x.tmp /etc/smg/smg-workers.json")
+    with WorkersSampler(_url(lab), KEY) as sampler:
+        deadline = time.monotonic() + 60
+        while (min_ready(sampler.samples[-1:]) or 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+    assert min_ready(sampler.samples[-1:]) == 3
+    st = _status(lab)
+    assert st.returncode == 0 and "3/3 replicas ready" in st.stdout, st.stdout
+
+
+def _status(lab) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "python"), "-m", "ops", "status", str(lab.inventory)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_rolling_rollout_drops_no_request(gw_lab, tmp_path):
+    lab = gw_lab
+    run, report, samples = _rolled(lab, tmp_path, block_size=8)
+    assert run.returncode == 0, run.out
+    assert report.failed == 0, report.failures()
+    assert report.total > 50, report.summary()
+    assert min_ready(samples) >= 2, [s.statuses for s in samples if s.ready < 2][:3]
+    assert [_block_size(lab, h) for h in REPLICAS] == ["8", "8", "8"]
+    # one at a time, canary first: each replica drained, rolled and ready again before the next
+    order = [line.split("]")[0].strip("[ ") for line in run.out.splitlines() if "out of gateway gw-1" in line]
+    assert order[0] == "pro6000-1" and sorted(order) == REPLICAS, run.out
+    assert "canary of pro6000" in run.out
+
+
+def test_killmode_control_group_drops_requests(gw_lab, tmp_path):
+    """A unit left at systemd's default KillMode (a drop-in here) kills SGLang's schedulers with
+    the server on stop: the requests still running fail, and the load generator counts them."""
+    lab = gw_lab
+    for h in REPLICAS:
+        sh(lab, h, f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && printf '[Service]\\nKillMode=control-group\\n' > {DROPIN} "
+                   "&& systemctl daemon-reload")
+    try:
+        # no drain wait: the stop comes while requests run, as if the drain timeout had passed
+        run, report, _ = _rolled(lab, tmp_path, block_size=4, gateway='gateway["rolling"] = {"drain_timeout_s": 0}')
+    finally:
+        for h in REPLICAS:
+            sh(lab, h, f"rm -f {DROPIN} && systemctl daemon-reload")
+    assert run.returncode == 0, run.out
+    assert report.failed > 0, report.summary()
+    assert any("error" in f or "transport" in f or "DONE" in f for f in report.failures()), report.failures()
+
+
+def test_canary_crash_stops_the_class(gw_lab, tmp_path):
+    lab = gw_lab
+    before = {h: main_pid(lab, h) for h in REPLICAS}
+    run, report, samples = _rolled(lab, tmp_path, block_size=2,
+                                   environment='service = {**service, "environment": {"LAB_SGLANG_LOAD": "crash"}}')
+    assert run.returncode != 0, run.out
+    assert report.failed == 0, report.failures()
+    assert min_ready(samples) >= 2
+    assert "rolled back" in summary_row(run.out, "pro6000-1"), run.out
+    for h in ("pro6000-2", "pro6000-3"):
+        assert "NOT ROLLED" in summary_row(run.out, h), run.out
+        assert main_pid(lab, h) == before[h]  # never stopped
+    # every replica serves the previous spec, back in the gateway, no lock or pending record left
+    assert [_block_size(lab, h) for h in REPLICAS] == ["4", "4", "4"]
+    for h in REPLICAS:
+        assert sh(lab, h, f"ls {LOCK_FILE} /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null") == ""
+    assert [w["id"] for w in json.loads(sh(lab, "gw-1", "cat /etc/smg/smg-workers.json"))["workers"]] == REPLICAS
+    with WorkersSampler(_url(lab), KEY) as sampler:
+        time.sleep(0.5)
+    assert min_ready(sampler.samples) == 3
+
+
+def test_one_replica_by_hand_through_the_same_drain(gw_lab, tmp_path):
+    """--limit a replica: the gateway is not among the hosts of the run, and is used all the same."""
+    lab = gw_lab
+    before = {h: main_pid(lab, h) for h in REPLICAS}
+    cwd = workdir(tmp_path, pro6000='speculative = {**speculative, "block_size": 6}')
+    with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
+            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+        time.sleep(1)
+        run = deploy(lab, cwd, "--limit", "pro6000-2", env=ENV)
+    assert run.returncode == 0, run.out
+    assert "out of gateway gw-1" in run.out and "back in gateway gw-1: ready" in run.out, run.out
+    assert load.report.failed == 0, load.report.failures()
+    assert min_ready(sampler.samples) >= 2
+    assert [_block_size(lab, h) for h in REPLICAS] == ["4", "6", "4"]
+    assert main_pid(lab, "pro6000-1") == before["pro6000-1"] and main_pid(lab, "pro6000-3") == before["pro6000-3"]
