@@ -78,3 +78,4 @@ demo: venv host-packages
 bench: venv host-packages
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/status.py
+	$(BIN)/python bench/gateway.py
