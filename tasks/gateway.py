@@ -59,29 +59,34 @@ def converge(group_dir: str = "group_data") -> None:
     except WheelError as e:
         return _refuse(report, [f"{host.name}: gateway: {e}"])
 
-    report.action = f"install smg {gw.version}" if facts.smg != gw.version else f"smg {gw.version} installed"
-    files.directory(name="smg wheels directory", path=gw.wheels_dir, mode="755")
-    for wheel in wheels:
-        files.put(name="Upload smg's wheels", src=str(wheel), dest=f"{gw.wheels_dir}/{wheel.name}", mode="644")
+    files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
+               dest=gw.wheels_dir, exclude="complete", mode="644")
     installed = None
     if facts.smg != gw.version:
         installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
     unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(render_gateway_unit(gw, group)), dest=gw.unit_file,
                      mode="644")
-    changed = [unit] + ([installed] if installed else [])
+    key_file = header = listed = None
     if key is not None:
-        changed.append(secret_file(name=f"Key {gw.secret_file} (0600, not shown)", path=gw.secret_file,
-                                   content=f"{KEY_VARIABLE}={key}\n"))
-        secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
-                    content=f"Authorization: Bearer {key}\n")
+        key_file = secret_file(name=f"Key {gw.secret_file} (0600, not shown)", path=gw.secret_file,
+                               content=f"{KEY_VARIABLE}={key}\n")
+        header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
+                             content=f"Authorization: Bearer {key}\n")
     content = discovery_file(rolling.replicas(host.state, gw), out=set())
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
-        server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
-                     commands=[write_command(gw.discovery_file, content)])
+        listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
+                              commands=[write_command(gw.discovery_file, content)])
     systemd.daemon_reload(name="systemctl daemon-reload (the unit changed)", _if=unit.did_change)
     systemd.service(name=f"Enable and start {gw.service_unit}", service=gw.service_unit, running=True, enabled=True)
+    restart_for = [op for op in (unit, installed, key_file) if op is not None]
     systemd.service(name=f"Restart {gw.service_unit} (its unit, key or smg changed)", service=gw.service_unit,
-                    restarted=True, _if=any_changed(*changed))
+                    restarted=True, _if=any_changed(*restart_for))
+    changes = [what for what, op in ((f"install smg {gw.version}", installed), (f"update {gw.service_unit}", unit),
+                                     ("update key", key_file), ("update auth header", header),
+                                     ("update discovery file", listed)) if op is not None and op.will_change]
+    restarts = any(op.will_change for op in restart_for)
+    report.action = ", ".join(changes + (["restart"] if restarts else [])) or "none (already as declared)"
+    report.verdict = "passed preflight"
     python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
 
 
