@@ -122,12 +122,20 @@ def check_routes(gateways: dict[str, Gateway], classes: dict[str, ClassSpec]) ->
             if cls in routed_by:
                 problems.append(f"{where}: {cls!r} is already routed by {routed_by[cls]}; a class is behind one gateway")
             routed_by[cls] = group
-            key = classes[cls].service.api_key
-            if key is not None and key != gw.api_key:
-                problems.append(
-                    f"group_data/{group}.py: gateway.api_key: expected the source of {cls}'s service.api_key "
-                    f"({key.describe()}), found {gw.api_key.describe() if gw.api_key else 'none'}: smg sends its "
-                    "own key to the replicas")
+    return problems
+
+
+def key_problems(group: str, gw: Gateway, classes: dict[str, ClassSpec]) -> list[str]:
+    """smg sends its own key to the replicas: a routed class's key must be the gateway's. Checked for
+    a gateway the inventory runs (a fleet without one may key its classes as it likes)."""
+    problems = []
+    for cls in gw.routes:
+        key = classes[cls].service.api_key if cls in classes else None
+        if key is not None and key != gw.api_key:
+            problems.append(
+                f"group_data/{group}.py: gateway.api_key: expected the source of {cls}'s service.api_key "
+                f"({key.describe()}), found {gw.api_key.describe() if gw.api_key else 'none'}: smg sends its "
+                "own key to the replicas")
     return problems
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fleet.gateway import Gateway, check_routes
+from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict
 
 ALL = "all"
@@ -180,8 +180,10 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     specs = load_class_specs(group_dir)
     gateways = load_gateways(group_dir, specs)
     problems = []
-    for group in gateways:
+    for group, gw in gateways.items():
         hosts = groups.get(group, [])
+        if hosts:
+            problems += key_problems(group, gw, specs)
         if len(hosts) > 1:
             problems.append(f"inventory: gateway group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
                             "expected one: the rollout writes one discovery file and reads one /workers")

@@ -49,12 +49,12 @@ def _block_size(lab, host: str) -> str:
     return unit.split("--speculative-dflash-block-size", 1)[1].split()[0]
 
 
-def _rolled(lab, tmp: Path, block_size: int, gateway: str = "", environment: str = ""):
+def _rolled(lab, tmp: Path, block_size: int, gateway: str = "", environment: str = "", max_tokens: int = 48):
     """Deploy a new block size (and more group_data lines) while the load runs through the gateway."""
     cwd = workdir(tmp, pro6000=f'speculative = {{**speculative, "block_size": {block_size}}}\n{environment}',
                   gateway=gateway)
     with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
-            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=max_tokens) as load:
         time.sleep(2)  # steady state first
         run = deploy(lab, cwd, env=ENV)
         time.sleep(1)
@@ -152,8 +152,9 @@ def test_killmode_control_group_drops_requests(gw_lab, tmp_path):
         sh(lab, h, f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && printf '[Service]\\nKillMode=control-group\\n' > {DROPIN} "
                    "&& systemctl daemon-reload")
     try:
-        # no drain wait: the stop comes while requests run, as if the drain timeout had passed
-        run, report, _ = _rolled(lab, tmp_path, block_size=4, gateway='gateway["rolling"] = {"drain_timeout_s": 0}')
+        # no drain wait: the stop comes while requests run (3 s each), as if the drain timeout had passed
+        run, report, _ = _rolled(lab, tmp_path, block_size=4, gateway='gateway["rolling"] = {"drain_timeout_s": 0}',
+                                 max_tokens=300)
     finally:
         for h in REPLICAS:
             sh(lab, h, f"rm -f {DROPIN} && systemctl daemon-reload")

@@ -12,6 +12,7 @@ from fleet.gateway import (
     Replica,
     check_routes,
     discovery_file,
+    key_problems,
     launch_args,
     parse_gateway_host,
     parse_workers,
@@ -45,8 +46,10 @@ def test_a_class_key_must_be_the_gateways():
     classes = load_class_specs(GROUP_DATA)
     data = classes["pro6000"].model_dump(exclude_none=True)
     keyed = ClassSpec.model_validate({**data, "service": {**data["service"], "api_key": {"env": "K"}}})
-    problems = check_routes({"gw": Gateway(routes=["pro6000"])}, {"pro6000": keyed})
+    problems = key_problems("gw", Gateway(routes=["pro6000"]), {"pro6000": keyed})
     assert problems and "gateway.api_key" in problems[0] and "environment variable K" in problems[0]
+    assert not key_problems("gw", Gateway(routes=["pro6000"], api_key={"env": "K"}), {"pro6000": keyed})
+    assert not check_routes({"gw": Gateway(routes=["pro6000"])}, {"pro6000": keyed})  # only where a gateway runs
 
 
 def test_bad_gateway_file_names_file_and_field(tmp_path):
@@ -136,3 +139,16 @@ def test_status_row_of_the_gateway():
     assert row.verdict == DRIFT and row.drift == "install smg 1.13.0"
     row = judge_gateway("gw-1", "gateway", gw, {**read, "readiness": "000", "workers": ""}, R[:2])
     assert row.verdict == UNHEALTHY and row.reasons[0] == "/readiness no answer"
+
+
+def test_a_mismatched_key_refuses_only_an_inventory_that_runs_the_gateway(tmp_path):
+    g = tmp_path / "group_data"
+    g.mkdir()
+    for f in GROUP_DATA.glob("*.py"):
+        (g / f.name).write_text(f.read_text())
+    with open(g / "pro6000.py", "a") as f:
+        f.write('\nservice = {**service, "api_key": {"env": "OTHER_KEY"}}\n')
+    assert check_inventory({"pro6000": ["p1"]}, {"p1": {}}, g)  # no gateway host: the class keys itself
+    with pytest.raises(SpecError) as e:
+        check_inventory({"pro6000": ["p1"], "gateway": ["g1"]}, {"p1": {}, "g1": {}}, g)
+    assert "environment variable OTHER_KEY" in str(e.value) and "SGLANG_FLEET_GATEWAY_KEY" in str(e.value)
