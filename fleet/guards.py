@@ -209,13 +209,28 @@ def unit_violations(host: str, spec: ClassSpec, units: dict[str, UnitState]) -> 
 OVERRIDING_KEYS = ("ExecStart", "Environment", "EnvironmentFile", "UnsetEnvironment", "PassEnvironment")
 
 
+def _dropin_settings(text: str) -> dict[str, str]:
+    """A drop-in's settings (the last of a repeated key), comments left out."""
+    return {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in text.splitlines())
+            if _ and not k.lstrip().startswith(("#", ";"))}
+
+
+def drain_warnings(host: str, spec: ClassSpec, facts: HostFacts) -> list[str]:
+    """A drop-in that changes KillMode: with anything but mixed, a stop sends SIGTERM to SGLang's
+    schedulers too, and they die at once with the requests in flight (the drain breaks). Not a
+    refusal: the service still runs what group_data declares."""
+    return [f"{host}: {path} sets KillMode={kill_mode}: every stop of {spec.service_unit} cuts the requests in "
+            "flight (SGLang's schedulers die with the server); the unit's KillMode=mixed lets SGLang drain them"
+            for path, text in sorted(facts.runtime.dropins.items())
+            if (kill_mode := _dropin_settings(text).get("KillMode", "mixed")) != "mixed"]
+
+
 def drift_violations(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
     """Local changes a deploy must not paper over: drop-ins that replace what the spec
     declares, a masked unit, a pending-rollout record nobody can read."""
     found = []
     for path, text in sorted(facts.runtime.dropins.items()):
-        keys = sorted({line.split("=", 1)[0].strip() for line in text.splitlines()
-                       if "=" in line and not line.lstrip().startswith(("#", ";"))} & set(OVERRIDING_KEYS))
+        keys = sorted(set(_dropin_settings(text)) & set(OVERRIDING_KEYS))
         if keys:
             found.append(Violation(
                 host, "drop-in", f"no local override of {spec.service_unit}'s {' or '.join(OVERRIDING_KEYS[:2])}",

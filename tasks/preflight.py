@@ -75,6 +75,8 @@ def check(group_dir: str = "group_data") -> Preflight | None:
     report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
     for warning in facts.gpus.warnings:  # harmless to the rollout, worth an operator's look
         _warn(report, f"{host.name}: nvidia-smi said: {warning}")
+    for warning in guards.drain_warnings(host.name, spec, facts):
+        _warn(report, warning)
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
     held = lock.judge(facts.deployed.lock, lock.lock_file(spec), time.time(), lock.stale_after(spec))
     if not held.free_to_take:

@@ -159,6 +159,7 @@ def test_killmode_control_group_drops_requests(gw_lab, tmp_path):
         for h in REPLICAS:
             sh(lab, h, f"rm -f {DROPIN} && systemctl daemon-reload")
     assert run.returncode == 0, run.out
+    assert f"warning: pro6000-1: {DROPIN} sets KillMode=control-group" in run.out, run.out  # said before the stop
     assert report.failed > 0, report.summary()
     assert any("error" in f or "transport" in f or "DONE" in f for f in report.failures()), report.failures()
 

@@ -26,6 +26,7 @@ from builders import (
 from fleet.guards import (
     Violation,
     busy_gpus,
+    drain_warnings,
     drift_violations,
     engine_violations,
     gpu_violations,
@@ -415,6 +416,22 @@ def test_other_drop_ins_and_comments_are_fine():
         "/usr/lib/systemd/system/service.d/10-timeout-abort.conf": "[Service]\nTimeoutStopFailureMode=abort\n",
     }, 200))
     assert drift_violations("gpu1", SPEC, facts) == []
+
+
+@pytest.mark.parametrize("text, warned", [
+    ("[Service]\nKillMode=control-group\n", "KillMode=control-group"),
+    ("[Service]\nKillMode = process\n", "KillMode=process"),
+    ("[Service]\n# KillMode=control-group\nKillMode=mixed\nNice=-5\n", ""),
+])
+def test_a_drop_in_that_breaks_the_drain_is_warned_of_not_refused(text, warned):
+    facts = good_facts(runtime=ServiceRuntime(None, {OVERRIDE: text}, 200))
+    warnings = drain_warnings("gpu1", SPEC, facts)
+    assert drift_violations("gpu1", SPEC, facts) == []
+    if warned:
+        (w,) = warnings
+        assert OVERRIDE in w and warned in w and "cuts the requests in flight" in w
+    else:
+        assert warnings == []
 
 
 def test_a_masked_service_is_refused():
