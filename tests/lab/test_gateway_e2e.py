@@ -88,6 +88,18 @@ def test_second_run_changes_nothing(gw_lab, tmp_path):
     assert run.returncode == 0, run.out
     assert {h: main_pid(lab, h) for h in REPLICAS} | {"gw-1": main_pid(lab, "gw-1", "smg.service")} == before
     assert "Install smg" not in run.out
+    assert KEY not in run.out
+
+
+def test_a_new_key_shows_in_a_dry_run_as_a_change_never_as_a_value(gw_lab, tmp_path):
+    lab = gw_lab
+    new_key = "gw-e2e-rotated-9876543210"
+    run = deploy(lab, workdir(tmp_path), "--dry", "--diff", env={"SGLANG_FLEET_GATEWAY_KEY": new_key})
+    assert run.returncode == 0, run.out
+    assert "gw-1" in summary_row(run.out, "gw-1") and "update key" in summary_row(run.out, "gw-1"), run.out
+    assert "restart" in summary_row(run.out, "gw-1"), run.out
+    assert new_key not in run.out and KEY not in run.out
+    assert KEY in sh(lab, "gw-1", "cat /etc/smg/smg.secret")  # a dry run changes nothing
 
 
 def _verify(lab, *args: str) -> subprocess.CompletedProcess:
