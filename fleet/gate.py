@@ -41,9 +41,8 @@ class Verdict:
 WAITING = Verdict(False, False, "")
 
 
-def local_address(spec: ClassSpec) -> str:
-    """Where the gate reaches the service from the host itself (it may bind 127.0.0.1 only)."""
-    host = spec.service.host
+def local_address(host: str) -> str:
+    """Where a command on the host reaches a server bound to `host` (it may bind 127.0.0.1 only)."""
     if host == "0.0.0.0":
         return "127.0.0.1"
     if host == "::":
@@ -52,7 +51,7 @@ def local_address(spec: ClassSpec) -> str:
 
 
 def base_url(spec: ClassSpec) -> str:
-    return f"http://{local_address(spec)}:{spec.service.port}"
+    return f"http://{local_address(spec.service.host)}:{spec.service.port}"
 
 
 def url(spec: ClassSpec, path: str) -> str:

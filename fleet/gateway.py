@@ -12,12 +12,12 @@ Facts about smg 1.13.0: ../shared/reference/smg-1.13.md.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from fleet.gate import local_address
 from fleet.spec import AbsPath, ClassSpec, Source, Strict, UNIT_NAME
 
 SMG_VERSION = "1.13.0"
@@ -106,8 +106,7 @@ class Gateway(Strict):
 
     def url(self, path: str) -> str:
         """The gateway's own URL, as a command on its host reaches it."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}{path}"
+        return f"http://{local_address(self.host)}:{self.port}{path}"
 
 
 def check_routes(gateways: dict[str, Gateway], classes: dict[str, ClassSpec]) -> list[str]:
@@ -156,21 +155,9 @@ def discovery_file(replicas: list[Replica], out: set[str]) -> str:
     return json.dumps({"version": 1, "workers": workers}, indent=1) + "\n"
 
 
-def write_command(path: str, content: str) -> str:
-    """Write `path` atomically (smg re-reads it on change; a half-written file would be rejected)."""
-    tmp = f"{path}.tmp"
-    return (f"install -d -m 0755 {shlex.quote(path.rsplit('/', 1)[0])} && printf %s {shlex.quote(content)} > "
-            f"{shlex.quote(tmp)} && chmod 0644 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
-
-
 def parse_workers(text: str) -> dict[str, str]:
-    """GET /workers -> {url: status}. An entry without `status` counts as ready if is_healthy."""
-    data = json.loads(text)
-    out = {}
-    for w in data["workers"]:  # KeyError: not an answer of /workers
-        url = str(w.get("url", "")).rstrip("/")
-        out[url] = w.get("status") or (READY if w.get("is_healthy") else "not_ready")
-    return out
+    """GET /workers -> {url: status}; KeyError, ValueError: not an answer of smg 1.13.0's /workers."""
+    return {str(w["url"]).rstrip("/"): w["status"] for w in json.loads(text)["workers"]}
 
 
 def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> str | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jinja2
 
-from fleet.gateway import Gateway, launch_args, secret_args
+from fleet.gateway import KEY_VARIABLE, Gateway, launch_args, secret_args
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
@@ -178,4 +178,13 @@ def render_secret_env(spec: ClassSpec, secrets: Secrets) -> str | None:
 def render_auth_header(spec: ClassSpec, secrets: Secrets) -> str | None:
     """The header requests made on the host send (curl -H @file), or None without an API key."""
     _declared(spec, secrets)
-    return f"Authorization: Bearer {secrets.api_key}\n" if spec.service.api_key is not None else None
+    return auth_header(secrets.api_key) if spec.service.api_key is not None else None
+
+
+def auth_header(key: str) -> str:
+    return f"Authorization: Bearer {key}\n"
+
+
+def render_gateway_secret(key: str) -> str:
+    """smg's 0600 EnvironmentFile: the key its ExecStart expands."""
+    return f"{KEY_VARIABLE}={env_quote(key)}\n"

@@ -126,9 +126,14 @@ def _sha1_of(path: str) -> str:
     return f"$(sha1sum {_q(path)} 2>/dev/null | cut -d' ' -f1)"
 
 
+def write_command(path: str, text: str) -> str:
+    """Write a file atomically: a reader sees the old content or the new, never half (printf, not
+    echo: dash's echo would turn escapes into characters)."""
+    return f"printf '%s' {_q(text)} > {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
+
+
 def _write_json(path: str, data: dict) -> str:
-    """Write a JSON file atomically (printf, not echo: dash's echo would turn escapes into characters)."""
-    return f"printf '%s\\n' {_q(json.dumps(data, sort_keys=True))} > {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
+    return write_command(path, json.dumps(data, sort_keys=True) + "\n")
 
 
 def _drop_staged(spec: ClassSpec) -> str:

@@ -27,15 +27,16 @@ from pyinfra.operations import files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
 from facts.gateway import GatewayFacts
-from fleet.gateway import KEY_VARIABLE, Gateway, GatewayHost, discovery_file, write_command
+from fleet.gateway import Gateway, GatewayHost, discovery_file
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
-from fleet.render import render_gateway_unit
+from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.report import RUN
-from fleet.rollout import sha1, staged_path
+from fleet.rollout import sha1, staged_path, write_command
 from fleet.secrets import SecretError, read_key
 from tasks import rolling
 from tasks.common import fail, run
 from tasks.install import upload
+from tasks.preflight import refused
 
 CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
 HEALTH_TIMEOUT_S = 60  # smg answers /health within seconds of its start
@@ -55,9 +56,9 @@ def converge(group_dir: str = "group_data") -> None:
         facts = host.get_fact(GatewayFacts, python=gw.python, venv=gw.venv)
         wheels = cached_wheels(gw, facts)
     except (SpecError, SecretError) as e:
-        return _refuse(report, e.problems)
+        return refused(report, e.problems)
     except WheelError as e:
-        return _refuse(report, [f"{host.name}: gateway: {e}"])
+        return refused(report, [f"{host.name}: gateway: {e}"])
 
     files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
                dest=gw.wheels_dir, exclude="complete", mode="644")
@@ -66,12 +67,13 @@ def converge(group_dir: str = "group_data") -> None:
         installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
     unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(render_gateway_unit(gw, group)), dest=gw.unit_file,
                      mode="644")
+    files.directory(name="smg's configuration directory", path=os.path.dirname(gw.discovery_file), mode="755")
     key_file = header = listed = None
     if key is not None:
         key_file = secret_file(name=f"Key {gw.secret_file} (0600, not shown)", path=gw.secret_file,
-                               content=f"{KEY_VARIABLE}={key}\n")
+                               content=render_gateway_secret(key))
         header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
-                             content=f"Authorization: Bearer {key}\n")
+                             content=auth_header(key))
     content = discovery_file(rolling.replicas(host.state, gw), out=set())
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
         listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
@@ -96,14 +98,6 @@ def converged() -> None:
     python.call(name="Gateway converged (replicas roll after it)", function=lambda state, host: True)
 
 
-def _refuse(report, problems: list[str]) -> None:
-    report.verdict, report.action = "REFUSED", "none"
-    for p in problems:
-        host.log_styled(p, fg="red", log_func=logger.error)
-    python.call(name="Refuse host (preflight failed)", function=lambda state, host: fail(host, *problems,
-                                                                                      verdict="REFUSED"))
-
-
 @operation()
 def secret_file(path: str, content: str):
     """A 0600 root file whose content is never shown (no diff): written only when its sha1 differs.
@@ -112,7 +106,7 @@ def secret_file(path: str, content: str):
         host.noop(f"{path} is as declared")
         return
     staged = shlex.quote(staged_path(path))
-    yield StringCommand(f"install -d -m 0755 {shlex.quote(os.path.dirname(path))} && install -m 0600 /dev/null {staged}")
+    yield StringCommand(f"install -m 0600 /dev/null {staged}")
     yield FunctionCommand(upload, (path, content, True), {})
     yield StringCommand(f"mv -f {staged} {shlex.quote(path)}")
 

@@ -66,11 +66,11 @@ def check(group_dir: str = "group_data") -> Preflight | None:
             rollback = _rollback_target(spec, rollback_to)
             spec, group = rollback.spec, rollback.group
     except (SpecError, SecretError) as e:
-        return _refused(report, e.problems)
+        return refused(report, e.problems)
 
     facts = host.get_fact(HostSnapshot, **snapshot_args(spec))
     if facts is None:  # the one command answered nothing at all (the connection broke, say)
-        return _refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
+        return refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
                                  "preflight command (see pyinfra's error above)"])
     report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
     for warning in facts.gpus.warnings:  # harmless to the rollout, worth an operator's look
@@ -82,7 +82,7 @@ def check(group_dir: str = "group_data") -> Preflight | None:
     if not held.free_to_take:
         violations.append(f"{host.name}: deploy lock: expected no other deploy, found {held.message}")
     if violations:
-        return _refused(report, violations)
+        return refused(report, violations)
     if held.kind == "stale":
         host.log_styled(f"{held.message}; taking it over", fg="yellow")
     if spec.service.server_secrets and facts.systemd_version < JOURNAL_FILTER_SYSTEMD:
@@ -132,7 +132,8 @@ def _rollback_target(declared: ClassSpec, to: str) -> Rollback:
     return Rollback(backup.stamp, spec, group, rollback_files(spec, group, backup))
 
 
-def _refused(report, reasons: list[str]) -> None:
+def refused(report, reasons: list[str]) -> None:
+    """Refuse the host: the reasons in its row and on the terminal, and no operation but the refusal."""
     report.verdict = "REFUSED"
     report.action = "none"
     report.reasons = reasons

@@ -34,9 +34,9 @@ from fleet.gateway import (
     parse_workers,
     peer_problem,
     routed,
-    write_command,
 )
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
+from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from tasks.common import run
 
@@ -47,16 +47,12 @@ class GatewayError(Exception):
     """The gateway could not be read or written: the replica does not go out (or stays out)."""
 
 
-def _class_of(h, routes: list[str]) -> str | None:
-    return next((g for g in h.groups if g in routes), None)
-
-
 def replicas(state, gw: Gateway, group_dir: str = "group_data") -> list[Replica]:
     """Every inventory host of the classes `gw` routes (limited or not), in inventory order, at the
     address pyinfra connects to."""
     out = []
     for h in state.inventory:
-        cls = _class_of(h, gw.routes)
+        cls = next((g for g in h.groups if g in gw.routes), None)
         if cls is None:
             continue
         spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
@@ -77,9 +73,11 @@ class ClassRoll:
     stopped: str = ""  # why the class's rollout stopped; '' while it goes on
     out: set[str] = field(default_factory=set)
     canary_done: Event = field(default_factory=Event)
-    slots: BoundedSemaphore | None = None
     file_lock: Semaphore = field(default_factory=Semaphore)
     connect_lock: Semaphore = field(default_factory=Semaphore)
+
+    def __post_init__(self) -> None:
+        self.slots = BoundedSemaphore(self.gw.rolling.max_unavailable)  # turns after the canary's
 
     def replica(self, name: str) -> Replica:
         return next(r for r in self.replicas if r.host == name)
@@ -89,8 +87,8 @@ ROLLS: dict[str, ClassRoll] = {}
 
 
 def enlist(host, pf, group_dir: str = "group_data") -> None:
-    """At prepare time (deploy.py runs per host, in inventory order): a host whose service restarts
-    takes part in its class's rollout, if a gateway in the inventory routes that class."""
+    """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
+    part in its class's rollout, if a gateway in the inventory routes that class."""
     if not pf.plan.restart or pf.plan.finish_rollback:
         return
     roll = ROLLS.get(pf.group)
@@ -111,8 +109,7 @@ def _class_roll(state, gpu_class: str, group_dir: str) -> ClassRoll | None:
     for group, gw in gateways.items():
         hosts = [h for h in state.inventory if group in h.groups]
         if gpu_class in gw.routes and hosts:
-            return ClassRoll(gpu_class, gw, hosts[0], replicas(state, gw, group_dir),
-                             slots=BoundedSemaphore(gw.rolling.max_unavailable))
+            return ClassRoll(gpu_class, gw, hosts[0], replicas(state, gw, group_dir))
     return None  # no gateway in this inventory routes it: today's behaviour
 
 
@@ -251,20 +248,21 @@ def _drain(roll: ClassRoll, me: Replica, host, pf, steps) -> None:
     metrics = f"{gate.CURL} -s --max-time 5 {gate.auth_option(pf.spec)}{gate.url(pf.spec, '/metrics')}"
     while True:
         still_routed = routed(_statuses(roll), me.url)
-        _, text = run(host, metrics, timeout=30)
-        values = parse_metrics(text)
-        busy = sum(values.get(m, 0) for m in IDLE_METRICS)
+        values = parse_metrics(run(host, metrics, timeout=30)[1])
+        # no counts: not serving, or service.enable_metrics false; then only SGLang's own drain can tell
+        busy = sum(values[m] for m in IDLE_METRICS) if all(m in values for m in IDLE_METRICS) else None
+        load = "no request counts on its /metrics" if busy is None else f"{busy:g} requests running or queued"
         elapsed = time.monotonic() - started
-        if not still_routed and busy == 0:
-            steps.log(f"drained in {elapsed:.1f}s: not routed, nothing running or queued", "cyan")
+        if not still_routed and not busy:
+            steps.log(f"drained in {elapsed:.1f}s: not routed, " + ("nothing running or queued" if busy == 0 else
+                      f"{load} (SGLang's SIGTERM drain finishes whatever still runs)"), "cyan")
             return
         if elapsed >= r.drain_timeout_s:
             steps.log(f"drain timeout {r.drain_timeout_s:g}s: " + ("still routed by smg, " if still_routed else "")
-                      + f"{busy:g} requests running or queued; stopping it anyway (SGLang drains them on SIGTERM)",
-                      "yellow")
+                      + f"{load}; stopping it anyway (SGLang drains them on SIGTERM)", "yellow")
             return
         if time.monotonic() - said >= 15:
-            steps.log(f"draining: {'routed' if still_routed else 'not routed'}, {busy:g} running or queued, "
+            steps.log(f"draining: {'routed' if still_routed else 'not routed'}, {load}, "
                       f"{elapsed:.0f}s of {r.drain_timeout_s:g}s")
             said = time.monotonic()
         time.sleep(r.poll_interval_s)

@@ -183,7 +183,7 @@ def test_parse_observation_empty_values():
 )
 def test_local_address(host, address):
     spec = make_spec(host=host, port=30123)
-    assert local_address(spec) == address
+    assert local_address(host) == address
     assert base_url(spec) == f"http://{address}:30123"
 
 

@@ -18,10 +18,10 @@ from fleet.gateway import (
     parse_workers,
     peer_problem,
     routed,
-    write_command,
 )
 from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_gateways
 from fleet.render import render_gateway_unit
+from fleet.rollout import write_command
 from fleet.spec import ClassSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,13 +80,16 @@ def test_discovery_file_lists_replicas_but_those_out_with_known_keys_only():
 
 def test_write_is_atomic_rename():
     cmd = write_command("/etc/smg/w.json", '{"x": 1}\n')
-    assert "> /etc/smg/w.json.tmp" in cmd and cmd.endswith("mv -f /etc/smg/w.json.tmp /etc/smg/w.json")
+    assert cmd == "printf '%s' '{\"x\": 1}\n' > /etc/smg/w.json.tmp && mv -f /etc/smg/w.json.tmp /etc/smg/w.json"
 
 
 def test_parse_workers_statuses():
-    text = json.dumps({"workers": [{"url": "http://10.0.0.1:30000/", "status": "ready"},
-                                   {"url": "http://10.0.0.2:30000", "is_healthy": False}], "total": 2})
-    assert parse_workers(text) == {"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "not_ready"}
+    text = json.dumps({"workers": [{"url": "http://10.0.0.1:30000/", "status": "ready", "is_healthy": True},
+                                   {"url": "http://10.0.0.2:30000", "status": "pending"}], "total": 2})
+    assert parse_workers(text) == {"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "pending"}
+    for bad in ('{"nodes": []}', '{"workers": [{"url": "u"}]}', "not json"):
+        with pytest.raises((KeyError, ValueError)):
+            parse_workers(bad)
 
 
 @pytest.mark.parametrize("statuses, ok", [

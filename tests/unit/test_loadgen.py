@@ -234,8 +234,8 @@ def test_failures_are_distinct_first_ones():
     assert report.failures(limit=2) == ["a", "b"]
 
 
-def worker(url: str, status: str | None = None, **kw) -> dict:
-    return {"id": url[-5:], "url": url, **({"status": status} if status else {}), **kw}
+def worker(url: str, status: str) -> dict:
+    return {"id": url[-5:], "url": url, "status": status, "is_healthy": status == "ready"}
 
 
 W1, W2, W3 = (f"http://10.0.0.1{i}:30000" for i in (1, 2, 3))
@@ -245,9 +245,7 @@ def test_workers_sampler_counts_ready_over_time(fake):
     f = fake(key="k", workers=[
         (200, {"workers": [worker(W1, "ready"), worker(W2, "ready"), worker(W3, "pending")], "total": 3}),
         (200, {"workers": [worker(W1, "ready"), worker(W2, "draining"), worker(W3, "failed")], "total": 3}),
-        # no status: derived from is_healthy
-        (200, {"workers": [worker(W1, is_healthy=True), worker(W2, is_healthy=False), worker(W3, "ready")],
-               "total": 3}),
+        (200, {"workers": [worker(W1, "ready"), worker(W2, "not_ready"), worker(W3, "ready")], "total": 3}),
     ])
     with WorkersSampler(f.url, api_key="k", interval_s=0.01) as sampler:
         wait_for(lambda: f.worker_reads >= 4)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gevent
-import gevent.lock
 import pytest
 
 from fleet.activation import Outcome
@@ -28,8 +27,7 @@ def run_class(monkeypatch):
             arriving: list[str] = HOSTS):
         gw = Gateway(routes=["c"], rolling={"max_unavailable": max_unavailable})
         state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=n) for n in failed_before])
-        roll = rolling.ClassRoll("c", gw, None, [Replica(h, "c", "m", f"http://{h}:1") for h in HOSTS],
-                                 slots=gevent.lock.BoundedSemaphore(max_unavailable))
+        roll = rolling.ClassRoll("c", gw, None, [Replica(h, "c", "m", f"http://{h}:1") for h in HOSTS])
         roll.order = list(HOSTS)
         monkeypatch.setitem(rolling.ROLLS, "c", roll)
         events, active = [], set()
