@@ -1,21 +1,17 @@
 """Thin pyinfra facts: one command each, parsed by fleet/parse.py.
 
-Every command exits 0 and reports outcomes in `@@key=value` marker lines: pyinfra
-turns a fact's non-zero exit into "no data", which would make "nvidia-smi missing"
-look the same as "no GPUs". These helpers write those lines.
+Every command exits 0 and reports outcomes in records (fleet/wire.py: a marker line
+`@@key=value`, then the host's bytes for it as one base64 line): pyinfra turns a fact's
+non-zero exit into "no data", which would make "nvidia-smi missing" look the same as "no
+GPUs", and nothing a host holds (a config.json, a drop-in, a process's arguments) may
+travel raw, where it could forge a marker or stop the reading. Each command's own stderr
+is dropped (`quiet`): what a step has to say is in its records.
 """
 
 from __future__ import annotations
 
-import shlex
-
-from fleet.parse import MARK
-
-
-def marker(key: str, value: str) -> str:
-    """Shell that prints the marker line `@@key=value`."""
-    return f"echo {shlex.quote(f'{MARK}{key}={value}')}"
-
+from fleet import wire
+from fleet.wire import BLOCK_LIMIT, block
 
 def bounded(command: str, timeout_s: float) -> str:
     """`command` killed after timeout_s (a GPU fallen off the bus makes nvidia-smi hang for good):
@@ -23,17 +19,21 @@ def bounded(command: str, timeout_s: float) -> str:
     return f"timeout -k 5 {max(1, int(timeout_s + 0.999))} {command}" if timeout_s else command
 
 
-def captured(key: str, command: str, timeout_s: float = 0) -> str:
-    """Shell that runs `command` and prints `@@key=<exit status>`, then its output.
+def quiet(command: str) -> str:
+    """A fact's whole command, its stray stderr dropped: pyinfra reads stderr as UTF-8 too."""
+    return f"{{ {command}\n}} 2>/dev/null; true"
 
-    stderr is kept: that is where a failing command explains itself. The output
-    stays in $out for a following step.
-    """
-    return f"out=$({bounded(command, timeout_s)} 2>&1); printf '{MARK}{key}=%s\\n%s\\n' \"$?\" \"$out\""
+
+def captured(key: str, command: str, timeout_s: float = 0) -> str:
+    """A record `@@key=<exit status>` whose data is the (bounded) command's stdout and stderr."""
+    return wire.captured(key, bounded(command, timeout_s))
 
 
 def captured_apart(key: str, command: str, timeout_s: float = 0) -> str:
-    """As captured(), but stderr apart, after `@@stderr`: a program that warns on stderr (nvidia-smi:
-    "WARNING: infoROM is corrupted") keeps its stdout parseable."""
-    return (f"err=$(mktemp); out=$({bounded(command, timeout_s)} 2>\"$err\"); printf '{MARK}{key}=%s\\n%s\\n' "
-            f"\"$?\" \"$out\"; echo {MARK}stderr; cat \"$err\"; rm -f \"$err\"")
+    """As captured(), but stderr in a record of its own, `@@stderr`: a program that warns on
+    stderr (nvidia-smi: "WARNING: infoROM is corrupted") keeps its stdout parseable. The stdout
+    stays in $out for a following step."""
+    stderr = block("stderr", 'cat "$err"')
+    return (f"err=$(mktemp) || err=/dev/null; out=$({bounded(command, timeout_s)} 2>\"$err\"); "
+            f"printf '@@{key}=%s\\n' \"$?\"; printf '%s' \"$out\" | head -c {BLOCK_LIMIT + 1} | base64 -w0; echo; "
+            f"{stderr}; [ \"$err\" = /dev/null ] || rm -f \"$err\"")

@@ -7,25 +7,23 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from facts import marker
+from facts import quiet
 from fleet import lock
 from fleet.parse import DeployState, parse_deploy_state
+from fleet.wire import block, mark
 
 STAT = "stat -c '%a %U:%G'"
 
 
 class DeployedFiles(FactBase[DeployState]):
     def command(self, files: list[str], dirs: list[str], shown: list[str], lock_file: str, pending_file: str) -> str:
-        parts = [
-            f"{marker('file', f)}; {STAT} {shlex.quote(f)} 2>/dev/null && sha1sum {shlex.quote(f)} | cut -d' ' -f1"
-            for f in files
-        ]
-        parts += [f"{marker('dir', d)}; [ -d {shlex.quote(d)} ] && {STAT} {shlex.quote(d)}" for d in dirs]
-        parts += [f"{marker('content', f)}; cat {shlex.quote(f)} 2>/dev/null" for f in shown]
+        parts = [block("file", f"{STAT} {shlex.quote(f)} && sha1sum {shlex.quote(f)} | cut -d' ' -f1", f) for f in files]
+        parts += [block("dir", f"[ -d {shlex.quote(d)} ] && {STAT} {shlex.quote(d)}", d) for d in dirs]
+        parts += [block("content", f"cat {shlex.quote(f)}", f) for f in shown]
         parts.append(lock.facts_command(lock_file))
         p = shlex.quote(pending_file)
-        parts.append(f"if [ -e {p} ]; then {marker('pending', 'present')}; cat {p}; else {marker('pending', 'absent')}; fi")
-        return "; ".join(parts) + "; true"
+        parts.append(f"if [ -e {p} ]; then {block('pending', f'cat {p}', 'present')}; else {mark('pending', 'absent')}; fi")
+        return quiet("; ".join(parts))
 
     def process(self, output: list[str]) -> DeployState:
-        return parse_deploy_state("\n".join(output))
+        return parse_deploy_state(output)

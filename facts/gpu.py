@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from facts import captured_apart, marker
-from fleet.parse import GpuList, GpuProcessList, MARK, parse_gpu_inventory, parse_gpu_processes
+from facts import captured_apart, quiet
+from fleet.parse import GpuList, GpuProcessList, parse_gpu_inventory, parse_gpu_processes
+from fleet.wire import data, mark
 
 GPU_QUERY = ("--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current "
              "--format=csv,noheader,nounits")
 PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
 
 # For each pid nvidia-smi listed ($out): its cgroup file, to tell which systemd service it runs in.
-# A process may end in between: its block stays empty, and the fact must still exit 0.
+# A process may end in between: its record stays empty, and the fact must still exit 0.
 CGROUPS = (
     "printf '%s\\n' \"$out\" | while IFS=', ' read -r pid rest; do "
     "case \"$pid\" in ''|*[!0-9]*) continue;; esac; "
-    f"echo \"{MARK}cgroup=$pid\"; cat \"/proc/$pid/cgroup\" 2>/dev/null || true; done"
+    f"printf '@@cgroup=%s\\n' \"$pid\"; {data('cat /proc/$pid/cgroup')}; done"
 )
 
 
@@ -24,7 +25,7 @@ def nvidia_smi(query: str, timeout_s: float, then: str = "") -> str:
     """`nvidia-smi QUERY` (then `then`), with "not installed" told apart from "failed" (`command -v`),
     its warnings apart from its CSV, and killed after timeout_s (0: no limit)."""
     run = "; ".join(filter(None, [captured_apart("nvidia-smi", f"nvidia-smi {query}", timeout_s), then]))
-    return f"if command -v nvidia-smi >/dev/null 2>&1; then {run}; else {marker('nvidia-smi', 'missing')}; fi"
+    return quiet(f"if command -v nvidia-smi >/dev/null 2>&1; then {run}; else {mark('nvidia-smi', 'missing')}; fi")
 
 
 class GpuInventory(FactBase[GpuList]):
@@ -34,7 +35,7 @@ class GpuInventory(FactBase[GpuList]):
         return nvidia_smi(GPU_QUERY, timeout_s)
 
     def process(self, output: list[str]) -> GpuList:
-        return parse_gpu_inventory("\n".join(output))
+        return parse_gpu_inventory(output)
 
 
 class GpuProcesses(FactBase[GpuProcessList]):
@@ -44,4 +45,4 @@ class GpuProcesses(FactBase[GpuProcessList]):
         return nvidia_smi(PROCESS_QUERY, timeout_s, then=CGROUPS)
 
     def process(self, output: list[str]) -> GpuProcessList:
-        return parse_gpu_processes("\n".join(output))
+        return parse_gpu_processes(output)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from facts import quiet
 from fleet.history import History, history_command, parse_history
 
 
@@ -13,7 +14,7 @@ class DeployHistory(FactBase[History]):
         return History()
 
     def command(self, records_file: str, backups_dir: str) -> str:
-        return history_command(records_file, backups_dir)
+        return quiet(history_command(records_file, backups_dir))
 
     def process(self, output: list[str]) -> History:
-        return parse_history("\n".join(output))
+        return parse_history(output)

@@ -6,8 +6,9 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from facts import captured, marker
+from facts import BLOCK_LIMIT, captured, quiet
 from fleet.parse import ModelDir, parse_model_dirs
+from fleet.wire import mark
 
 
 class ModelDirs(FactBase[dict[str, ModelDir]]):
@@ -20,12 +21,13 @@ class ModelDirs(FactBase[dict[str, ModelDir]]):
         for path in paths:
             directory, config = shlex.quote(path), shlex.quote(path.rstrip("/") + "/config.json")
             steps.append(
-                f"{marker('path', path)}; "
-                f"if [ ! -d {directory} ]; then {marker('missing', 'directory')}; "
-                f"elif [ ! -f {config} ]; then {marker('missing', 'config.json')}; "
-                f"else {captured('config', f'cat {config}')}; fi"
+                f"{mark('path', path)}; "
+                f"if [ ! -d {directory} ]; then {mark('missing', 'directory')}; "
+                f"elif [ ! -f {config} ]; then {mark('missing', 'config.json')}; "
+                # head: a config.json of any size is read to the block's limit, never whole
+                f"else {captured('config', f'head -c {BLOCK_LIMIT + 1} -- {config}')}; fi"
             )
-        return "; ".join(steps) or "true"
+        return quiet("; ".join(steps) or "true")
 
     def process(self, output: list[str]) -> dict[str, ModelDir]:
-        return parse_model_dirs("\n".join(output))
+        return parse_model_dirs(output)

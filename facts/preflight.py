@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from facts import marker
 from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
@@ -13,7 +12,8 @@ from facts.sglang import CACHE_DIR, SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
 from fleet import lock, rollout
 from fleet.gate import base_url
-from fleet.parse import HostFacts, sections
+from fleet.parse import HostFacts
+from fleet.wire import mark, sections
 from fleet.spec import ClassSpec
 
 # HostFacts field -> the fact that fills it (its section of the output).
@@ -51,10 +51,10 @@ class HostSnapshot(FactBase[HostFacts]):
         args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [launcher, timeout_s, *engine_rest],
                 "models": models, "units": units, "deployed": deployed, "runtime": runtime}
         return "; ".join(
-            f"{marker('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
+            f"{mark('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )
 
     def process(self, output: list[str]) -> HostFacts:
         # A section the host never printed parses as "no answer", never as a pass.
-        lines = sections("\n".join(output))
+        lines = sections(output)
         return HostFacts(**{name: fact().process(lines.get(name, [])) for name, fact in SECTIONS.items()})

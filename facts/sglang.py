@@ -15,11 +15,13 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from facts import captured, marker
-from fleet.parse import MARK, Engine, parse_engine
+from facts import captured, quiet
+from fleet.parse import Engine, parse_engine
+from fleet.wire import MARK, block, mark
 
 CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
 KEEP = 10  # cache files kept (one per engine and environment seen)
+FORMAT = 2  # of a cache file (its answer's framing): another format is another file, never misread
 # Which engine is installed, without importing it: distributions and SGLang's RECORD.
 _KEY = (
     "import hashlib, importlib.metadata as m; d = m.distribution('sglang'); h = hashlib.sha1(); "
@@ -33,24 +35,28 @@ class SglangEngine(FactBase[Engine]):
         """environment: the unit's (it decides what the engine loads, e.g. LD_LIBRARY_PATH);
         cache_dir: CACHE_DIR on a host."""
         run = f"env {' '.join(shlex.quote(f'{k}={v}') for k, v in environment.items())} {shlex.quote(launcher)}"
-        tag = hashlib.sha1(json.dumps([launcher, environment], sort_keys=True).encode()).hexdigest()[:12]
+        tag = hashlib.sha1(json.dumps([FORMAT, launcher, environment], sort_keys=True).encode()).hexdigest()[:12]
         cache = shlex.quote(cache_dir)
         check = "; ".join([
             captured("version", run + " -c " + shlex.quote("import sglang; print(sglang.__version__)"), timeout_s),
             # --help is the engine's own list of algorithms and flags
             captured("help", run + " -m sglang.launch_server --help", timeout_s),
         ])
+        hit = block("engine-cache", 'cat "$f"', "hit")
         keep = f"ls -1t {cache}/*.engine 2>/dev/null | tail -n +{KEEP + 1} | xargs -r rm -f"
-        return (
+        # the key names a file: hexadecimal or nothing; a hit's cached answer is sent as one
+        # record (the file is the host's: it must not frame what follows it)
+        return quiet(
             f"if [ -x {shlex.quote(launcher)} ]; then "
-            f"key=$({run} -c {shlex.quote(_KEY)} 2>/dev/null); f={cache}/\"$key\"-{tag}.engine; "
-            f"if [ -n \"$key\" ] && [ -s \"$f\" ]; then {marker('engine-cache', 'hit')}; cat \"$f\"; "
+            f"key=$({run} -c {shlex.quote(_KEY)} 2>/dev/null); case \"$key\" in *[!0-9a-f]*) key=;; esac; "
+            f"f={cache}/\"$key\"-{tag}.engine; "
+            f"if [ -n \"$key\" ] && [ -s \"$f\" ]; then {hit}; "
             f"else res=$({check}); printf '%s\\n' \"$res\"; "
             f"if [ -n \"$key\" ] && printf '%s\\n' \"$res\" | grep -qx '{MARK}version=0' "
             f"&& printf '%s\\n' \"$res\" | grep -qx '{MARK}help=0'; then "
             f"mkdir -p -m 700 {cache} && printf '%s\\n' \"$res\" > \"$f.tmp\" && mv -f \"$f.tmp\" \"$f\"; {keep}; fi; fi; "
-            f"else {marker('launcher', 'missing')}; fi"
+            f"else {mark('launcher', 'missing')}; fi"
         )
 
     def process(self, output: list[str]) -> Engine:
-        return parse_engine("\n".join(output))
+        return parse_engine(output)

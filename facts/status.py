@@ -6,11 +6,12 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from facts import marker
+from facts import quiet
 from facts.preflight import HostSnapshot
 from fleet.gate import CURL
 from fleet.history import History, history_command, parse_history
-from fleet.parse import HostFacts, sections
+from fleet.parse import HostFacts
+from fleet.wire import block, frames, mark, sections
 
 
 class StatusSnapshot(FactBase[tuple[HostFacts, History, str]]):
@@ -18,11 +19,11 @@ class StatusSnapshot(FactBase[tuple[HostFacts, History, str]]):
         """snapshot: HostSnapshot's arguments (facts.preflight.snapshot_args)."""
         return "; ".join([
             HostSnapshot().command(**snapshot),
-            marker("section", "history"), history_command(records_file, backups_dir),
-            marker("section", "metrics"), f"{CURL} -s --max-time 5 {shlex.quote(metrics_url)}; echo",
+            mark("section", "history"), quiet(history_command(records_file, backups_dir)),
+            mark("section", "metrics"), quiet(block("metrics", f"{CURL} -s --max-time 5 {shlex.quote(metrics_url)}")),
         ])
 
     def process(self, output: list[str]) -> tuple[HostFacts, History, str]:
-        parts = sections("\n".join(output))
-        return (HostSnapshot().process(output), parse_history("\n".join(parts.get("history", []))),
-                "\n".join(parts.get("metrics", [])))
+        parts = sections(output)
+        metrics = next((f.text or "" for f in frames(parts.get("metrics", [])) if f.key == "metrics"), "")
+        return HostSnapshot().process(output), parse_history(parts.get("history", [])), metrics

@@ -6,8 +6,9 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from facts import captured, marker
+from facts import captured, quiet
 from fleet.parse import UNIT_PROPERTIES, UnitState, parse_systemd_version, parse_unit_states
+from fleet.wire import block, mark
 
 
 class UnitStates(FactBase[dict[str, UnitState]]):
@@ -18,10 +19,11 @@ class UnitStates(FactBase[dict[str, UnitState]]):
     def command(self, units: list[str]) -> str:
         # One systemctl per unit: an alias answers with its canonical Id, so the marker keeps the asked name.
         show = "systemctl show -p " + ",".join(UNIT_PROPERTIES)
-        return "; ".join(f"{marker('unit', u)}; {captured('systemctl', f'{show} {shlex.quote(u)}')}" for u in units) or "true"
+        return quiet("; ".join(f"{mark('unit', u)}; {captured('systemctl', f'{show} -- {shlex.quote(u)}')}"
+                               for u in units) or "true")
 
     def process(self, output: list[str]) -> dict[str, UnitState]:
-        return parse_unit_states("\n".join(output))
+        return parse_unit_states(output)
 
 
 class SystemdVersion(FactBase[int]):
@@ -32,7 +34,7 @@ class SystemdVersion(FactBase[int]):
         return 0
 
     def command(self) -> str:
-        return "systemctl --version 2>/dev/null; true"
+        return quiet(block("systemd", "systemctl --version"))
 
     def process(self, output: list[str]) -> int:
-        return parse_systemd_version("\n".join(output))
+        return parse_systemd_version(output)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from fleet.spec import ClassSpec
+from fleet.wire import ascii_int, block, captured, excerpt, finite, frames, load_json
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ OBSERVATION_MARK = "@@observation"
 def _observe(spec: ClassSpec) -> str:
     unit = shlex.quote(spec.service_unit)
     return (
-        f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result {unit}; "
+        f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- {unit}; "
         f"echo health=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 2 {url(spec, '/health')})"
     )
 
@@ -99,15 +101,14 @@ def observation_text(stdout: str) -> str:
 
 
 def parse_observation(stdout: str) -> Observation:
-    kv = dict(line.split("=", 1) for line in observation_text(stdout).splitlines() if "=" in line)
-    health = kv.get("health", "").strip()
+    kv = dict(line.split("=", 1) for line in observation_text(stdout).split("\n") if "=" in line)
     return Observation(
-        active_state=kv.get("ActiveState", "unknown"),
-        sub_state=kv.get("SubState", "unknown"),
-        main_pid=int(kv.get("MainPID") or 0),
-        n_restarts=int(kv.get("NRestarts") or 0),
-        result=kv.get("Result", ""),
-        health=int(health) if health.isdigit() else 0,
+        active_state=kv.get("ActiveState", "unknown")[:64],
+        sub_state=kv.get("SubState", "unknown")[:64],
+        main_pid=ascii_int(kv.get("MainPID"), 0, 1 << 32) or 0,
+        n_restarts=ascii_int(kv.get("NRestarts"), 0, 1 << 32) or 0,
+        result=kv.get("Result", "")[:64],
+        health=ascii_int(kv.get("health"), 0, 999) or 0,
     )
 
 
@@ -149,9 +150,6 @@ class SmokeResult:
         return f"{self.latency_s * 1000:.0f} ms, {self.tokens_per_s:.1f} tok/s{accept}{kind}"
 
 
-SERVER_INFO_MARK = "---server_info---"
-
-
 # /server_info answers with the server's keys in clear: they are blanked on the host, before the
 # answer crosses to the controller (where --debug would print it).
 REDACT_KEYS = "sed -E 's/(\"[a-z_]*(api_key|password|token)\") *: *\"[^\"]*\"/\\1:\"***\"/g'"
@@ -164,7 +162,8 @@ def auth_option(spec: ClassSpec) -> str:
 
 
 def smoke_command(spec: ClassSpec) -> str:
-    """Chat completion then /server_info (SGLang wants the key on both), run on the host."""
+    """Chat completion then /server_info (SGLang wants the key on both), run on the host; each
+    answer its own record (a reply may hold any text: it must not frame the other)."""
     body = json.dumps(
         {
             "model": spec.service.served_model_name,
@@ -174,38 +173,45 @@ def smoke_command(spec: ClassSpec) -> str:
         }
     )
     auth_header = auth_option(spec)
-    return (
-        f"{CURL} -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
-        f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} {url(spec, '/v1/chat/completions')}; "
-        f"echo {SERVER_INFO_MARK}; {CURL} -sS --max-time 10 {auth_header}{url(spec, '/server_info')} | {REDACT_KEYS}"
-    )
+    chat = (f"{CURL} -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
+            f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} "
+            f"{url(spec, '/v1/chat/completions')}")
+    info = f"{CURL} -sS --max-time 10 {auth_header}{url(spec, '/server_info')} | {REDACT_KEYS}"
+    return f"{captured('chat', chat)}; {block('server-info', info)}"
 
 
-def parse_smoke(stdout: str) -> SmokeResult:
-    chat, _, info = stdout.partition(SERVER_INFO_MARK)
-    lines = chat.strip().splitlines()
-    status = dict(kv.split("=", 1) for kv in (lines[-1].split() if lines else []) if "=" in kv)
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31 else 0
+
+
+def parse_smoke(answer: str) -> SmokeResult:
+    """The `@@chat` record (curl's reply, then its `http=CODE time=SECONDS` line) and `@@server-info`."""
+    parts = {f.key: f.text for f in frames(answer)}
+    lines = (parts.get("chat") or "").strip().split("\n")
+    status = dict(kv.split("=", 1) for kv in lines[-1].split() if "=" in kv)
     body = "\n".join(lines[:-1])
-    if status.get("http") != "200":
-        return SmokeResult(False, f"chat completion answered HTTP {status.get('http', 'nothing')}: {body[:200]}")
+    http = status.get("http", "")
+    if http != "200":
+        shown = http if ascii_int(http, 0, 999) is not None else "nothing"
+        return SmokeResult(False, f"chat completion answered HTTP {shown}: {excerpt(body, 200)}")
     try:
-        reply = json.loads(body)
+        reply = load_json(body, "chat completion")
         message = reply["choices"][0]["message"]
         text, reasoning = (message["content"] or "").strip(), (message.get("reasoning_content") or "").strip()
-        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+        tokens = _count((reply.get("usage") or {}).get("completion_tokens"))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return SmokeResult(False, f"chat completion is not OpenAI-shaped JSON: {body[:200]}")
+        return SmokeResult(False, f"chat completion is not OpenAI-shaped JSON: {excerpt(body, 200)}")
     # a reasoning model (--reasoning-parser) may spend a short reply thinking: content null,
     # the text in reasoning_content. Tokens made and no error is a working server.
     if not (text or reasoning) or tokens <= 0:
         return SmokeResult(False, f"chat completion returned no text ({tokens} completion tokens)")
-    latency = float(status.get("time", "0") or 0)
+    latency = finite(status.get("time")) or 0.0
     accept = None
     try:
-        states = json.loads(info).get("internal_states") or []
+        states = load_json(parts.get("server-info"), "/server_info").get("internal_states") or []
         values = [s["avg_spec_accept_length"] for s in states if s.get("avg_spec_accept_length") is not None]
-        accept = float(values[0]) if values else None
-    except (ValueError, AttributeError, TypeError):
+        accept = finite(values[0]) if values else None
+    except (ValueError, AttributeError, TypeError, KeyError):
         pass
     return SmokeResult(
         True,
@@ -214,6 +220,6 @@ def parse_smoke(stdout: str) -> SmokeResult:
         completion_tokens=tokens,
         tokens_per_s=tokens / latency if latency > 0 else 0.0,
         accept_length=accept,
-        text=text or reasoning,
+        text=(text or reasoning)[:1000],
         reasoning_only=not text,
     )

@@ -12,6 +12,7 @@ Facts about smg 1.13.0: ../shared/reference/smg-1.13.md.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +20,7 @@ from pydantic import Field, field_validator
 
 from fleet.gate import local_address
 from fleet.spec import AbsPath, ClassSpec, Source, Strict, UNIT_NAME
+from fleet.wire import Unreadable, excerpt, frames, load_json
 
 SMG_VERSION = "1.13.0"
 # smg's worker states (GET /workers); only `ready` ones get traffic
@@ -155,9 +157,15 @@ def discovery_file(replicas: list[Replica], out: set[str]) -> str:
     return json.dumps({"version": 1, "workers": workers}, indent=1) + "\n"
 
 
-def parse_workers(text: str) -> dict[str, str]:
-    """GET /workers -> {url: status}; KeyError, ValueError: not an answer of smg 1.13.0's /workers."""
-    return {str(w["url"]).rstrip("/"): w["status"] for w in json.loads(text)["workers"]}
+def parse_workers(text: str | None) -> dict[str, str]:
+    """GET /workers -> {url: status}; Unreadable: not an answer of smg 1.13.0's /workers."""
+    answer = load_json(text, "/workers")
+    workers = answer.get("workers") if isinstance(answer, dict) else None
+    if not isinstance(workers, list) or not all(
+            isinstance(w, dict) and isinstance(w.get("url"), str) and isinstance(w.get("status"), str)
+            and len(w["url"]) <= 2048 and len(w["status"]) <= 64 for w in workers):
+        raise Unreadable(f"/workers: expected {{\"workers\": [{{\"url\", \"status\"}}, ...]}}, found {excerpt(text or '')}")
+    return {w["url"].rstrip("/"): w["status"] for w in workers}
 
 
 def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> str | None:
@@ -210,13 +218,28 @@ class GatewayHost:
     python: str  # "3.11", '' if none
     machine: str  # uname -m
     smg: str  # installed smg version in the venv, '' if none
+    problem: str = ""  # what the host answered that is not a Python version or a machine name
 
     @property
     def python_tag(self) -> str:
         return "cp" + self.python.replace(".", "")
 
 
-def parse_gateway_host(text: str) -> GatewayHost:
-    """`python=3.11`, `machine=x86_64`, `smg=1.13.0` lines (facts/gateway.py)."""
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return GatewayHost(values.get("python", "").strip(), values.get("machine", "").strip(), values.get("smg", "").strip())
+# They name the controller's wheel cache directory: nothing else may pass (no `/`, no `..`).
+HOST_FIELDS = (
+    ("python", re.compile(r"3\.[0-9]{1,2}", re.ASCII), "a Python version such as 3.11"),
+    ("machine", re.compile(r"[a-z0-9_]{1,16}", re.ASCII), "a machine name such as x86_64"),
+    ("smg", re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}", re.ASCII), "a version such as 1.13.0"),
+)
+
+
+def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
+    """The `@@python`, `@@machine` and `@@smg` records (facts/gateway.py)."""
+    said = {f.key: (f.text or "").strip() for f in frames(answer)}
+    values, problems = {}, []
+    for key, pattern, what in HOST_FIELDS:
+        text = said.get(key, "")
+        values[key] = text if pattern.fullmatch(text) else ""
+        if text and not values[key]:
+            problems.append(f"{key} {excerpt(text)} is not {what}")
+    return GatewayHost(**values, problem="; ".join(problems))

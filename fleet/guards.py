@@ -240,9 +240,11 @@ def drift_violations(host: str, spec: ClassSpec, facts: HostFacts) -> list[Viola
     if unit is not None and unit.unit_file_state.startswith("masked"):
         found.append(Violation(host, "systemd unit", f"{spec.service_unit} not masked",
                                f"masked (someone wants it off: `systemctl unmask {spec.service_unit}` to deploy)"))
+    for problem in facts.deployed.unreadable:
+        found.append(Violation(host, "managed files", "each managed file's mode, owner and sha1", problem))
     if facts.deployed.pending is not None:
         try:
-            read_pending(facts.deployed.pending)
+            read_pending(facts.deployed.pending, spec)
         except ValueError as e:
             found.append(Violation(host, "pending rollout", f"a readable record at {pending_file(spec)}",
                                    f"{e}: inspect it, then remove it"))

@@ -10,18 +10,21 @@ spec.json among them: the spec those files came from, so a rollback knows what i
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+from pydantic.dataclasses import dataclass as checked_dataclass
 
-from fleet.parse import MARK, FileState, blocks, file_state
+from fleet.parse import FileState, file_state
 from fleet.render import server_argv
 from fleet.rollout import ManagedFile, backups_dir, desired_files, spec_record
 from fleet.secrets import unread
 from fleet.spec import ClassSpec
+from fleet.wire import Unreadable, block, frames, load_json
 
 RECORD_VERSION = 2
 PREVIOUS = "previous"  # make rollback's default: the newest backup, the files before the last change
@@ -54,30 +57,39 @@ def describe_serving(cmdline: tuple[str, ...] | list[str] | None) -> tuple[str, 
     return model, algorithm + (f" ({', '.join(knobs)})" if knobs else "")
 
 
-@dataclass(frozen=True)
+RECORDS_SHOWN = 200  # the newest records history and status read (deploys.jsonl only grows)
+STAMP = re.compile(r"[0-9]{8}T[0-9]{6}Z", re.ASCII)  # a backup set's name: when its rollout began (UTC)
+BACKUP_NAME, BACKUP_SPEC = 'basename "$b"', 'cat "$b"spec.json'  # history_command, per backup set
+Word = Annotated[str, StringConstraints(max_length=256)]
+Text = Annotated[str, StringConstraints(max_length=4096)]
+
+
+# Typed and bounded as the host's file says it: a record of other types is unreadable, not a crash later.
+@checked_dataclass(frozen=True, config=ConfigDict(strict=True))
 class Record:
     """One rollout as its host recorded it. Records written before version 2 lack the
     engine, spec hash, repo commit and kind: those read as empty."""
 
-    time: int
-    by: str
-    result: str  # ok, rolled-back, failed
-    kind: str = "deploy"  # or rollback
-    to: str = ""  # the backup a rollback put back
-    group: str = ""
-    stamp: str = ""
-    algorithm: str = ""
-    served_model: str = ""
-    action: str = ""
-    sglang: str = ""
-    spec_sha256: str = ""
-    commit: str = ""
+    time: Annotated[int, Field(ge=0, lt=1 << 40)]
+    by: Word
+    result: Word  # ok, rolled-back, failed
+    kind: Word = "deploy"  # or rollback
+    to: Word = ""  # the backup a rollback put back
+    group: Word = ""
+    stamp: Word = ""
+    algorithm: Word = ""
+    served_model: Word = ""
+    action: Text = ""
+    sglang: Word = ""
+    spec_sha256: Word = ""
+    commit: Word = ""
     dirty: bool | None = None
-    reason: str = ""
-    left: str = ""
+    reason: Text = ""
+    left: Text = ""
 
     @classmethod
     def from_json(cls, data: dict) -> Record:
+        """ValueError (pydantic's ValidationError is one) when a field has another type or size."""
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**{"time": 0, "by": "", "result": "", **known})
 
@@ -98,8 +110,8 @@ class Backup:
         if not self.spec_text:
             return None, "", "it holds no spec.json (nothing to tell what it serves)"
         try:
-            data = json.loads(self.spec_text)
-            return ClassSpec.model_validate(data["spec"]), str(data["group"]), ""
+            data = load_json(self.spec_text, "spec.json")
+            return ClassSpec.model_validate(data["spec"]), str(data["group"])[:256], ""
         except (ValueError, KeyError, TypeError, ValidationError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             return None, "", f"its spec.json cannot be read as a spec ({first})"
@@ -126,40 +138,47 @@ class History:
         return [b.stamp for b in self.backups]
 
 
-def parse_history(text: str) -> History:
-    """`@@records` (deploys.jsonl's lines), then per backup `@@backup=STAMP`, its files
-    (`@@bfile=NAME`: stat, sha1) and `@@bspec` (its spec.json)."""
+def parse_history(answer: str | list[str]) -> History:
+    """`@@records` (the newest lines of deploys.jsonl), then per backup `@@backup` (its name), its
+    files (`@@bfile`: name, stat, sha1) and `@@bspec` (its spec.json). A record that cannot be read
+    is counted, not kept; a directory not named like a backup is not one."""
     records, unreadable = [], 0
     backups: dict[str, dict] = {}
     current = None
-    for key, value, lines in blocks(text):
-        if key == "records":
-            for line in filter(str.strip, lines):
+    for f in frames(answer):
+        if f.key == "records":
+            for line in filter(str.strip, (f.text or "").split("\n")):
                 try:
-                    records.append(Record.from_json(json.loads(line)))
-                except (ValueError, TypeError):
+                    data = load_json(line, "record")
+                    records.append(Record.from_json(data if isinstance(data, dict) else {"time": None}))
+                except (Unreadable, ValueError, TypeError):
                     unreadable += 1
-        elif key == "backup":
-            current = backups.setdefault(value, {"files": {}, "spec": ""})
-        elif key == "bfile" and current is not None:
-            state = file_state(lines)
+        elif f.key == "backup":
+            name = (f.text or "").strip()
+            current = backups.setdefault(name, {"files": {}, "spec": ""}) if STAMP.fullmatch(name) else None
+        elif f.key == "bfile" and current is not None and f.text:
+            name, _, stat = f.text.partition("\n")
+            try:
+                state = file_state(stat)
+            except Unreadable:
+                continue
             if state is not None:
-                current["files"][value] = state
-        elif key == "bspec" and current is not None:
-            current["spec"] = "\n".join(lines).strip()
+                current["files"][name] = state
+        elif f.key == "bspec" and current is not None:
+            current["spec"] = (f.text or "").strip()
     return History(records, [Backup(s, b["files"], b["spec"]) for s, b in sorted(backups.items())], unreadable)
 
 
 def history_command(records: str, backups: str) -> str:
-    """The shell that prints what parse_history reads: the records file, each backup set's files
+    """The shell that prints what parse_history reads: the newest records, each backup set's files
     (stat, sha1: never their content) and its spec.json."""
     d = shlex.quote(backups)
+    each_file = block("bfile", 'basename "$f"; stat -c \'%a %U:%G\' "$f"; sha1sum "$f" | cut -d\' \' -f1')
     return (
-        f"echo {MARK}records; cat {shlex.quote(records)} 2>/dev/null; "
-        f"for b in {d}/*/; do [ -d \"$b\" ] || continue; echo \"{MARK}backup=$(basename \"$b\")\"; "
-        f"for f in \"$b\"*; do [ -f \"$f\" ] || continue; echo \"{MARK}bfile=$(basename \"$f\")\"; "
-        f"stat -c '%a %U:%G' \"$f\"; sha1sum \"$f\" | cut -d' ' -f1; done; "
-        f"echo {MARK}bspec; cat \"$b\"spec.json 2>/dev/null; done; true"
+        f"{block('records', f'tail -n {RECORDS_SHOWN} {shlex.quote(records)}')}; "
+        f"for b in {d}/*/; do [ -d \"$b\" ] || continue; {block('backup', BACKUP_NAME)}; "
+        f"for f in \"$b\"*; do [ -f \"$f\" ] || continue; {each_file}; done; "
+        f"{block('bspec', BACKUP_SPEC)}; done; true"
     )
 
 

@@ -20,8 +20,12 @@ import shlex
 import socket
 import time
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleet.spec import ClassSpec
+from fleet.wire import Unreadable, block, excerpt, load_json, mark, printable
 
 LOCK_ROOT = "/run/sglang-fleet"
 REFUSED_EXIT = 75  # the lock is not what preflight saw: another deploy got there first
@@ -70,11 +74,21 @@ class LockState:
         return self.kind in ("free", "stale")
 
 
-def _read(text: str) -> dict | None:
+class _Owner(BaseModel):
+    # A lock's owner as take_command writes it; any other shape is a lock without a readable owner.
+    model_config = ConfigDict(strict=True)
+
+    holder: Annotated[str, StringConstraints(max_length=256)]
+    pid: Annotated[int, Field(ge=0, lt=1 << 32)] = 0
+    since: Annotated[float, Field(ge=0, lt=1 << 40)]
+    session: Annotated[int, Field(ge=1, lt=1 << 32)] | None = None
+    session_start: Annotated[int, Field(ge=0, lt=1 << 63)] | None = None
+
+
+def _read(text: str) -> _Owner | None:
     try:
-        o = json.loads(text)
-        return {**o, "holder": str(o["holder"]), "since": float(o["since"])}
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return _Owner.model_validate(load_json(text, "lock"))
+    except (Unreadable, ValidationError):
         return None
 
 
@@ -82,8 +96,8 @@ def describe(text: str) -> str:
     """'held by WHO since WHEN' for a lock's text."""
     o = _read(text)
     if o is None:
-        return f"a lock without a readable owner ({text.strip()[:80]!r})"
-    return f"held by {o['holder']} since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(o['since']))}"
+        return f"a lock without a readable owner ({excerpt(text, 80)})"
+    return f"held by {printable(o.holder)} since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(o.since))}"
 
 
 def judge(facts: LockFacts, path: str, now: float, stale_after_s: float) -> LockState:
@@ -93,15 +107,15 @@ def judge(facts: LockFacts, path: str, now: float, stale_after_s: float) -> Lock
     if o is None:
         return LockState(
             "ownerless",
-            f"a deploy lock without a readable owner at {path} ({facts.text.strip()[:80]!r}); "
+            f"a deploy lock without a readable owner at {path} ({excerpt(facts.text, 80)}); "
             f"if no deploy is running on this host, clear it with: rm -rf {path}",
         )
-    session, session_start, held = o.get("session"), o.get("session_start"), describe(facts.text)
+    session, session_start, held = o.session, o.session_start, describe(facts.text)
     if session is not None:
         if facts.session_start_now and facts.session_start_now == str(session_start):
             return LockState("held", f"another deploy is running: lock {held} (its SSH session, sshd pid {session}, is alive)")
         return LockState("stale", f"stale deploy lock {held}: its SSH session (sshd pid {session}) is gone")
-    if now - o["since"] > stale_after_s:
+    if now - o.since > stale_after_s:
         return LockState("stale", f"stale deploy lock {held}: older than {stale_after_s:g}s")
     return LockState("held", f"another deploy is running: lock {held}")
 
@@ -115,14 +129,14 @@ def stale_after(spec: ClassSpec) -> float:
 
 def take_command(spec: ClassSpec, who: dict, expected: LockFacts) -> str:
     """Take the lock if it is still what preflight saw (absent, or that exact stale text).
-    Prints TAKEN_MARK, or REFUSED_MARK and the lock's text, exit REFUSED_EXIT."""
+    Prints TAKEN_MARK, or REFUSED_MARK and the lock's text as its record, exit REFUSED_EXIT."""
     path = shlex.quote(lock_file(spec))
     seen = ("present:" + expected.text.strip()) if expected.present else "absent"
     fields = ", ".join(f'"{k}": %s' for k in ("holder", "pid", "since", "session", "session_start"))
     return (
         f"mkdir -p {LOCK_ROOT} && ( flock -w 30 9 || exit {REFUSED_EXIT}; "
         f"if [ -e {path} ]; then now=\"present:$(cat {path} 2>/dev/null)\"; else now=absent; fi; "
-        f"if [ \"$now\" != {shlex.quote(seen)} ]; then echo {REFUSED_MARK}; cat {path} 2>/dev/null; exit {REFUSED_EXIT}; fi; "
+        f"if [ \"$now\" != {shlex.quote(seen)} ]; then {block('lock', f'cat {path}', 'refused')}; exit {REFUSED_EXIT}; fi; "
         f"{_SESSION}; "
         f"printf '{{{fields}}}\\n' {shlex.quote(json.dumps(who['holder']))} {int(who['pid'])} {int(who['since'])} "
         f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} "
@@ -135,12 +149,10 @@ def release_command(spec: ClassSpec) -> str:
 
 
 def facts_command(lock_path: str) -> str:
-    """For the preflight snapshot: `@@lock=present|absent`, the text, then `@@lock-session=` and
-    the start time of whatever process has the recorded session pid now."""
+    """For the preflight snapshot: `@@lock=present` (its text) or `@@lock=absent`, then
+    `@@lock-session`: the start time of whatever process has the recorded session pid now."""
     path = shlex.quote(lock_path)
-    return (
-        f"if [ -e {path} ]; then echo '@@lock=present'; cat {path} 2>/dev/null; "
-        f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} 2>/dev/null); "
-        f"printf '@@lock-session=%s\\n' \"$( [ -n \"$sp\" ] && sed 's/.*) //' /proc/$sp/stat 2>/dev/null | cut -d' ' -f20)\"; "
-        f"else echo '@@lock=absent'; fi"
-    )
+    start = (f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} | head -n 1); "
+             "[ -n \"$sp\" ] && sed 's/.*) //' /proc/$sp/stat | cut -d' ' -f20")
+    return (f"if [ -e {path} ]; then {block('lock', f'cat {path}', 'present')}; {block('lock-session', start)}; "
+            f"else {mark('lock', 'absent')}; fi")

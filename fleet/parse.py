@@ -1,22 +1,23 @@
-"""Parsers of what the preflight commands (facts/) print on a host: text in, plain data out.
+"""Parsers of what the preflight commands (facts/) print on a host: framed text in, typed data out.
 
-The commands always exit 0 and report what happened in marker lines `@@key=value`,
-each followed by the output it introduces: pyinfra reads a fact's non-zero exit as
-"no data", and "not installed", "failed" and "nothing there" must stay different
-answers. Unreadable output becomes a failed answer carrying the text, never an
+The commands always exit 0 and report what happened in records (fleet/wire.py: a marker line
+`@@key=value`, then the host's bytes for it in base64): pyinfra reads a fact's non-zero exit
+as "no data", and "not installed", "failed" and "nothing there" must stay different answers.
+Everything here is a reader of untrusted input: numbers are ASCII and bounded, text is
+printable and bounded, and what cannot be read becomes a failed answer saying why, never an
 exception and never an empty list that would pass.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fleet.lock import LockFacts
+from fleet.wire import Frame, Unreadable, ascii_int, clipped, excerpt, frames, load_json
 
-MARK = "@@"
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
 
 NvidiaSmiStatus = Literal["ok", "nvidia-smi missing", "nvidia-smi failed", "nvidia-smi hung"]
@@ -142,6 +143,7 @@ class DeployState:
     contents: dict[str, str]
     lock: LockFacts
     pending: str | None
+    unreadable: tuple[str, ...] = ()  # what the host answered that cannot be read (a refusal)
 
     def sha1(self, path: str) -> str | None:
         state = self.files.get(path)
@@ -172,132 +174,122 @@ class HostFacts:
     systemd_version: int  # 0: unknown
 
 
-def _split(text: str, prefix: str) -> list[tuple[str, list[str]]]:
-    """(what follows `prefix` on a marker line, the lines up to the next marker)."""
-    parts: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            parts.append((line[len(prefix) :], []))
-        elif parts:  # lines before the first marker are shell noise
-            parts[-1][1].append(line)
-    return parts
+_MODE = re.compile(r"[0-7]{3,4}")
+_OWNER = re.compile(r"[^\s:]{1,64}:[^\s:]{1,64}")
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+FIELD_LIMIT = 256  # characters of one value nvidia-smi or systemctl reports (a GPU name, a state)
 
 
-def blocks(text: str) -> list[tuple[str, str, list[str]]]:
-    """(key, value, lines) per `@@key=value` marker."""
-    blocks = []
-    for head, lines in _split(text, MARK):
-        key, _, value = head.partition("=")
-        blocks.append((key, value, lines))
-    return blocks
-
-
-def file_state(lines: list[str]) -> FileState | None:
-    """`MODE USER:GROUP` then, for a file, its sha1; nothing: absent."""
-    words = [line.strip() for line in lines if line.strip()]
-    if not words or len(words[0].split()) != 2:
+def file_state(text: str | None) -> FileState | None:
+    """`MODE USER:GROUP` then, for a file, its sha1; nothing: absent. Unreadable if it is anything else."""
+    words = (text or "").split()
+    if not words:
         return None
-    mode, owner = words[0].split()
-    return FileState(mode, owner, words[1] if len(words) > 1 else "")
+    if (len(words) not in (2, 3) or not _MODE.fullmatch(words[0]) or not _OWNER.fullmatch(words[1])
+            or (len(words) == 3 and not _SHA1.fullmatch(words[2]))):
+        raise Unreadable(f"stat and sha1sum answered {excerpt(text or '')}")
+    return FileState(words[0], words[1], words[2] if len(words) == 3 else "")
 
 
-def parse_deploy_state(text: str) -> DeployState:
-    """`@@file=P`, `@@dir=P` (stat, sha1), `@@content=P` (text), `@@lock=present|absent` (text)
-    with `@@lock-session=START`, `@@pending=present|absent` (text)."""
+def parse_deploy_state(answer: str | list[str]) -> DeployState:
+    """Records `@@file=P`, `@@dir=P` (stat, sha1), `@@content=P` (text), `@@lock=present|absent`
+    (its text) with `@@lock-session` (a start time), `@@pending=present|absent` (its text)."""
     files: dict[str, FileState | None] = {}
     dirs: dict[str, FileState | None] = {}
     contents: dict[str, str] = {}
+    unreadable: list[str] = []
     lock_present, lock_text, session_start, pending = False, "", "", None
-    for key, value, lines in blocks(text):
-        if key == "file":
-            files[value] = file_state(lines)
-        elif key == "dir":
-            dirs[value] = file_state(lines)
-        elif key == "content":
-            contents[value] = "".join(line + "\n" for line in lines)
-        elif key == "lock":
-            lock_present, lock_text = value == "present", "\n".join(lines).strip()
-        elif key == "lock-session":
-            session_start = value.strip()
-        elif key == "pending" and value == "present":
-            pending = "\n".join(lines).strip()
-    return DeployState(files, dirs, contents, LockFacts(lock_present, lock_text, session_start), pending)
+    for f in frames(answer):
+        if f.key in ("file", "dir"):
+            try:
+                (files if f.key == "file" else dirs)[f.value] = file_state(f.text)
+            except Unreadable as e:
+                unreadable.append(f"{f.value}: {e}")
+        elif f.key == "content":
+            contents[f.value] = f.text or ""
+        elif f.key == "lock":
+            lock_present, lock_text = f.value == "present", (f.text or "").strip()
+        elif f.key == "lock-session":
+            start = ascii_int(f.text)
+            session_start = str(start) if start is not None else ""
+        elif f.key == "pending" and f.value == "present":
+            pending = (f.text or "").strip()
+    return DeployState(files, dirs, contents, LockFacts(lock_present, lock_text, session_start), pending,
+                       tuple(unreadable))
 
 
-def parse_service_runtime(text: str) -> ServiceRuntime:
-    """`@@cmdline=PID` (argv, a line each), `@@dropin=PATH` (its text), `@@health=CODE`."""
+def parse_service_runtime(answer: str | list[str]) -> ServiceRuntime:
+    """`@@cmdline=PID` (its argv, a line each), `@@dropin` (its path, then its text), `@@health` (a code)."""
     cmdline, dropins, health = None, {}, 0
-    for key, value, lines in blocks(text):
-        if key == "cmdline" and value.strip() not in ("", "0") and lines:
-            cmdline = tuple(lines)
-        elif key == "dropin":
-            dropins[value] = "\n".join(lines)
-        elif key == "health":
-            health = _int(value) or 0
+    for f in frames(answer):
+        if f.key == "cmdline" and f.text:
+            cmdline = tuple(f.text.removesuffix("\n").split("\n"))
+        elif f.key == "dropin" and f.text:
+            path, _, text = f.text.partition("\n")
+            dropins[path] = text
+        elif f.key == "health":
+            health = ascii_int(f.text, 0, 999) or 0
     return ServiceRuntime(cmdline, dropins, health)
 
 
-def sections(text: str) -> dict[str, list[str]]:
-    """The combined fact's output lines, by section name (`@@section=NAME`)."""
-    return dict(_split(text, MARK + "section="))
+def _words(text: str | None) -> str:
+    return clipped(" ".join((text or "").split()), 300)
 
 
-def _words(lines: list[str]) -> str:
-    return " ".join(line.strip() for line in lines if line.strip())
+def _last_line(text: str | None) -> str:
+    return next((line.strip() for line in reversed((text or "").split("\n")) if line.strip()), "")
 
 
-def _last_line(lines: list[str]) -> str:
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
-
-
-def _int(field: str) -> int | None:
-    field = field.strip()
-    return int(field) if field.isdigit() else None
-
-
-def _nvidia_smi_rows(
-    text: str,
-) -> tuple[NvidiaSmiStatus, str, list[str], tuple[str, ...], list[tuple[str, str, list[str]]]]:
-    """(status, message, the CSV rows, its stderr lines, the remaining blocks) of an nvidia-smi query."""
-    found = blocks(text)
-    if not found or found[0][0] != "nvidia-smi":
+def _nvidia_smi_rows(answer: str | list[str]) -> tuple[NvidiaSmiStatus, str, list[str], tuple[str, ...], list[Frame]]:
+    """(status, message, the CSV rows, its stderr lines, the remaining records) of an nvidia-smi query."""
+    found = frames(answer)
+    if not found or found[0].key != "nvidia-smi":
         return "nvidia-smi failed", NO_ANSWER, [], (), []
-    _, rc, lines = found[0]
-    rest = found[1:]
+    first, rest = found[0], found[1:]
     stderr: tuple[str, ...] = ()
-    if rest and rest[0][0] == "stderr":
-        stderr, rest = tuple(line.strip() for line in rest[0][2] if line.strip()), rest[1:]
+    if rest and rest[0].key == "stderr":
+        stderr, rest = tuple(line.strip() for line in (rest[0].text or "").split("\n") if line.strip()), rest[1:]
+    rc = first.value
     if rc == "missing":
         return "nvidia-smi missing", "command not found", [], (), []
     if rc == TIMED_OUT:
         return "nvidia-smi hung", "no answer: killed by the command timeout", [], stderr, []
     if rc != "0":  # NVIDIA prints its failures on stdout; stderr may add to them
-        return "nvidia-smi failed", f"exit {rc}: {_words([*lines, *stderr]) or '(no message)'}", [], stderr, []
-    return "ok", "", [line for line in lines if line.strip()], stderr, rest
+        said = _words("\n".join([first.text or "", *stderr]))
+        return "nvidia-smi failed", f"exit {_words(rc)}: {said or '(no message)'}", [], stderr, []
+    if first.text is None:
+        return "nvidia-smi failed", "its answer could not be read (not sent whole)", [], stderr, []
+    return "ok", "", [line for line in first.text.split("\n") if line.strip()], stderr, rest
+
+
+def _field(text: str) -> str | None:
+    text = text.strip()
+    return text if len(text) <= FIELD_LIMIT else None
 
 
 def _gpu(line: str) -> Gpu | None:
     try:
         index, rest = line.split(",", 1)
-        name, uuid, memory, driver, bus_id, mig = (f.strip() for f in rest.rsplit(",", 5))
+        fields = [_field(f) for f in rest.rsplit(",", 5)]
     except ValueError:
         return None
-    if _int(index) is None:
+    if len(fields) != 6 or None in fields or ascii_int(index, 0, 1023) is None:
         return None
-    return Gpu(int(index), name, uuid, _int(memory), driver, bus_id, mig)
+    name, uuid, memory, driver, bus_id, mig = fields
+    return Gpu(int(index), name, uuid, ascii_int(memory, 0, 1 << 40), driver, bus_id, mig)
 
 
-def parse_gpu_inventory(text: str) -> GpuList:
+def parse_gpu_inventory(answer: str | list[str]) -> GpuList:
     """`nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current`
     (csv, noheader, nounits), its stderr apart."""
-    status, message, rows, warnings, _ = _nvidia_smi_rows(text)
+    status, message, rows, warnings, _ = _nvidia_smi_rows(answer)
     if status != "ok":
         return GpuList(status, message=message, warnings=warnings)
     gpus = []
     for line in rows:
         gpu = _gpu(line)
         if gpu is None:  # a header, a warning on stdout: never guess past it
-            return GpuList("nvidia-smi failed", message=f"unexpected line {line.strip()!r}", warnings=warnings)
+            return GpuList("nvidia-smi failed", message=f"unexpected line {excerpt(line)}", warnings=warnings)
         gpus.append(gpu)
     return GpuList("ok", tuple(gpus), warnings=warnings)
 
@@ -307,31 +299,35 @@ def unit_of_cgroup(lines: list[str]) -> str | None:
     for line in lines:
         parts = line.strip().split(":", 2)
         if len(parts) == 3 and parts[1] in ("", "name=systemd"):
-            services = [c for c in parts[2].split("/") if c.endswith(".service")]
+            services = [c for c in parts[2].split("/") if c.endswith(".service") and len(c) <= FIELD_LIMIT]
             if services:
                 return services[-1]
     return None
 
 
-def parse_gpu_processes(text: str) -> GpuProcessList:
-    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID` blocks."""
-    status, message, rows, _, rest = _nvidia_smi_rows(text)
+def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID` records."""
+    status, message, rows, _, rest = _nvidia_smi_rows(answer)
     if status != "ok":
         return GpuProcessList(status, message=message)
-    units = {pid: unit_of_cgroup(lines) for key, pid, lines in rest if key == "cgroup"}
+    units = {f.value: unit_of_cgroup((f.text or "").split("\n")) for f in rest if f.key == "cgroup"}
     processes = []
     for line in rows:
         try:
             pid, rest_of_line = line.split(",", 1)
-            name, memory, uuid = (f.strip() for f in rest_of_line.rsplit(",", 2))
+            name, memory, uuid = (_field(f) for f in rest_of_line.rsplit(",", 2))
         except ValueError:
-            return GpuProcessList("nvidia-smi failed", message=f"unexpected line {line.strip()!r}")
+            name = None
+        if name is None or memory is None or uuid is None:
+            return GpuProcessList("nvidia-smi failed", message=f"unexpected line {excerpt(line)}")
         pid = pid.strip()
-        processes.append(GpuProcess(_int(pid), name, _int(memory), uuid, units.get(pid)))
+        processes.append(GpuProcess(ascii_int(pid, 1, 1 << 32), name, ascii_int(memory, 0, 1 << 40), uuid,
+                                    units.get(pid)))
     return GpuProcessList("ok", tuple(processes))
 
 
 _OPTION_LINE = re.compile(r"^  (-\S.*)$")  # argparse: options at indent 2, help text deeper
+_ALGORITHM = re.compile(r"[A-Za-z0-9_]{1,32}")
 
 
 def parse_flags(help_text: str) -> frozenset[str]:
@@ -356,7 +352,7 @@ def _option_help(help_text: str, flag: str) -> str:
                 if _OPTION_LINE.match(more) or not more.startswith(" "):
                     break
                 block.append(more)
-            return _words(block)
+            return " ".join(b.strip() for b in block)
     return ""
 
 
@@ -367,41 +363,48 @@ def parse_algorithms(help_text: str) -> tuple[str, ...]:
     m = re.search(r"--speculative-algorithm \{([^}]*)\}", text) or re.search(r"Builtins:\s*([A-Za-z0-9_, ]+)", text)
     if not m:
         return ()
-    return tuple(a.strip() for a in m.group(1).split(",") if a.strip())
+    return tuple(a.strip() for a in m.group(1).split(",") if _ALGORITHM.fullmatch(a.strip()))
 
 
-def parse_engine(text: str) -> Engine:
-    """`@@launcher=missing`, or `@@version=RC` and `@@help=RC` blocks (import sglang; --help)."""
-    parts = {key: (value, lines) for key, value, lines in blocks(text)}
+@functools.lru_cache(maxsize=16)
+def _help_facts(help_text: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    # A fleet's hosts mostly run the same engine: its --help (190 kB) is parsed once per run.
+    return parse_algorithms(help_text), parse_flags(help_text)
+
+
+def parse_engine(answer: str | list[str]) -> Engine:
+    """`@@launcher=missing`, or `@@version=RC` and `@@help=RC` records (import sglang; --help),
+    either as they ran or inside `@@engine-cache=hit` (the host's cached answer, itself framed)."""
+    found = frames(answer)
+    parts = {f.key: f for f in found}
     if "launcher" in parts:
         return Engine("no launcher")
+    cached = "engine-cache" in parts
+    if cached:
+        parts = {f.key: f for f in frames(parts["engine-cache"].text or "")}
     for step, what in (("version", "import sglang"), ("help", "sglang.launch_server --help")):
-        rc, lines = parts.get(step, ("", []))
-        if rc == TIMED_OUT:
+        f = parts.get(step)
+        if f is not None and f.value == TIMED_OUT:
             return Engine("not importable", message=f"{what} hung and was killed by the command timeout")
-        if rc != "0":
-            found = f"{what} exited {rc}: {_last_line(lines) or '(no message)'}" if rc else NO_ANSWER
-            return Engine("not importable", message=found)
-    help_text = "\n".join(parts["help"][1])
-    return Engine(
-        "ok",
-        cached="engine-cache" in parts,
-        version=_last_line(parts["version"][1]),  # after any warnings
-        algorithms=parse_algorithms(help_text),
-        flags=parse_flags(help_text),
-    )
+        if f is None or f.value != "0" or f.text is None:
+            found_text = (f"{what} exited {_words(f.value)}: {clipped(_last_line(f.text), 300) or '(no message)'}"
+                          if f is not None and f.value != "0" else NO_ANSWER)
+            return Engine("not importable", message=found_text)
+    algorithms, flags = _help_facts(parts["help"].text)
+    return Engine("ok", cached=cached, version=_last_line(parts["version"].text)[:64],  # after any warnings
+                  algorithms=algorithms, flags=flags)
 
 
 def _config_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40 else None
 
 
-def parse_config(path: str, text: str) -> ModelDir:
+def parse_config(path: str, text: str | None) -> ModelDir:
     """A model's config.json; multimodal models keep their LM's values under text_config."""
     try:
-        config = json.loads(text)
-    except ValueError as e:
-        return ModelDir(path, "unreadable", message=f"config.json is not valid JSON: {e}")
+        config = load_json(text, "config.json")
+    except Unreadable as e:
+        return ModelDir(path, "unreadable", message=str(e))
     if not isinstance(config, dict):
         return ModelDir(path, "unreadable", message="config.json is not a JSON object")
     inner = config.get("text_config")
@@ -412,11 +415,13 @@ def parse_config(path: str, text: str) -> ModelDir:
 
     architectures = config.get("architectures")
     dflash = config.get("dflash_config")
+    model_type = config.get("model_type")
     return ModelDir(
         path,
         "ok",
-        architectures=tuple(a for a in architectures if isinstance(a, str)) if isinstance(architectures, list) else (),
-        model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
+        architectures=tuple(a[:FIELD_LIMIT] for a in architectures if isinstance(a, str))
+        if isinstance(architectures, list) else (),
+        model_type=model_type[:FIELD_LIMIT] if isinstance(model_type, str) else None,
         vocab_size=_config_int(get("vocab_size")),
         hidden_size=_config_int(get("hidden_size")),
         num_hidden_layers=_config_int(get("num_hidden_layers")),
@@ -426,41 +431,45 @@ def parse_config(path: str, text: str) -> ModelDir:
     )
 
 
-def parse_model_dirs(text: str) -> dict[str, ModelDir]:
+def parse_model_dirs(answer: str | list[str]) -> dict[str, ModelDir]:
     """Per `@@path=P`: `@@missing=directory`, `@@missing=config.json`, or `@@config=RC` and its content."""
     models: dict[str, ModelDir] = {}
     path = ""
-    for key, value, lines in blocks(text):
-        if key == "path":
-            path = value
-        elif key == "missing":
-            models[path] = ModelDir(path, "no directory" if value == "directory" else "no config.json")
-        elif key == "config" and value != "0":
-            models[path] = ModelDir(path, "unreadable", message=_words(lines))  # cat's own words
-        elif key == "config":
-            models[path] = parse_config(path, "\n".join(lines))
+    for f in frames(answer):
+        if f.key == "path":
+            path = f.value
+        elif f.key == "missing":
+            models[path] = ModelDir(path, "no directory" if f.value == "directory" else "no config.json")
+        elif f.key == "config" and f.value != "0":
+            models[path] = ModelDir(path, "unreadable", message=_words(f.text))  # the reader's own words
+        elif f.key == "config":
+            models[path] = parse_config(path, f.text)
     return models
 
 
-def parse_systemd_version(text: str) -> int:
-    """`systemctl --version`'s first line, `systemd 252 (252.39-1~deb12u2)` -> 252; 0 if unreadable."""
-    m = re.match(r"systemd (\d+)\b", text.strip())
+def parse_systemd_version(answer: str | list[str]) -> int:
+    """The `@@systemd` record, `systemctl --version`: its first line `systemd 252 (252.39-1~deb12u2)`
+    -> 252; 0 if unreadable."""
+    text = next((f.text or "" for f in frames(answer) if f.key == "systemd"), "")
+    m = re.match(r"systemd ([0-9]{1,5})\b", text.strip())
     return int(m.group(1)) if m else 0
 
 
-def parse_unit_states(text: str) -> dict[str, UnitState]:
+def parse_unit_states(answer: str | list[str]) -> dict[str, UnitState]:
     """Per `@@unit=NAME`: `@@systemctl=RC` and `systemctl show -p ...`'s KEY=VALUE lines."""
     units: dict[str, UnitState] = {}
     name = ""
-    for key, value, lines in blocks(text):
-        if key == "unit":
-            name = value
-        elif key == "systemctl" and value != "0":
-            units[name] = UnitState(name, message=f"systemctl exited {value}: {_words(lines) or '(no message)'}")
-        elif key == "systemctl":
-            props = dict(line.partition("=")[::2] for line in lines if "=" in line)
-            fields: dict[str, Any] = {f: props.get(p, "") for p, f in UNIT_PROPERTIES.items()}
-            for f in ("main_pid", "n_restarts", "exec_main_status"):
-                fields[f] = _int(fields[f])
+    for f in frames(answer):
+        if f.key == "unit":
+            name = f.value
+        elif f.key == "systemctl" and f.text is None:
+            units[name] = UnitState(name, message="its answer could not be read (not sent whole)")
+        elif f.key == "systemctl" and f.value != "0":
+            units[name] = UnitState(name, message=f"systemctl exited {_words(f.value)}: {_words(f.text) or '(no message)'}")
+        elif f.key == "systemctl":
+            props = dict(line.partition("=")[::2] for line in f.text.split("\n") if "=" in line)
+            fields: dict[str, Any] = {f_: props.get(p, "")[:FIELD_LIMIT] for p, f_ in UNIT_PROPERTIES.items()}
+            for f_ in ("main_pid", "n_restarts", "exec_main_status"):
+                fields[f_] = ascii_int(fields[f_])
             units[name] = UnitState(name, **fields)
     return units

@@ -16,10 +16,12 @@ same spec is finished, not retried.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleet.gate import base_url
 from fleet.parse import HostFacts, UnitState
@@ -27,6 +29,7 @@ from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, managed_paths
 from fleet.secrets import Secrets
 from fleet.spec import SECRET_FLAGS, ClassSpec
+from fleet.wire import Unreadable, excerpt, load_json
 
 PENDING_VERSION = 1
 ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
@@ -76,21 +79,64 @@ class Pending:
         return Pending(ROLLING_BACK, self.since, self.by, self.target, self.restart, reason, self.before)
 
 
-def read_pending(text: str) -> Pending:
-    """pending.json's text -> Pending; ValueError naming what is wrong."""
+class _Record(BaseModel):
+    # What pending.json must hold, typed and bounded: it names files the rollback writes and
+    # units it starts, so a record of any other shape is refused, never half-believed.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+Sha1 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+UnitWord = Annotated[str, StringConstraints(pattern=r"^[a-z-]{0,32}$")]  # UnitFileState, ActiveState
+Stamp = Annotated[str, StringConstraints(pattern=r"^[0-9]{8}T[0-9]{6}Z$")]
+
+
+class _UnitRecord(_Record):
+    enabled: UnitWord
+    active: UnitWord
+
+
+class _BeforeRecord(_Record):
+    files: dict[str, Sha1 | None]
+    backup: Stamp | None
+    service: _UnitRecord
+    workloads: dict[str, _UnitRecord]
+
+
+class _PendingRecord(_Record):
+    version: Literal[PENDING_VERSION]  # type: ignore[valid-type]
+    phase: Literal["rolling-out", "rolling-back"]
+    since: Annotated[int, Field(ge=0, lt=1 << 40)]
+    by: Annotated[str, StringConstraints(max_length=256)]
+    target: Sha1
+    restart: bool
+    reason: Annotated[str, StringConstraints(max_length=4096)] = ""
+    before: _BeforeRecord
+
+
+def read_pending(text: str, spec: ClassSpec) -> Pending:
+    """pending.json's text -> Pending; ValueError naming what is wrong. Its files must be the
+    spec's managed ones and its workloads the spec's: the rollback writes and starts them."""
     try:
-        d = json.loads(text)
-        b = d["before"]
-        before = Before(
-            files={str(k): v for k, v in b["files"].items()},
-            backup=b["backup"],
-            service=UnitBefore(**b["service"]),
-            workloads={str(k): UnitBefore(**v) for k, v in b["workloads"].items()},
-        )
-        return Pending(str(d["phase"]), int(d["since"]), str(d["by"]), str(d["target"]), bool(d["restart"]),
-                       str(d.get("reason", "")), before)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"unreadable pending-rollout record ({type(e).__name__}: {e})") from None
+        r = _PendingRecord.model_validate(load_json(text, "pending.json"))
+    except Unreadable as e:
+        raise ValueError(f"unreadable pending-rollout record ({e})") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ValueError(f"unreadable pending-rollout record ({where}: {first['msg']}; "
+                         f"{e.error_count()} problem(s))") from None
+    outside = sorted(set(r.before.files) - set(managed_paths(spec)))
+    if outside:
+        raise ValueError(f"the pending-rollout record names files that are not {spec.service_unit}'s: "
+                         f"{', '.join(excerpt(p, 80) for p in outside[:3])}")
+    undeclared = sorted(set(r.before.workloads) - set(spec.workloads))
+    if undeclared:
+        raise ValueError(f"the pending-rollout record names workloads group_data does not declare: "
+                         f"{', '.join(excerpt(w, 80) for w in undeclared[:3])}")
+    b = r.before
+    before = Before(dict(b.files), b.backup, UnitBefore(b.service.enabled, b.service.active),
+                    {w: UnitBefore(u.enabled, u.active) for w, u in b.workloads.items()})
+    return Pending(r.phase, r.since, r.by, r.target, r.restart, r.reason, before)
 
 
 def target_of(files: list[ManagedFile]) -> str:

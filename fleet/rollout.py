@@ -176,7 +176,7 @@ def begin_command(
     fail = f"{{ {_drop_staged(spec)}; {release}; exit 1; }}"
     steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
     for path, sha1 in files_seen.items():
-        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ echo {CHANGED_MARK}{_q(path)}; {release}; exit 1; }}")
+        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ printf '%s\\n' {_q(CHANGED_MARK + path)}; {release}; exit 1; }}")
     for d in managed_dirs(spec):
         steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
     steps.append(_drop_staged(spec))
@@ -213,7 +213,7 @@ def apply_command(
     if daemon_reload:
         parts.append("systemctl daemon-reload")
     if enable:
-        parts.append(f"systemctl enable --quiet {unit}")
+        parts.append(f"systemctl enable --quiet -- {unit}")
     if restart:
         parts.append(restart_command(spec))
     return "; ".join(parts)
@@ -222,18 +222,18 @@ def apply_command(
 def restart_command(spec: ClassSpec) -> str:
     # reset-failed also clears the start limit, which every start counts towards, manual ones too
     unit = _q(spec.service_unit)
-    return f"systemctl reset-failed {unit} 2>/dev/null || true; systemctl restart {unit}"
+    return f"systemctl reset-failed -- {unit} 2>/dev/null || true; systemctl restart -- {unit}"
 
 
 def stop_and_disable_command(spec: ClassSpec) -> str:
     """No crash loop, not at boot either; the files stay for inspection."""
     unit = _q(spec.service_unit)
-    return f"systemctl stop {unit}; systemctl disable --quiet {unit}"
+    return f"systemctl stop -- {unit}; systemctl disable --quiet -- {unit}"
 
 
 def give_back_command(enable: list[str], start: list[str]) -> str:
     """Workloads as they were before the rollout: these enabled, those started."""
-    commands = [f"systemctl enable --quiet {_q(w)}" for w in enable] + [f"systemctl start {_q(w)}" for w in start]
+    commands = [f"systemctl enable --quiet -- {_q(w)}" for w in enable] + [f"systemctl start -- {_q(w)}" for w in start]
     return " && ".join(commands) or "true"
 
 
@@ -249,10 +249,10 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     unit = _q(spec.service_unit)
     parts = [f"umask 077; {_write_json(pending_file(spec), pending)} || exit 1", "changed=''"]
     for path, sha1 in before_files.items():
-        parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed {path} \"")
-    patterns = "|".join(f"*' {p} '*" for p in service_files(spec))
+        parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed \"{_q(path)}\" \"")
+    patterns = "|".join(f"*\" \"{_q(p)}\" \"*" for p in service_files(spec))
     parts.append(f"stop={'yes' if stop else 'no'}; case \"$changed\" in {patterns}) stop=yes;; esac")
-    parts.append(f"[ $stop = no ] || systemctl stop {unit} 2>/dev/null || true")
+    parts.append(f"[ $stop = no ] || systemctl stop -- {unit} 2>/dev/null || true")
     for path, sha1 in before_files.items():
         saved = _q(f"{backups_dir(spec)}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
         if sha1 is None:
@@ -260,13 +260,13 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
         elif saved:
             put_back = f"cp -p {saved} {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
         else:
-            put_back = f"echo 'no backup of {path}' >&2; false"
-        parts.append(f"case \"$changed\" in *' {path} '*) {put_back} || exit 1;; esac")
+            put_back = f"printf 'no backup of %s\\n' {_q(path)} >&2; false"
+        parts.append(f"case \"$changed\" in *\" \"{_q(path)}\" \"*) {put_back} || exit 1;; esac")
     parts.append(_drop_staged(spec))
     parts.append("[ -z \"$changed\" ] || systemctl daemon-reload")
     if enabled in ("enabled", "disabled"):
         verb = "enable" if enabled == "enabled" else "disable"
-        parts.append(f"[ ! -e {_q(spec.unit_file)} ] || systemctl {verb} --quiet {unit}")
+        parts.append(f"[ ! -e {_q(spec.unit_file)} ] || systemctl {verb} --quiet -- {unit}")
     parts.append(f"echo {RESTORED}\"$changed\"")
     return "; ".join(parts)
 
@@ -289,4 +289,4 @@ def record_command(spec: ClassSpec, record: dict) -> str:
 
 
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:
-    return f"journalctl -u {_q(spec.service_unit)} -n {lines} --no-pager -o short-iso"
+    return f"journalctl --unit={_q(spec.service_unit)} -n {lines} --no-pager -o short-iso"

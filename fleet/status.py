@@ -20,6 +20,7 @@ from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import Secrets, unread
 from fleet.spec import ClassSpec
+from fleet.wire import Unreadable, ascii_int, finite
 
 # the verdicts, worst first: the exit code is non-zero for all but OK
 UNREACHABLE, REFUSED, UNHEALTHY, DRIFT, OK = "UNREACHABLE", "REFUSED", "UNHEALTHY", "DRIFT", "OK"
@@ -58,14 +59,12 @@ _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> the first sample of each metric name (SGLang has one per model)."""
+    """Prometheus text -> the first finite sample of each metric name (SGLang has one per model)."""
     out: dict[str, float] = {}
-    for m in map(_SAMPLE.match, text.splitlines()):
-        if m:
-            try:
-                out.setdefault(m.group(1), float(m.group(2)))
-            except ValueError:
-                continue
+    for m in map(_SAMPLE.match, text.split("\n")):
+        value = finite(m.group(2)) if m else None
+        if value is not None:
+            out.setdefault(m.group(1), value)
     return out
 
 
@@ -108,7 +107,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     if secrets is None:
         want = _not_compared(want, facts)
         row.reasons.append(f"secret files compared by presence only: {secrets_problem}")
-    interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
+    interrupted = read_pending(facts.deployed.pending, spec) if facts.deployed.pending else None
     p = plan(spec, want, facts, interrupted, "-", int(now), "-")
     if p.has_work:
         row.drift = p.action()
@@ -126,13 +125,12 @@ def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], repl
     unit = dict(line.split("=", 1) for line in read.get("unit", "").splitlines() if "=" in line)
     row = HostStatus(host, gpu_class=group, gpus="-", sglang=f"smg {read.get('installed') or 'not installed'}")
     row.unit = f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')}), {unit.get('UnitFileState') or 'no unit file'}"
-    code = read.get("readiness", "")
-    row.health = int(code) if code.isdigit() else 0
+    row.health = ascii_int(read.get("readiness"), 0, 999) or 0
     try:
         statuses = parse_workers(read.get("workers", ""))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except Unreadable as e:
         statuses = {}
-        row.reasons.append(f"/workers answered {read.get('workers', '')[:120]!r}")
+        row.reasons.append(str(e))
     ready = [r for r in replicas if statuses.get(r.url) == READY]
     row.served_model = f"{len(ready)}/{len(replicas)} replicas ready"
     row.speculative = f"routes {', '.join(gw.routes)}"

@@ -31,7 +31,9 @@ from fleet import status
 from fleet.gate import base_url
 from fleet.history import History
 from fleet.rollout import backups_dir, records_file
+from fleet.groupdata import class_files, gateway_files
 from fleet.secrets import SecretError, resolve
+from fleet.wire import excerpt
 from ops.fleet import GROUP_DIR, Fleet
 from tasks.rolling import replicas
 
@@ -62,10 +64,20 @@ def host_status(fleet: Fleet, host) -> status.HostStatus:
     return status.judge(host.name, group, spec, facts, history, metrics, secrets, problem, time.time())
 
 
+def contained_status(fleet: Fleet, host) -> status.HostStatus:
+    """host_status, or a row saying what could not be read: one host's answer never stops the table."""
+    try:
+        return host_status(fleet, host)
+    except Exception as e:  # noqa: BLE001 - whatever it was, it was about this host
+        group = next((g for g in host.groups if g in class_files(GROUP_DIR) or g in gateway_files(GROUP_DIR)), "-")
+        return status.refused(host.name, group, [f"{host.name}: status: could not judge what the host answered "
+                                                 f"({type(e).__name__}: {excerpt(str(e), 300)})"])
+
+
 def show_status(args) -> int:
     fleet = Fleet(args.inventory, args.limit)
     try:
-        rows = sorted(fleet.each(lambda h: host_status(fleet, h)).values(), key=lambda r: r.host)
+        rows = sorted(fleet.each(lambda h: contained_status(fleet, h)).values(), key=lambda r: r.host)
     finally:
         fleet.close()
     if args.json:

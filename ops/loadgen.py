@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import requests
 
 from fleet.gateway import READY, parse_workers
+from fleet.wire import Unreadable
 
 BODY_CHARS = 200  # of an error body or event kept in an error text
 
@@ -272,5 +273,5 @@ class WorkersSampler:
             return WorkersSample(at, {}, _http_error(resp))
         try:
             return WorkersSample(at, parse_workers(resp.text))
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            return WorkersSample(at, {}, f"unexpected answer ({type(e).__name__}: {e}): {resp.text[:BODY_CHARS]}")
+        except Unreadable as e:
+            return WorkersSample(at, {}, f"unexpected answer ({e})")

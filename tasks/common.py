@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pyinfra.api import StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
+from fleet import wire
 from fleet.report import RUN
 
 
@@ -46,10 +47,15 @@ def as_login(arguments: dict) -> dict:
 
 def run(host, command: str, timeout: float | None = None) -> tuple[bool, str]:
     """Run one shell command on the host at execution time, as pyinfra's operations would (sudo
-    if the host's data says so): (ok, stdout; stdout and stderr if it failed)."""
+    if the host's data says so): (ok, what it printed, stdout and stderr in order). The output
+    crosses as base64 (fleet.wire.transported) and is read back printable: any byte a host sends
+    (a journal line, a server's reply) is text here, never an error of the reading."""
     extra = {"_timeout": int(timeout)} if timeout else {}
-    ok, output = host.run_shell_command(StringCommand(command), **connector_arguments(host, **extra))
-    return ok, output.stdout if ok else output.output
+    ok, output = host.run_shell_command(StringCommand(wire.transported(command)),
+                                        **connector_arguments(host, **extra))
+    said = wire.untransported(output.stdout)
+    # what ran the command (sudo, the login shell) speaks on stderr, outside the transport
+    return ok, said if ok or not output.stderr else f"{said}\n{wire.printable(output.stderr)}"
 
 
 def fail(host, *reasons: str, verdict: str = "FAILED") -> bool:

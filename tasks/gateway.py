@@ -36,7 +36,7 @@ from fleet.secrets import SecretError, read_key
 from tasks import rolling
 from tasks.common import fail, run
 from tasks.install import upload
-from tasks.preflight import refused
+from tasks.preflight import contained, refused
 
 CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
 HEALTH_TIMEOUT_S = 60  # smg answers /health within seconds of its start
@@ -49,6 +49,10 @@ def is_gateway(group_dir: str = "group_data") -> bool:
 def converge(group_dir: str = "group_data") -> None:
     report = RUN.host(host.name)
     report.gpu_class = "gateway"
+    contained(report, "gateway", lambda: _converge(report, group_dir))
+
+
+def _converge(report, group_dir: str) -> None:
     try:
         group = next(g for g in host.groups if g in gateway_files(Path(group_dir)))
         gw = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))[group]
@@ -132,6 +136,8 @@ def platforms(machine: str) -> list[str]:
 def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
     """smg, its dependencies and pip, for the host's Python and machine: downloaded once, kept in the
     controller's cache (a `complete` file marks a finished download)."""
+    if facts.problem:
+        raise WheelError(f"expected a Python version and a machine name, found {facts.problem}")
     if not facts.python or not facts.machine:
         raise WheelError(f"expected a Python at {gw.python} (gateway.python), found none")
     where = CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}"

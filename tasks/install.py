@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from fleet import wire
 from fleet.rollout import staged_path
 from tasks.common import as_login, connector_arguments, escalates, run
 from tasks.preflight import Preflight
@@ -38,7 +39,10 @@ def upload(state, host, path: str, content: str, secret: bool) -> bool:
             **login)
         if not ok:
             raise RuntimeError(f"no private directory ~/{PRIVATE_DROP}: {output.output}")
-        drop = f"{output.stdout.strip()}/{PurePosixPath(path).name}"
+        home = output.stdout.strip()
+        if not home.startswith("/") or wire.printable(home) != home:  # the host's answer names a path here
+            raise RuntimeError(f"no private directory ~/{PRIVATE_DROP}: the host answered {wire.excerpt(home)}")
+        drop = f"{home}/{PurePosixPath(path).name}"
         if not host.put_file(StringIO(content), drop, **login):
             raise RuntimeError(f"could not upload it to {drop}")
         # into the file begin made 0600 for it, as root; the drop is gone either way

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from fleet.report import RUN, describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
+from fleet.wire import excerpt
 
 # make rollback: the backup stamp to put back (fleet.history.PREVIOUS: the newest), for the hosts of --limit
 ROLLBACK_ENV = "SGLANG_FLEET_ROLLBACK"
@@ -51,6 +53,21 @@ def check(group_dir: str = "group_data") -> Preflight | None:
     report = RUN.host(host.name)
     run_state = state._get_module()  # the object itself: the context is gone when the table prints
     RUN.failed_hosts = lambda: {h.name for h in run_state.failed_hosts}
+    return contained(report, "preflight", lambda: _check(report, group_dir))
+
+
+def contained(report, stage: str, work):
+    """`work()`, or the host refused if it raises: pyinfra re-raises any exception at planning
+    time for the whole run, and one host's odd answer must stop that host only."""
+    try:
+        return work()
+    except Exception as e:  # noqa: BLE001 - whatever it was, it was about this host
+        logger.debug(traceback.format_exc())
+        return refused(report, [f"{host.name}: {stage}: could not judge what the host answered "
+                                f"({type(e).__name__}: {excerpt(str(e), 300)})"])
+
+
+def _check(report, group_dir: str) -> Preflight | None:
     classes = [g for g in host.groups if g in class_files(Path(group_dir))]
     report.gpu_class = ",".join(classes) or "-"
     rollback_to = os.environ.get(ROLLBACK_ENV)
@@ -90,7 +107,7 @@ def check(group_dir: str = "group_data") -> Preflight | None:
                       f"LogFilterPatterns= ({JOURNAL_FILTER_SYSTEMD}+): SGLang will write its keys to the journal "
                       f"at every start (its `{SERVER_ARGS_LINE}` line; sglang issue 37457)")
 
-    interrupted = read_pending(facts.deployed.pending) if facts.deployed.pending else None
+    interrupted = read_pending(facts.deployed.pending, spec) if facts.deployed.pending else None
     now = time.time()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     want = rollback.files if rollback else declared_files(spec, group, facts, secrets)

@@ -23,6 +23,7 @@ from pyinfra.operations import python
 
 from fleet import lock, rollout
 from fleet.report import RUN
+from fleet.wire import frames
 from tasks import activate
 from tasks.common import BEGUN, Begun, fail, run
 from tasks.preflight import Preflight
@@ -47,22 +48,22 @@ def _begin(state, host, pf: Preflight) -> bool:
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={f.path: f.copied_from for f in p.swap if f.copied_from},
     ))
-    if rollout.BEGUN_MARK in out:
+    said = {f.marker: f for f in frames(out)}
+    if rollout.BEGUN_MARK in said:
         BEGUN[host.name] = Begun(pf)
         return True
-    if lock.REFUSED_MARK in out:
+    if lock.REFUSED_MARK in said:
         RUN.host(host.name).action = "none"
-        holder = out.split(lock.REFUSED_MARK, 1)[1].strip()
+        holder = (said[lock.REFUSED_MARK].text or "").strip()
         return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
                           f"since preflight: {lock.describe(holder) if holder else 'it has let it go again'}",
                     verdict="REFUSED")
-    changed = [line.removeprefix(rollout.CHANGED_MARK) for line in out.splitlines()
-               if line.startswith(rollout.CHANGED_MARK)]
+    changed = [m.removeprefix(rollout.CHANGED_MARK) for m in said if m.startswith(rollout.CHANGED_MARK)]
     if changed:
         return fail(host, f"{host.name}: {changed[0]} changed since preflight (another deploy, or a hand edit); "
                           "nothing was done: run again", verdict="REFUSED")
-    said = "\n".join(line for line in out.splitlines() if not line.startswith("@@")).strip()
-    return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {said[-300:]}")
+    words = "\n".join(line for line in out.split("\n") if not line.startswith("@@")).strip()
+    return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {words[-300:]}")
 
 
 class _RollBackOnFailure(BaseStateCallback):

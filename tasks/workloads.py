@@ -29,7 +29,7 @@ def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
     spec = pf.spec
     # Disabled too: a reboot must not hand the GPUs back to the training job. A rollback
     # gives them back as they were (the pending record holds their states).
-    ok, out = run(host, "systemctl disable --now " + " ".join(shlex.quote(u) for u in units))
+    ok, out = run(host, "systemctl disable --now -- " + " ".join(shlex.quote(u) for u in units))
     if not ok:
         return fail(host, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s

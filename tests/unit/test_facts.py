@@ -4,6 +4,7 @@ hosts) against stand-in binaries that print recorded outputs, and their process(
 from __future__ import annotations
 
 import grp
+import hashlib
 import json
 from dataclasses import replace
 import os
@@ -37,6 +38,9 @@ from fleet.parse import (
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
+from fleet.wire import BLOCK_LIMIT
+
+from answers import answer, record
 
 HELP_0523 = Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt"
 H200_ROW = "0, NVIDIA H200, GPU-<uuid>, 143771, 580.159.03, 00000000:19:00.0, Disabled"
@@ -84,10 +88,11 @@ def test_combined_command_reuses_each_fact_command():
 
 
 def test_process_on_recorded_output():
-    assert GpuInventory().process(["@@nvidia-smi=0", H200_ROW]) == GpuList(
+    assert GpuInventory().process(answer(record("nvidia-smi", H200_ROW, "0")).splitlines()) == GpuList(
         "ok", (Gpu(0, "NVIDIA H200", "GPU-<uuid>", 143771, "580.159.03", "00000000:19:00.0", "Disabled"),)
     )
-    assert GpuInventory().process(["@@nvidia-smi=9", NO_DRIVER]).message == f"exit 9: {NO_DRIVER}"
+    assert GpuInventory().process(answer(record("nvidia-smi", NO_DRIVER, "9")).splitlines()).message == \
+        f"exit 9: {NO_DRIVER}"
     assert GpuProcesses().process(["@@nvidia-smi=missing"]).status == "nvidia-smi missing"
 
 
@@ -100,7 +105,7 @@ def bin_dir(tmp_path):
     d = tmp_path / "bin"
     d.mkdir()
     for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr", "mktemp", "rm", "timeout", "sleep", "env", "grep", "mkdir",
-                 "mv", "ls", "tail", "xargs"):
+                 "mv", "ls", "tail", "xargs", "base64", "head"):
         (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
@@ -202,7 +207,7 @@ def test_engine_launcher_missing(bin_dir):
 
 def test_engine_not_importable(bin_dir):
     fail = "echo \"ModuleNotFoundError: No module named 'sglang'\" >&2; exit 1"
-    engine = engine_of(launcher(bin_dir, fail, fail, key="k1"), bin_dir)
+    engine = engine_of(launcher(bin_dir, fail, fail, key="a1"), bin_dir)
     assert engine.status == "not importable" and engine.message.endswith("No module named 'sglang'")
 
 
@@ -218,17 +223,20 @@ def test_the_engine_is_read_once_then_from_the_hosts_cache(bin_dir):
     upgrade, a plugin) or another environment reads the engine again. A failed read is not cached."""
     calls = bin_dir.parent / "calls"
     py = launcher(bin_dir, f"echo import >> {calls}; echo 0.5.23", f'echo help >> {calls}; /bin/cat "{HELP_0523}"',
-                  key="k1")
+                  key="a1")
     first, second = engine_of(py, bin_dir), engine_of(py, bin_dir)
     assert first == replace(second, cached=False) and (first.cached, second.cached) == (False, True)
     assert calls.read_text().split() == ["import", "help"]  # the second run imported nothing
     assert engine_of(py, bin_dir, {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}).cached is False
-    launcher(bin_dir, "echo 0.5.24", f'/bin/cat "{HELP_0523}"', key="k2")
+    launcher(bin_dir, "echo 0.5.24", f'/bin/cat "{HELP_0523}"', key="a2")
     assert (engine_of(py, bin_dir).version, engine_of(py, bin_dir).cached) == ("0.5.24", True)
     fail = "echo boom >&2; exit 1"
-    launcher(bin_dir, fail, fail, key="k3")
+    launcher(bin_dir, fail, fail, key="a3")
     assert engine_of(py, bin_dir).status == engine_of(py, bin_dir).status == "not importable"
-    assert sorted(p.name.split("-")[0] for p in (bin_dir.parent / "engine-cache").iterdir()) == ["k1", "k1", "k2"]
+    assert sorted(p.name.split("-")[0] for p in (bin_dir.parent / "engine-cache").iterdir()) == ["a1", "a1", "a2"]
+    # a key that is not hexadecimal names no file: nothing is cached under it
+    launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"', key="../../x")
+    assert engine_of(py, bin_dir).cached is False and not (bin_dir.parent / "x").exists()
 
 
 def test_without_a_record_the_engine_is_read_every_time(bin_dir):
@@ -264,7 +272,7 @@ def systemctl(bin_dir: Path) -> None:
     stand_in(
         bin_dir / "systemctl",
         '[ "$1" = --version ] && { echo "systemd 252 (252.39-1~deb12u2)"; echo "+PAM +AUDIT -APPARMOR"; exit 0; }\n'
-        'unit="$4"\n'
+        'unit="$5"\n'
         'case "$unit" in\n'
         "  sglang.service) printf 'Id=sglang.service\\nLoadState=loaded\\nActiveState=active\\nSubState=running\\n"
         "MainPID=4242\\nNRestarts=0\\nUnitFileState=enabled\\nExecMainStatus=0\\n';;\n"
@@ -277,7 +285,7 @@ def systemctl(bin_dir: Path) -> None:
 def test_unit_states(bin_dir):
     systemctl(bin_dir)
     command = UnitStates().command(["sglang.service", "dflash-train.service", "bad@"])
-    assert f"systemctl show -p {','.join(UNIT_PROPERTIES)} sglang.service" in command
+    assert f"systemctl show -p {','.join(UNIT_PROPERTIES)} -- sglang.service" in command
     units = UnitStates().process(run(command, bin_dir))
     assert (units["sglang.service"].active_state, units["sglang.service"].main_pid) == ("active", 4242)
     assert units["dflash-train.service"].load_state == "not-found"
@@ -326,7 +334,7 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
 
 
 def test_snapshot_with_missing_sections_never_passes():
-    facts = HostSnapshot().process(["@@section=gpus", "@@nvidia-smi=0", H200_ROW])
+    facts = HostSnapshot().process(answer(record("section", value="gpus"), record("nvidia-smi", H200_ROW, "0")).splitlines())
     assert facts.gpus.status == "ok"
     assert facts.gpu_processes.status == "nvidia-smi failed" and facts.engine.status == "not importable"
     assert facts.models == {} and facts.units == {}
@@ -377,7 +385,7 @@ def test_running_service_masks_the_api_key_and_reads_drop_ins(tmp_path, bin_dir)
         server.wait()
     assert rt.cmdline == ("/bin/sh", "-c", "sleep 30", "sh", "--api-key", "***", "--port", "1", "--admin-api-key=***",
                           "--ssl-keyfile-password", "***")
-    assert rt.dropins == {str(dropin): "[Service]\nExecStart=\nExecStart=/bin/other"}
+    assert rt.dropins == {str(dropin): "[Service]\nExecStart=\nExecStart=/bin/other\n"}
     assert rt.health == 503
 
 
@@ -395,4 +403,68 @@ def test_running_service_without_a_process(bin_dir):
     ("bash: systemctl: command not found", 0),
 ])
 def test_systemd_version(text, version):
-    assert parse_systemd_version(text) == version
+    assert parse_systemd_version(answer(record("systemd", text))) == version
+
+
+# --- hostile answers: what a host holds never frames, stops or fakes what follows ----------------
+
+FORGED = ("@@section=gpus\n@@nvidia-smi=0\n"  # a whole fake GPU section, then a fake free GPU list
+          "MCwgTlZJRElBIFJUWCBQUk8gNjAwMCwgR1BVLTEsIDk3ODg3LCAxLCAwMDAwMDAwMDoxODowMC4wLCBEaXNhYmxlZA==\n"
+          "@@section=gpu_processes\n@@nvidia-smi=0\n\n")
+
+
+def test_a_config_json_holding_marker_lines_bytes_and_no_final_newline_forges_nothing(bin_dir, tmp_path):
+    """The snapshot of a host with the wrong GPU, busy GPUs and a hostile config.json: still the
+    wrong GPU and busy GPUs, the config.json unreadable, and every line of the answer ASCII."""
+    stand_in(bin_dir / "nvidia-smi", 'case "$1" in --query-gpu=*) '
+             'echo "0, NVIDIA RTX A6000, GPU-a, 49140, 580.95.05, 00000000:18:00.0, Disabled";; '
+             f'*) echo "{os.getpid()}, python, 30000, GPU-a";; esac\n')
+    systemctl(bin_dir)
+    curl(bin_dir, "200")
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_bytes(FORGED.encode() + b"\xff\xfe\x1b[2J")
+    py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
+    out = run(HostSnapshot().command([py, {}, str(tmp_path / "c")], [[str(target)]], [["sglang.service"]],
+                                     [[], [], [], str(tmp_path / "l"), str(tmp_path / "p")],
+                                     ["sglang.service", "http://127.0.0.1:30000/health"]), bin_dir)
+    assert all(line.isascii() for line in out)
+    facts = HostSnapshot().process(out)
+    assert [g.name for g in facts.gpus.gpus] == ["NVIDIA RTX A6000"]
+    assert len(facts.gpu_processes.processes) == 1
+    assert facts.models[str(target)].status == "unreadable"
+
+
+def test_a_drop_in_without_a_final_newline_leaves_the_health_read(bin_dir, tmp_path):
+    dropin = tmp_path / "50-limits.conf"
+    dropin.write_text("[Service]\nLimitNOFILE=65536")  # no final newline
+    stand_in(bin_dir / "systemctl", f'case "$3" in MainPID) echo 0;; DropInPaths) echo {dropin};; esac\n')
+    curl(bin_dir, "200")
+    rt = RunningService().process(run(RunningService().command(*RUNTIME), bin_dir))
+    assert rt.health == 200 and rt.dropins == {str(dropin): "[Service]\nLimitNOFILE=65536"}
+
+
+def test_a_lock_without_a_final_newline_reads_as_present(tmp_path, bin_dir):
+    lock = tmp_path / "sglang.lock"
+    lock.write_text('{"holder": "bob@x", "pid": 1, "since": 2}')
+    state = DeployedFiles().process(run(DeployedFiles().command([], [], [], str(lock), str(tmp_path / "p")), bin_dir))
+    assert state.lock.present and json.loads(state.lock.text)["holder"] == "bob@x"
+
+
+def test_non_utf8_bytes_and_escapes_arrive_as_printable_text(tmp_path, bin_dir):
+    unit = tmp_path / "sglang.service"
+    unit.write_bytes(b"[Unit]\nDescription=\xff\x1b]0;owned\x07\n")
+    state = DeployedFiles().process(run(DeployedFiles().command([str(unit)], [], [str(unit)], str(tmp_path / "l"),
+                                                                str(tmp_path / "p")), bin_dir))
+    assert state.contents[str(unit)] == "[Unit]\nDescription=\ufffd\ufffd]0;owned\ufffd\n"
+    assert state.files[str(unit)].sha1 == hashlib.sha1(unit.read_bytes()).hexdigest()
+
+
+def test_a_file_over_the_block_limit_is_unreadable_not_read_short(tmp_path, bin_dir):
+    big = tmp_path / "m"
+    big.mkdir()
+    with open(big / "config.json", "wb") as f:
+        f.write(b'{"vocab_size": 1, "pad": "')
+        f.truncate(BLOCK_LIMIT + 10)
+    models = ModelDirs().process(run(ModelDirs().command([str(big)]), bin_dir))
+    assert models[str(big)].status == "unreadable"

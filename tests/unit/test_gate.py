@@ -16,7 +16,6 @@ import pytest
 
 from fleet.gate import (
     CURL,
-    SERVER_INFO_MARK,
     WAITING,
     Observation,
     base_url,
@@ -32,6 +31,8 @@ from fleet.gate import (
 from fleet.render import render_auth_header
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
+
+from answers import answer, record
 
 KEY = "sk-Fleet0123456789abcdef"
 TIMEOUT = 1200.0
@@ -189,7 +190,7 @@ def test_local_address(host, address):
 
 def test_observe_command_shape():
     cmd = observe_command(make_spec(host="0.0.0.0", port=30001))
-    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in cmd
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- sglang.service" in cmd
     assert "http://127.0.0.1:30001/health" in cmd
     assert "0.0.0.0" not in cmd
     assert "/v1/models" not in cmd
@@ -226,7 +227,7 @@ def test_observe_command_output_parses(tmp_path, code, expected):
                          text=True).stdout
     assert parse_observation(out) == Observation("active", "running", 4242, 1, "success", expected)
     calls = (tmp_path / "log").read_text()
-    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result sglang.service" in calls
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- sglang.service" in calls
     assert "-w %{http_code}" in calls and "http://127.0.0.1:30001/health" in calls
 
 
@@ -267,7 +268,7 @@ INFO = {"version": "0.5.23", "internal_states": [{"avg_spec_accept_length": 3.25
 def smoke_out(body, http="200", time_s="0.250000", info=None) -> str:
     text = body if isinstance(body, str) else json.dumps(body)
     info_text = info if isinstance(info, str) else json.dumps(INFO if info is None else info)
-    return f"{text}\nhttp={http} time={time_s}\n{SERVER_INFO_MARK}\n{info_text}\n"
+    return answer(record("chat", f"{text}\nhttp={http} time={time_s}\n", "0"), record("server-info", info_text))
 
 
 def test_parse_smoke_ok():
@@ -320,7 +321,7 @@ def test_parse_smoke_non_200_fails(http):
 
 
 def test_parse_smoke_nothing_fails():
-    for out in ("", "\n", f"{SERVER_INFO_MARK}\n"):
+    for out in ("", "\n", answer(record("server-info", "{}"))):
         r = parse_smoke(out)
         assert not r.ok and r.reason.startswith("chat completion answered HTTP nothing")
 

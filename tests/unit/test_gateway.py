@@ -23,6 +23,9 @@ from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_g
 from fleet.render import render_gateway_unit
 from fleet.rollout import write_command
 from fleet.spec import ClassSpec
+from fleet.wire import Unreadable
+
+from answers import answer, record
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_DATA = REPO / "group_data"
@@ -87,8 +90,9 @@ def test_parse_workers_statuses():
     text = json.dumps({"workers": [{"url": "http://10.0.0.1:30000/", "status": "ready", "is_healthy": True},
                                    {"url": "http://10.0.0.2:30000", "status": "pending"}], "total": 2})
     assert parse_workers(text) == {"http://10.0.0.1:30000": "ready", "http://10.0.0.2:30000": "pending"}
-    for bad in ('{"nodes": []}', '{"workers": [{"url": "u"}]}', "not json"):
-        with pytest.raises((KeyError, ValueError)):
+    for bad in ('{"nodes": []}', '{"workers": [{"url": "u"}]}', "not json", None, "[" * 100 + "]" * 100,
+                '{"workers": [{"url": 5, "status": "ready"}]}', '{"workers": {"url": "u"}}'):
+        with pytest.raises(Unreadable):
             parse_workers(bad)
 
 
@@ -123,8 +127,16 @@ def test_unit_keeps_the_key_out_of_files_and_names_the_discovery_file():
 
 
 def test_parse_gateway_host():
-    h = parse_gateway_host("python=3.11\nmachine=x86_64\nsmg=\n")
-    assert (h.python, h.machine, h.smg, h.python_tag) == ("3.11", "x86_64", "", "cp311")
+    h = parse_gateway_host(answer(record("python", "3.11\n"), record("machine", "x86_64\n"), record("smg", "")))
+    assert (h.python, h.machine, h.smg, h.python_tag, h.problem) == ("3.11", "x86_64", "", "cp311", "")
+
+
+@pytest.mark.parametrize("field, said", [("machine", "../../../tmp"), ("machine", "x86_64/../x"),
+                                         ("python", "3.11/.."), ("python", "Python 3.11"), ("smg", "1.0 ; rm")])
+def test_a_gateway_hosts_answer_that_would_name_another_directory_is_refused(field, said):
+    fields = {"python": "3.11", "machine": "x86_64", "smg": "1.13.0", field: said}
+    h = parse_gateway_host(answer(*(record(k, v) for k, v in fields.items())))
+    assert getattr(h, field) == "" and field in h.problem and repr(said) in h.problem
 
 
 def test_status_row_of_the_gateway():

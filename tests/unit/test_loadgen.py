@@ -281,4 +281,4 @@ def test_workers_sampler_reports_an_unexpected_answer(fake):
     f = fake(workers=[(200, {"nodes": []})])
     with WorkersSampler(f.url, interval_s=0.01) as sampler:
         wait_for(lambda: len(sampler.samples) >= 1)
-    assert sampler.samples[0].error.startswith("unexpected answer (KeyError")
+    assert sampler.samples[0].error.startswith("unexpected answer (/workers: expected")

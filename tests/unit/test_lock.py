@@ -30,6 +30,7 @@ from fleet.lock import (
 )
 from fleet.parse import parse_deploy_state
 from fleet.spec import ClassSpec
+from fleet.wire import frames
 
 SPEC = ClassSpec.model_validate({
     "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
@@ -125,7 +126,8 @@ def test_take_is_compare_and_replace(tmp_path):
     assert read(tmp_path).present
     # a second deploy that saw no lock at preflight is refused, and told who holds it
     r = sh(tmp_path, take_command(SPEC, {**WHO, "holder": "carol@x"}, LockFacts()))
-    assert r.returncode == REFUSED_EXIT and r.stdout.splitlines()[0] == REFUSED_MARK and "alice@laptop" in r.stdout
+    (said,) = frames(r.stdout)
+    assert r.returncode == REFUSED_EXIT and said.marker == REFUSED_MARK and "alice@laptop" in said.text
     # one that judged exactly this lock stale takes it
     seen = read(tmp_path)
     assert sh(tmp_path, take_command(SPEC, {**WHO, "holder": "carol@x"}, seen)).returncode == 0

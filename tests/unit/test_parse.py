@@ -23,10 +23,12 @@ from fleet.parse import (
     parse_gpu_processes,
     parse_model_dirs,
     parse_unit_states,
-    sections,
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
+from fleet.wire import sections
+
+from answers import answer, record
 
 ROOT = Path(__file__).resolve().parents[2]
 HELP_0523 = (ROOT / "tests/fixtures/sglang-0.5.23-help.txt").read_text()
@@ -57,7 +59,7 @@ REAL_NAMES = [
 
 
 def smi(rc, *lines: str) -> str:
-    return "\n".join([f"@@nvidia-smi={rc}", *lines])
+    return answer(record("nvidia-smi", "\n".join(lines), value=str(rc)))
 
 
 # --- GPU inventory ------------------------------------------------------------------
@@ -91,7 +93,7 @@ def test_zero_gpus_is_ok_and_empty():
 
 
 def test_missing_is_its_own_answer():
-    inv = parse_gpu_inventory("@@nvidia-smi=missing")
+    inv = parse_gpu_inventory(answer(record("nvidia-smi", value="missing")))
     assert inv.status == "nvidia-smi missing" and inv.gpus == ()
 
 
@@ -116,6 +118,12 @@ def test_unexpected_line_is_a_failure_not_a_guess(line):
     assert inv.status == "nvidia-smi failed" and inv.gpus == () and repr(line.strip()) in inv.message
 
 
+def test_a_gpu_answer_that_is_not_base64_or_too_long_is_a_failure():
+    assert parse_gpu_inventory("@@nvidia-smi=0\n%%%not-base64%%%\n").status == "nvidia-smi failed"
+    huge = smi(0, "0, " + "x" * 300 + ", GPU-1, 1, 1, 00000000:19:00.0, Disabled")
+    assert parse_gpu_inventory(huge).status == "nvidia-smi failed"
+
+
 def test_no_output_at_all_is_a_failure():
     assert parse_gpu_inventory("").status == "nvidia-smi failed"
 
@@ -124,15 +132,10 @@ def test_no_output_at_all_is_a_failure():
 
 
 def test_processes_with_their_units():
-    text = "\n".join(
-        [
-            smi(0, "4242, python, 30512, GPU-aaa", "77, /usr/bin/python3, 1024, GPU-bbb"),
-            "@@cgroup=4242",
-            "0::/system.slice/dflash-train.service",
-            "@@cgroup=77",
-            "12:name=systemd:/system.slice/sglang.service",
-            "11:memory:/system.slice/sglang.service",
-        ]
+    text = smi(0, "4242, python, 30512, GPU-aaa", "77, /usr/bin/python3, 1024, GPU-bbb") + answer(
+        record("cgroup", "0::/system.slice/dflash-train.service\n", value="4242"),
+        record("cgroup", "12:name=systemd:/system.slice/sglang.service\n11:memory:/system.slice/sglang.service\n",
+               value="77"),
     )
     assert parse_gpu_processes(text).processes == (
         GpuProcess(4242, "python", 30512, "GPU-aaa", "dflash-train.service"),
@@ -153,11 +156,11 @@ def test_unavailable_fields_parse(field):
 
 def test_process_whose_cgroup_could_not_be_read_has_no_unit():
     # the process ended between nvidia-smi and cat: an empty block
-    assert parse_gpu_processes(smi(0, "9, x, 1, GPU-a") + "\n@@cgroup=9").processes[0].unit is None
+    assert parse_gpu_processes(smi(0, "9, x, 1, GPU-a") + answer(record("cgroup", "", value="9"))).processes[0].unit is None
 
 
 def test_process_failures_are_answers():
-    assert parse_gpu_processes("@@nvidia-smi=missing").status == "nvidia-smi missing"
+    assert parse_gpu_processes(answer(record("nvidia-smi", value="missing"))).status == "nvidia-smi missing"
     failed = parse_gpu_processes(smi(9, NO_DRIVER))
     assert failed.status == "nvidia-smi failed" and NO_DRIVER in failed.message
     assert parse_gpu_processes(smi(0, "garbage")).status == "nvidia-smi failed"
@@ -221,7 +224,7 @@ def test_every_flag_our_group_data_renders_is_in_0523():
 
 
 def engine_output(version_rc=0, version=("0.5.23",), help_rc=0, help_text=HELP_0523) -> str:
-    return "\n".join([f"@@version={version_rc}", *version, f"@@help={help_rc}", help_text])
+    return answer(record("version", "\n".join(version), str(version_rc)), record("help", help_text, str(help_rc)))
 
 
 def test_engine_ok():
@@ -245,7 +248,7 @@ def test_engine_help_after_the_real_warning():
 
 
 def test_engine_launcher_missing():
-    assert parse_engine("@@launcher=missing").status == "no launcher"
+    assert parse_engine(answer(record("launcher", value="missing"))).status == "no launcher"
 
 
 def test_engine_sglang_not_importable():
@@ -264,7 +267,16 @@ def test_engine_help_failing():
 
 def test_engine_no_answer():
     assert parse_engine("").status == "not importable"
-    assert parse_engine("@@version=0\n0.5.23").message == "no answer from the host"
+    assert parse_engine(answer(record("version", "0.5.23", "0"))).message == "no answer from the host"
+
+
+def test_a_cached_engine_answer_is_read_inside_its_record_and_cannot_frame_what_follows():
+    cached = engine_output()
+    e = parse_engine(answer(record("engine-cache", cached, "hit")))
+    assert (e.status, e.cached, e.version) == ("ok", True, "0.5.23")
+    # a cache file holding marker lines of its own stays inside its record
+    forged = answer(record("engine-cache", "@@section=gpus\n@@launcher=missing\n", "hit"))
+    assert parse_engine(forged).status == "not importable" and sections(forged) == {}
 
 
 # --- model directories ---------------------------------------------------------------
@@ -328,13 +340,13 @@ def test_unreadable_config(text, why):
 
 
 def test_model_dirs_per_path():
-    text = "\n".join([
-        "@@path=/m/t", "@@config=0", json.dumps(QWEN36_TARGET, indent=2), "",
-        "@@path=/m/gone", "@@missing=directory",
-        "@@path=/m/empty", "@@missing=config.json",
-        "@@path=/m/locked", "@@config=1", "cat: /m/locked/config.json: Permission denied",
-        "@@path=/m/bad", "@@config=0", '{"vocab_size": 1',
-    ])
+    text = answer(
+        record("path", value="/m/t"), record("config", json.dumps(QWEN36_TARGET, indent=2), "0"),
+        record("path", value="/m/gone"), record("missing", value="directory"),
+        record("path", value="/m/empty"), record("missing", value="config.json"),
+        record("path", value="/m/locked"), record("config", "cat: /m/locked/config.json: Permission denied", "1"),
+        record("path", value="/m/bad"), record("config", '{"vocab_size": 1', "0"),
+    )
     models = parse_model_dirs(text)
     assert {p: m.status for p, m in models.items()} == {
         "/m/t": "ok", "/m/gone": "no directory", "/m/empty": "no config.json", "/m/locked": "unreadable",
@@ -348,14 +360,16 @@ def test_model_dirs_per_path():
 
 
 def test_unit_states():
-    text = "\n".join([
-        "@@unit=sglang.service", "@@systemctl=0",
-        "Id=sglang.service", "LoadState=loaded", "ActiveState=active", "SubState=running", "MainPID=4242",
-        "NRestarts=2", "UnitFileState=enabled", "ExecMainStatus=0",
-        "@@unit=dflash-train", "@@systemctl=0",
-        "MainPID=0", "Id=dflash-train.service", "LoadState=not-found", "ActiveState=inactive", "SubState=dead",
-        "NRestarts=0", "ExecMainStatus=0", "UnitFileState=",
-    ])
+    text = answer(
+        record("unit", value="sglang.service"),
+        record("systemctl", "\n".join(["Id=sglang.service", "LoadState=loaded", "ActiveState=active",
+                                       "SubState=running", "MainPID=4242", "NRestarts=2", "UnitFileState=enabled",
+                                       "ExecMainStatus=0"]), "0"),
+        record("unit", value="dflash-train"),
+        record("systemctl", "\n".join(["MainPID=0", "Id=dflash-train.service", "LoadState=not-found",
+                                       "ActiveState=inactive", "SubState=dead", "NRestarts=0", "ExecMainStatus=0",
+                                       "UnitFileState="]), "0"),
+    )
     units = parse_unit_states(text)
     s, t = units["sglang.service"], units["dflash-train"]
     assert (s.id, s.load_state, s.active_state, s.sub_state, s.main_pid, s.n_restarts, s.unit_file_state,
@@ -365,13 +379,21 @@ def test_unit_states():
 
 
 def test_unit_states_systemctl_failing():
-    text = "@@unit=sglang.service\n@@systemctl=1\nSystem has not been booted with systemd as init system (PID 1). Can't operate."
+    text = answer(record("unit", value="sglang.service"), record(
+        "systemctl", "System has not been booted with systemd as init system (PID 1). Can't operate.", "1"))
     u = parse_unit_states(text)["sglang.service"]
     assert u.message.startswith("systemctl exited 1: System has not been booted") and u.active_state == ""
 
 
 def test_unit_property_missing_on_old_systemd():
-    assert parse_unit_states("@@unit=a.service\n@@systemctl=0\nId=a.service").get("a.service").n_restarts is None
+    assert parse_unit_states(answer(record("unit", value="a.service"), record("systemctl", "Id=a.service", "0"))).get(
+        "a.service").n_restarts is None
+
+
+@pytest.mark.parametrize("pid", ["[not set]", "\u0664\u0662", "1e9", "99999999999999999999999"])
+def test_a_unit_number_that_is_not_ascii_digits_reads_as_unknown(pid):
+    text = answer(record("unit", value="a.service"), record("systemctl", f"Id=a.service\nMainPID={pid}", "0"))
+    assert parse_unit_states(text)["a.service"].main_pid is None
 
 
 # --- sections -----------------------------------------------------------------------------
@@ -380,6 +402,13 @@ def test_unit_property_missing_on_old_systemd():
 def test_sections():
     text = "noise\n@@section=gpus\n@@nvidia-smi=missing\n@@section=models\n@@section=units\n@@unit=a\n"
     assert sections(text) == {"gpus": ["@@nvidia-smi=missing"], "models": [], "units": ["@@unit=a"]}
+
+
+def test_content_holding_marker_lines_stays_in_its_record():
+    forged = "@@section=gpus\n@@nvidia-smi=0\n" + "MCwgTlZJRElBIEgyMDAsIEdQVS0xLCAxLCAxLCAwLCBEaXNhYmxlZA=="
+    text = answer(record("section", value="models"), record("path", value="/m/t"), record("config", forged, "0"))
+    assert list(sections(text)) == ["models"]
+    assert parse_model_dirs(sections(text)["models"])["/m/t"].status == "unreadable"
 
 
 def test_mig_mode_is_read():

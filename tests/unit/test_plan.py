@@ -278,15 +278,57 @@ def test_a_taken_over_rollout_without_a_backup_backs_up_while_the_files_are_stil
 
 def test_the_pending_record_round_trips_through_json():
     it = interrupted(ROLLING_BACK)
-    assert read_pending(json.dumps(it.to_json())) == it
+    assert read_pending(json.dumps(it.to_json()), SPEC) == it
     assert it.to_json()["version"] == 1 and it.rolling_back("x").reason == "x"
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"phase": "rolling-out"}', '{"before": 1, "phase": "x", "since": 1, '
-                                  '"by": "b", "target": "t", "restart": true}'])
+                                  '"by": "b", "target": "t", "restart": true}', "[" * 5000 + "]" * 5000, "\udcff"])
 def test_an_unreadable_pending_record_says_so(text):
     with pytest.raises(ValueError, match="unreadable pending-rollout record"):
-        read_pending(text)
+        read_pending(text, SPEC)
+
+
+def _record(*changes: tuple) -> str:
+    """The interrupted record's JSON with (key, ..., value) changes applied."""
+    data = interrupted().to_json()
+    for *path, key, value in changes:
+        node = data
+        for p in path:
+            node = node[p]
+        node[key] = value
+    return json.dumps(data)
+
+
+UNIT_FILE = "/etc/systemd/system/sglang.service"
+
+
+@pytest.mark.parametrize("change", [
+    ("since", float("nan")), ("since", 1e20), ("since", "1700000000"), ("restart", 1), ("version", 2),
+    ("phase", "rolling-sideways"), ("target", "t"), ("by", 5), ("reason", "x" * 5000),
+    ("before", "backup", "../../etc"), ("before", "backup", 20261129), ("before", "files", UNIT_FILE, "nothex"),
+    ("before", "service", "enabled", "enabled; rm -rf /"), ("before", "service", {"enabled": "enabled"}),
+    ("before", "workloads", []), ("extra", True),
+])
+def test_a_pending_record_of_other_types_is_refused_naming_the_field(change):
+    with pytest.raises(ValueError, match="unreadable pending-rollout record") as e:
+        read_pending(_record(change), SPEC)
+    assert str(change[-2]) in str(e.value) or "JSON" in str(e.value) or "finite" in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["/etc/shadow", "/var/lib/sglang-fleet/sglang/../../../etc/x"])
+def test_a_pending_record_naming_files_that_are_not_the_units_is_refused(path):
+    # sha1 None is "absent before": a rollback would remove the file
+    for sha1_before in (None, "a" * 40):
+        with pytest.raises(ValueError, match="names files that are not sglang.service's") as e:
+            read_pending(_record(("before", "files", path, sha1_before)), SPEC)
+        assert repr(path) in str(e.value)
+
+
+def test_a_pending_record_naming_a_workload_group_data_does_not_declare_is_refused():
+    text = _record(("before", "workloads", "sshd.service", {"enabled": "disabled", "active": "inactive"}))
+    with pytest.raises(ValueError, match="workloads group_data does not declare: 'sshd.service'"):
+        read_pending(text, SPEC)
 
 
 def test_masked_argv_hides_only_the_secrets():

@@ -43,6 +43,7 @@ from fleet.rollout import (
 )
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
+from fleet.wire import frames
 
 KEY = "sk-Fleet0123456789abcdef"
 SHELLS = ["sh", "bash"]
@@ -223,7 +224,8 @@ def test_begin_is_refused_when_another_deploy_holds_the_lock_and_changes_nothing
     host.write(lock.lock_file(SPEC), json.dumps({"holder": "bob@desk", "pid": 1, "since": 2}) + "\n")
     r = begin(host, check=False)
     assert r.returncode == lock.REFUSED_EXIT
-    assert r.stdout.splitlines()[0] == lock.REFUSED_MARK and "bob@desk" in r.stdout
+    said = {f.marker: f.text for f in frames(r.stdout)}
+    assert "bob@desk" in said[lock.REFUSED_MARK]
     assert BEGUN_MARK not in r.stdout and host.read(pending_file(SPEC)) is None and host.backups(SPEC) == []
     assert "bob@desk" in host.read(lock.lock_file(SPEC))
 
@@ -240,7 +242,8 @@ def test_two_deploys_that_judged_the_same_lock_stale_cannot_both_take_it(host):
     host.write(lock.lock_file(SPEC), stale + "\n")
     first = begin(host, seen=lock.LockFacts(True, stale, ""))
     second = begin(host, seen=lock.LockFacts(True, stale, ""), check=False)
-    assert BEGUN_MARK in first.stdout and second.returncode == lock.REFUSED_EXIT and "alice@laptop" in second.stdout
+    said = {f.marker: f.text for f in frames(second.stdout)}
+    assert BEGUN_MARK in first.stdout and second.returncode == lock.REFUSED_EXIT and "alice@laptop" in said[lock.REFUSED_MARK]
 
 
 def test_begin_refuses_files_changed_since_preflight_and_frees_the_lock(host):
@@ -274,8 +277,8 @@ def test_apply_renames_staged_files_into_place_with_their_modes_then_systemctl(h
     host.run(apply_command(SPEC, [new_unit, gone], [repair], daemon_reload=True, enable=True, restart=True))
     assert host.read(UNIT) == "new\n" and host.mode(UNIT) == 0o644 and host.read(staged_path(UNIT)) is None
     assert host.read(ENV) is None and host.mode(SECRET) == 0o600
-    assert host.systemctl() == ["daemon-reload", "enable --quiet sglang.service", "reset-failed sglang.service",
-                                "restart sglang.service"]
+    assert host.systemctl() == ["daemon-reload", "enable --quiet -- sglang.service", "reset-failed -- sglang.service",
+                                "restart -- sglang.service"]
 
 
 def test_apply_with_nothing_to_restart_calls_no_systemctl(host):
@@ -313,7 +316,7 @@ def test_restore_puts_back_every_file_as_it_was_and_says_which(host):
     assert sorted(r.stdout.split(RESTORED, 1)[1].split()) == sorted(f"{host.root}{p}" for p in changed)
     assert json.loads(host.read(pending_file(SPEC))) == {"phase": "rolling-back"}
     # its own files changed: stopped first; then systemd rereads them, the enabled state as it was
-    assert host.systemctl() == ["stop sglang.service", "daemon-reload", "enable --quiet sglang.service"]
+    assert host.systemctl() == ["stop -- sglang.service", "daemon-reload", "enable --quiet -- sglang.service"]
 
 
 def test_restore_of_the_spec_record_alone_leaves_the_service_running(host):
@@ -324,16 +327,16 @@ def test_restore_of_the_spec_record_alone_leaves_the_service_running(host):
     host.write(RECORD, '{"v": 2}\n')
     r = restore(host, before)
     assert r.stdout.split(RESTORED, 1)[1].split() == [f"{host.root}{RECORD}"]
-    assert "stop sglang.service" not in host.systemctl()
+    assert "stop -- sglang.service" not in host.systemctl()
 
 
 def test_restore_with_nothing_changed_is_a_no_op_unless_asked_to_stop(host):
     host.write(UNIT, "unit v1\n")
     before = host.sha1s()
     assert restore(host, before, enabled="disabled").stdout.strip().endswith(RESTORED)
-    assert host.systemctl() == ["disable --quiet sglang.service"]
+    assert host.systemctl() == ["disable --quiet -- sglang.service"]
     restore(host, before, stop=True, enabled="")
-    assert host.systemctl()[-1] == "stop sglang.service"
+    assert host.systemctl()[-1] == "stop -- sglang.service"
 
 
 def test_restore_is_repeatable(host):
@@ -389,7 +392,7 @@ def test_spec_record_names_where_secrets_come_from_never_their_values():
 
 
 def test_journal_command():
-    assert journal_command(SPEC, 5) == "journalctl -u sglang.service -n 5 --no-pager -o short-iso"
+    assert journal_command(SPEC, 5) == "journalctl --unit=sglang.service -n 5 --no-pager -o short-iso"
 
 
 def test_redact_hides_every_secret_value_sglang_may_log():
