@@ -20,7 +20,7 @@ from packaging.version import VERSION_PATTERN, Version
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet.gate import local_address
-from fleet.spec import AbsPath, ClassSpec, HostAddress, Kind, ServiceUnit, Source, Strict, Text, is_loopback
+from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Kind, ServiceUnit, Source, Strict, is_loopback
 
 SMG_VERSION = "1.13.0"
 # smg's worker states (GET /workers); only `ready` ones get traffic
@@ -40,6 +40,19 @@ def _release(v: str) -> str:
 
 
 Release = Annotated[str, AfterValidator(_release), Kind("PEP 440 version")]
+
+GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _group(v: str) -> str:
+    # A route is an inventory group, a Python name in a pyinfra inventory; it ends the smg unit's
+    # Description=, where a trailing backslash would join the next line to it.
+    if not GROUP_NAME.match(v):
+        raise ValueError("a GPU class's group name: letters, digits and _, not starting with a digit")
+    return v
+
+
+GroupName = Annotated[str, AfterValidator(_group), Kind("group name")]
 
 
 class Rolling(Strict):
@@ -69,14 +82,16 @@ class Rolling(Strict):
 class Gateway(Strict):
     """SGLang's model gateway (smg), on the one host of its inventory group."""
 
-    routes: list[Text] = Field(min_length=1, description="The GPU classes (group_data files) whose replicas it "
-                               "routes; each class behind at most one gateway, and bound to an address the "
-                               "gateway host reaches (service.host not loopback).")
+    routes: list[GroupName] = Field(min_length=1, description="The GPU classes (group_data files, by group name: "
+                                    "letters, digits and _) whose replicas it routes; each class behind at most one "
+                                    "gateway, and bound to an address the gateway host reaches (service.host not "
+                                    "loopback).")
     unit: ServiceUnit = Field("smg", description="systemd unit name, without `.service` (the rule of service.unit).")
     version: Release = Field(SMG_VERSION, description="The smg release installed, a normalized PEP 440 version "
                              "(pip, from wheels the controller downloads once into its cache and uploads: the "
                              "host needs no package index).")
-    install_dir: AbsPath = Field("/opt/smg", description="Its virtual environment (venv/) and wheels (wheels/).")
+    install_dir: CommandPath = Field("/opt/smg", description="Its virtual environment (venv/, whose bin/smg the "
+                                     "unit runs) and wheels (wheels/).")
     python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
     host: HostAddress = Field("0.0.0.0", description="Bind address of the client API.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "

@@ -131,6 +131,9 @@ def explain(source: str, err: ValidationError, root: type[BaseModel] = ClassSpec
             )
         elif e["type"] == "missing":
             problems.append(f"{source}: {field}: required, not given")
+        elif e["type"] == "union_tag_invalid":  # pydantic's own text quotes the tag raw, at any length
+            problems.append(f"{source}: {field} = {_show(loc, e['input'])}: algorithm {_show(loc, e['ctx']['tag'])} "
+                            f"is none of the expected tags: {e['ctx']['expected_tags']}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             problems.append(f"{source}: {field} = {_show(loc, e['input'])}: {msg}")
@@ -168,14 +171,22 @@ class GatewayFile(Strict):
     gateway: Gateway
 
 
+def validate_gateway(source: str, data: Any) -> Gateway:
+    """A gateway file's `gateway` table; SpecError naming source, field, value and what is allowed."""
+    try:
+        return GatewayFile.model_validate({"gateway": data}).gateway
+    except ValidationError as err:
+        raise SpecError(explain(source, err, GatewayFile)) from None
+
+
 def load_gateways(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, Gateway]:
     """Every gateway file, validated, and checked against the classes it routes."""
     gateways, problems = {}, []
     for group, path in gateway_files(group_dir).items():
         try:
-            gateways[group] = GatewayFile.model_validate({"gateway": read_group_file(path)["gateway"]}).gateway
-        except ValidationError as err:
-            problems += explain(str(path), err, GatewayFile)
+            gateways[group] = validate_gateway(str(path), read_group_file(path)["gateway"])
+        except SpecError as e:
+            problems += e.problems
     problems += check_routes(gateways, classes)
     if problems:
         raise SpecError(problems)

@@ -71,13 +71,36 @@ def text(max_length: int = TEXT_MAX) -> typing.Any:
 Text = text()
 
 
+PATH_BYTES, SEGMENT_BYTES = 4095, 255  # Linux's PATH_MAX (with its final NUL) and NAME_MAX
+
+
 def _absolute(path: str) -> str:
-    if not path.startswith("/") or ".." in path.split("/"):
-        raise ValueError("an absolute path (starting with /, no '..' segment)")
+    # The normal form systemd wants of an ExecStart= command (path_is_normalized), and one spelling
+    # of each path for preflight's comparisons with what runs.
+    segments = path.split("/")[1:]
+    if not path.startswith("/") or any(s in ("", ".", "..") for s in segments):
+        raise ValueError("an absolute path in normal form: starting with /, no empty, '.' or '..' segment "
+                         "(no //, no trailing /)")
+    if len(path.encode()) > PATH_BYTES or any(len(s.encode()) > SEGMENT_BYTES for s in segments):
+        raise ValueError(f"a path Linux can hold: at most {PATH_BYTES} bytes, {SEGMENT_BYTES} a segment")
     return path
 
 
 AbsPath = Annotated[Text, AfterValidator(_absolute), Kind("absolute path")]
+
+NOT_IN_COMMAND = "\\\"'$"
+
+
+def _command(path: str) -> str:
+    # The path of ExecStart='s command: systemd refuses quotes and backslashes there (string_is_safe)
+    # and expands no $ in it, where the quoting of an argument would double it.
+    found = sorted(set(path) & set(NOT_IN_COMMAND))
+    if found:
+        raise ValueError(f"a path ExecStart= runs: none of {' '.join(NOT_IN_COMMAND)}; found {' '.join(found)}")
+    return path
+
+
+CommandPath = Annotated[AbsPath, AfterValidator(_command), Kind("absolute path, none of \\ \" ' $")]
 
 # --- names: hosts, units, environment variables ----------------------------------------------
 
@@ -164,10 +187,10 @@ SECRET_WORDS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWO
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
-def names_a_secret(name: str) -> bool:
-    """A word of `name` is one of SECRET_WORDS, whatever the case; words are split at any separator
-    and where the case changes (apiKey, HFToken)."""
-    return any(w.upper() in SECRET_WORDS for w in _WORD_BREAK.split(name))
+def names_a_secret(name: str, words: tuple[str, ...] = SECRET_WORDS) -> bool:
+    """A word of `name` is one of `words`, whatever the case; words are split at any separator and
+    where the case changes (apiKey, HFToken)."""
+    return any(w.upper() in words for w in _WORD_BREAK.split(name))
 
 
 class Strict(BaseModel):
@@ -280,8 +303,14 @@ INLINE_SECRET_FLAGS = ("--watermark-config", "--hicache-storage-backend-extra-co
 NOT_ABBREVIATIONS = ("--ssl-keyfile", "--hicache-storage-backend")
 
 
+# A flag named so holds a secret (--hf-api-key, --aws-secret): not TOKEN, which SGLang's flags use
+# for the model's tokens (--speculative-token-map).
+SECRET_FLAG_WORDS = tuple(w for w in SECRET_WORDS if w != "TOKEN")
+
+
 def _flag_of(token: str) -> str:
-    return token.split("=", 1)[0].replace("_", "-")
+    # SGLang's flags are all lower case: --API-KEY is a mistake for --api-key, its value a key all the same
+    return token.split("=", 1)[0].replace("_", "-").lower()
 
 
 def read_as(token: str, flags: typing.Iterable[str]) -> list[str]:
@@ -331,6 +360,10 @@ def _extra_arg_problem(args: list, i: int) -> str | None:
         where = f"declare it in {' or '.join(fields)}" if fields else "sglang-fleet has no field for it yet"
         return (f"{_read(flag, secret)} would put a secret in the server's arguments, readable by every local "
                 f"user: {where}")
+    if flag.startswith("--") and names_a_secret(flag, SECRET_FLAG_WORDS):
+        return (f"{flag} names a secret: its value would be in the server's arguments, readable by every local "
+                "user; keys go in service.api_key or service.admin_api_key, other secrets in "
+                "service.secret_environment")
     if read_as(a, [CONFIG_FLAG]):
         return (f"{flag}: the server's --config is sglang-fleet's 0600 file for its secrets (declared in "
                 "service.api_key, service.admin_api_key)")
@@ -378,7 +411,7 @@ class Service(Strict):
 
     unit: ServiceUnit = Field("sglang", description="systemd unit name, without `.service`: " + UNIT_RULE
                               + ", no '@', at most 255 characters with `.service`.")
-    launcher: AbsPath = Field(
+    launcher: CommandPath = Field(
         "/opt/sglang/bin/python",
         description="Interpreter of the SGLang environment; runs `-m sglang.launch_server`.",
     )

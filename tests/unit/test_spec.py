@@ -313,7 +313,7 @@ def test_tp_size_dividing_gpu_count_is_fine(gpus, tp):
 )
 def test_relative_paths_refused(field, value):
     p = one_problem(data(service=svc(**{field: value})))
-    assert p == f"{SRC}: service.{field} = {value!r}: an absolute path (starting with /, no '..' segment)"
+    assert p == f"{SRC}: service.{field} = {value!r}: an absolute path in normal form: starting with /, no empty, '.' or '..' segment (no //, no trailing /)"
 
 
 def test_missing_required_fields():
@@ -675,9 +675,17 @@ def test_the_longest_prompt_and_name_keep_the_smoke_request_inside_one_argument(
     assert f"at most {NAME_MAX} characters" in p
 
 
-@pytest.mark.parametrize("path", ["/root/models/../etc", "/..", "/a/b/.."])
-def test_an_absolute_path_has_no_dotdot_segment(path):
-    assert "no '..' segment" in one_problem(data(service=svc(model_path=path)))
+@pytest.mark.parametrize("path", ["/root/models/../etc", "/..", "/a/b/..", "/a//b", "/a/./b", "/a/b/", "/", "//a"])
+def test_an_absolute_path_is_in_normal_form(path):
+    """systemd refuses an ExecStart= command that is not (path_is_normalized); preflight compares paths
+    as strings: one spelling each."""
+    assert "no empty, '.' or '..' segment" in one_problem(data(service=svc(model_path=path)))
+    assert "no empty, '.' or '..' segment" in one_problem(data(service=svc(launcher=path)))
+
+
+@pytest.mark.parametrize("path", ["/" + "x" * 256, "/é" * 2048])
+def test_an_absolute_path_fits_linux(path):
+    assert "a path Linux can hold: at most 4095 bytes, 255 a segment" in one_problem(data(service=svc(model_path=path)))
 
 
 @pytest.mark.parametrize("path", ["/root/models/a..b", "/root/models/..x", "/a b/c$d/back\\slash/é"])
@@ -812,3 +820,17 @@ def test_only_the_secret_fields_of_the_spec_are_masked_by_name():
 def test_a_final_newline_does_not_slip_past_a_pattern(where, field):
     """`$` in a pattern also matches before a final newline: each name is matched to its very end."""
     assert one_problem(where()).startswith(f"{SRC}: {field}")
+
+
+@pytest.mark.parametrize("launcher, found", [("/opt/$x/python", "$"), ("/opt/a\\b/python", "\\"),
+                                             ('/opt/"q"/python', '"'), ("/opt/it's/python", "'")])
+def test_the_launcher_is_a_path_execstart_runs(launcher, found):
+    """systemd refuses quotes and backslashes in ExecStart='s command and expands no $ there."""
+    p = one_problem(data(service=svc(launcher=launcher)))
+    assert p.startswith(f"{SRC}: service.launcher = ") and f"a path ExecStart= runs: none of \\ \" ' $; found {found}" in p
+
+
+def test_an_unknown_algorithm_is_shown_on_one_line_and_short():
+    p = one_problem(data(speculative={"algorithm": "X\n" * 500}))
+    assert "\n" not in p and len(p) < 500
+    assert "is none of the expected tags: 'none', 'EAGLE'" in p
