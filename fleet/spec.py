@@ -348,7 +348,7 @@ def masked_args(args: typing.Sequence) -> list:
 
 def _read(flag: str, flags: list[str]) -> str:
     """How a refusal names what the parser would read `flag` as."""
-    return flag if flags == [_flag_of(flag)] else f"{flag} (read as {', '.join(flags)})"
+    return flag if flags == [flag] else f"{flag} (read as {', '.join(flags)})"
 
 
 def _extra_arg_problem(args: list, i: int) -> str | None:

@@ -568,7 +568,7 @@ def test_not_abbreviations_are_the_flags_that_prefix_a_flag_read_by_prefix():
     (["--mem-fraction-static", "1.5"], "--mem-fraction-static is service.mem_fraction: set it there"),
     (["--speculative-draft-model", "/d"], "--speculative-draft-model is speculative.draft_model_path"),
     (["--speculative-ddtree-budget", "8"], "--speculative-ddtree-budget is speculative.tree_budget"),
-    (["--served_model_name", "x"], "--served_model_name is service.served_model_name"),
+    (["--served_model_name", "x"], "--served_model_name (read as --served-model-name) is service.served_model_name"),
     (["--trust-remote-code"], "--trust-remote-code is service.trust_remote_code"),
 ])
 def test_an_owned_flag_names_the_field_to_set_instead(tokens, message):
@@ -834,3 +834,16 @@ def test_an_unknown_algorithm_is_shown_on_one_line_and_short():
     p = one_problem(data(speculative={"algorithm": "X\n" * 500}))
     assert "\n" not in p and len(p) < 500
     assert "is none of the expected tags: 'none', 'EAGLE'" in p
+
+
+@pytest.mark.parametrize("tokens, needle", [
+    (["--API-KEY", "x"], "--API-KEY (read as --api-key) would put a secret in the server's arguments"),
+    (["--Admin-Api-Key=x"], "would put a secret in the server's arguments"),
+    (["--hf-api-key", "x"], "--hf-api-key names a secret: its value would be in the server's arguments"),
+    (["--aws_secret", "x"], "--aws_secret names a secret"),
+    (["--TP-SIZE", "2"], "--TP-SIZE (read as --tp-size) is service.tp_size"),
+])
+def test_a_flag_in_another_case_or_named_as_a_secret_is_refused(tokens, needle):
+    """SGLang's flags are all lower case: --API-KEY is a mistaken --api-key whose value is a key all
+    the same (SGLang would refuse it at start, and print it)."""
+    assert needle in one_problem(data(service=svc(extra_args=tokens)))
