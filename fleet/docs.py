@@ -86,9 +86,9 @@ def reference() -> str:
         "",
         "Types: *text* is a string without control characters (newline, CR, tab, NUL, U+0085 ...), "
         "line or paragraph separators (U+2028, U+2029) or lone surrogates, at most the characters its "
-        "row says; an *absolute path* is text that starts with `/` and has no empty, `.` or `..` segment (no `//`, no trailing `/`); a *unit name* "
-        "follows systemd's rules (below); numbers are finite (no inf or nan) and within the bounds their "
-        "row gives.",
+        "row says; an *absolute path* is text that starts with `/` and has no empty, `.` or `..` segment "
+        "(no `//`, no trailing `/`); a *unit name* follows systemd's rules (below); numbers are finite "
+        "(no inf or nan) and within the bounds their row gives.",
         "",
         "| top-level name | default | meaning |",
         "|---|---|---|",

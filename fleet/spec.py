@@ -329,6 +329,7 @@ def read_as(token: str, flags: typing.Iterable[str]) -> list[str]:
 
 
 def _flag_takes_a_secret(token: str) -> bool:
+    # For what a message shows, broader than what is refused: --speculative-token-map's path is masked too
     return bool(read_as(token, SECRET_FLAGS + INLINE_SECRET_FLAGS)) or (
         token.startswith("--") and names_a_secret(_flag_of(token)))
 
@@ -394,13 +395,14 @@ def _extra_args(args):
         for i, a in enumerate(args):
             problem = _extra_arg_problem(args, i) if isinstance(a, str) else None
             after = args[i - 1] if i else None
-            holds_secret = isinstance(a, str) and "=" in a and _flag_takes_a_secret(a) or (
+            secret_value = (isinstance(a, str) and "=" in a and _flag_takes_a_secret(a)) or (
                 isinstance(after, str) and "=" not in after and _flag_takes_a_secret(after))
-            if problem is None and holds_secret:
+            if problem is None and secret_value:
                 try:
                     _TEXT.validate_python(a)
                 except ValidationError as e:
-                    problem = f"element {i} (a secret's value, not shown): {e.errors()[0]['msg'].removeprefix('Value error, ')}"
+                    msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+                    problem = f"element {i} (a secret's value, not shown): {msg}"
             if problem:
                 raise ValueError(problem)
     return args
@@ -410,7 +412,7 @@ class Service(Strict):
     """The SGLang server: one systemd unit per host."""
 
     unit: ServiceUnit = Field("sglang", description="systemd unit name, without `.service`: " + UNIT_RULE
-                              + ", no '@', at most 255 characters with `.service`.")
+                              + f", no '@', at most {UNIT_NAME_MAX} characters with `.service`.")
     launcher: CommandPath = Field(
         "/opt/sglang/bin/python",
         description="Interpreter of the SGLang environment; runs `-m sglang.launch_server`.",

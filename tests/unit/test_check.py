@@ -223,6 +223,22 @@ def test_problems_of_all_files_reported_together(tmp_path):
     assert "group_data/b.py: speculative.draft_model_path: required, not given" in r.stderr
 
 
+def test_make_check_lists_the_gateway_files_problems_beside_the_classes(tmp_path):
+    """A broken class must not hide a broken gateway file (its routes go unchecked then)."""
+    make_group_dir(tmp_path, {"a": class_file(service='"unit": ".."'),
+                              "gw": 'gateway = {"routes": ["a"], "version": "1.13.0\\nExecStartPre=/bin/sh", '
+                                    '"host": "0.0.0.0; id"}\n'})
+    r = run_check(tmp_path)
+    assert r.returncode == 2
+    problems = [line for line in r.stderr.splitlines() if line.startswith("  - ")]
+    assert r.stderr.startswith("3 problem(s) in group_data/:\n")
+    assert problems[0].startswith("  - group_data/a.py: service.unit = '..': a systemd unit name")
+    assert "  - group_data/gw.py: gateway.version = '1.13.0\\nExecStartPre=/bin/sh': a PEP 440 version as pip " \
+           "takes it, e.g. 1.13.0" in problems
+    assert "  - group_data/gw.py: gateway.host = '0.0.0.0; id': an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a " \
+           "host name" in problems
+
+
 def test_class_file_replaces_all_py_names_whole(tmp_path):
     # pyinfra merges by top-level name: a class's readiness replaces all.py's, the rest is default
     g = make_group_dir(tmp_path, {"good": GOOD + 'readiness = {"load_timeout_s": 60}\n'})
