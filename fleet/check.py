@@ -6,7 +6,26 @@ import runpy
 import sys
 from pathlib import Path
 
-from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
+from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, read_group_file, \
+    validate_gateway
+
+
+def _gateway_tables(group_dir: Path) -> list[str]:
+    """The gateway files' own problems, their routes unchecked: for when the classes do not validate."""
+    problems = []
+    for path in gateway_files(group_dir).values():
+        try:
+            validate_gateway(str(path), read_group_file(path)["gateway"])
+        except SpecError as e:
+            problems += e.problems
+    return problems
+
+
+def _refused(group_dir: Path, problems: list[str]) -> int:
+    print(f"{len(problems)} problem(s) in {group_dir}/:", file=sys.stderr)
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str]) -> int:
@@ -17,12 +36,12 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         specs = load_class_specs(group_dir)
+    except SpecError as e:
+        return _refused(group_dir, e.problems + _gateway_tables(group_dir))
+    try:
         gateways = load_gateways(group_dir, specs)
     except SpecError as e:
-        print(f"{len(e.problems)} problem(s) in {group_dir}/:", file=sys.stderr)
-        for p in e.problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 2
+        return _refused(group_dir, e.problems)
     for inventory in argv:
         runpy.run_path(inventory)  # the inventory validates itself (check_or_exit) before anything connects
     for group, spec in specs.items():

@@ -7,8 +7,8 @@ tests/unit/test_docs.py fails when README.md is out of date.
 
 from __future__ import annotations
 
-import re
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from fleet.spec import (
     DFlash,
     EagleFamily,
     GpuClass,
+    Kind,
     Ngram,
     NoSpeculation,
     Readiness,
@@ -47,12 +48,25 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 ]
 
 
-def _type(annotation) -> str:
-    text = getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else None
-    text = text or str(annotation).replace("typing.", "").replace("pydantic.types.", "")
-    text = re.sub(r"Annotated\[str, AfterValidator\(func=<function _absolute[^>]*>\)\]", "absolute path", text)
-    text = re.sub(r"Annotated\[fleet\.spec\.SecretSource, BeforeValidator\([^)]*\)\]", "secret source", text)
-    return re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)
+def _name(annotation) -> str:
+    """A type as the reference names it: a constrained one by its Kind (fleet.spec), others as written."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        kinds = [m for m in annotation.__metadata__ if isinstance(m, Kind)]
+        return kinds[-1].name if kinds else _name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_name(a) for a in args)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_name(a) for a in args)}]"
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
+
+
+def _type(field) -> str:
+    # pydantic moves a field's own Annotated metadata into field.metadata
+    kinds = [m for m in field.metadata if isinstance(m, Kind)]
+    return kinds[-1].name if kinds else _name(field.annotation)
 
 
 def _default(field) -> str:
@@ -70,6 +84,12 @@ def reference() -> str:
         f"replaces all.py's whole): {', '.join(f'`{k}`' for k in ClassSpec.model_fields)}. "
         "Unknown keys are errors.",
         "",
+        "Types: *text* is a string without control characters (newline, CR, tab, NUL, U+0085 ...), "
+        "line or paragraph separators (U+2028, U+2029) or lone surrogates, at most the characters its "
+        "row says; an *absolute path* is text that starts with `/` and has no empty, `.` or `..` segment "
+        "(no `//`, no trailing `/`); a *unit name* follows systemd's rules (below); numbers are finite "
+        "(no inf or nan) and within the bounds their row gives.",
+        "",
         "| top-level name | default | meaning |",
         "|---|---|---|",
     ]
@@ -79,7 +99,7 @@ def reference() -> str:
         out += ["", f"#### `{title}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
         for name, field in model.model_fields.items():
             desc = (field.description or (model.__doc__ or "").strip().splitlines()[0]).replace("|", "\\|")
-            kind = _type(field.annotation).replace("|", "\\|")
+            kind = _type(field).replace(" | ", " \\| ")
             out.append(f"| `{name}` | {kind} | {_default(field)} | {desc} |")
     return "\n".join(out) + "\n"
 

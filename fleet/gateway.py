@@ -14,66 +14,108 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from packaging.version import VERSION_PATTERN, Version
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet.gate import local_address
-from fleet.spec import AbsPath, ClassSpec, Source, Strict, UNIT_NAME
+from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Kind, ServiceUnit, Source, Strict, is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
 
 SMG_VERSION = "1.13.0"
 # smg's worker states (GET /workers); only `ready` ones get traffic
 READY, DRAINING = "ready", "draining"
 
+_PEP440 = re.compile(rf"^{VERSION_PATTERN}\Z", re.VERBOSE | re.IGNORECASE)
+
+
+def _release(v: str) -> str:
+    # It is pip's `smg==VERSION`, a path (wheels/VERSION) and what `smg --version` is compared to:
+    # one spelling only, the normalized one (1.13.0rc1, not 1.13.0-RC1).
+    if not _PEP440.match(v):
+        raise ValueError("a PEP 440 version as pip takes it, e.g. 1.13.0")
+    if str(Version(v)) != v:
+        raise ValueError(f"a PEP 440 version in its normalized form: {Version(v)}")
+    return v
+
+
+Release = Annotated[str, AfterValidator(_release), Kind("PEP 440 version")]
+
+GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _group(v: str) -> str:
+    # A route is an inventory group, a Python name in a pyinfra inventory; it ends the smg unit's
+    # Description=, where a trailing backslash would join the next line to it.
+    if not GROUP_NAME.match(v):
+        raise ValueError("a GPU class's group name: letters, digits and _, not starting with a digit")
+    return v
+
+
+GroupName = Annotated[str, AfterValidator(_group), Kind("group name")]
+
 
 class Rolling(Strict):
     """How a class behind the gateway is rolled: one replica at a time unless said otherwise."""
 
-    max_unavailable: int = Field(1, ge=1, description="Replicas out of the gateway at once, after the canary "
-                                 "(the class's first host to roll, alone).")
+    max_unavailable: int = Field(1, ge=1, le=256, description="Replicas out of the gateway at once, 1..256, after "
+                                 "the canary (the class's first host to roll, alone).")
     drain_timeout_s: float = Field(
-        600, ge=0, le=3600, description="How long a replica taken out of the gateway gets to finish its requests "
-        "(smg no longer routes to it and SGLang's /metrics shows no running or queued request) before it is "
-        "stopped anyway; SGLang then drains what is left on SIGTERM (service.drain_timeout_s).")
+        600, ge=0, le=3600, description="How long a replica taken out of the gateway gets to finish its requests, "
+        "0..3600 s, 0 for no wait, else at least 1 (smg no longer routes to it and SGLang's /metrics shows no "
+        "running or queued request) before it is stopped anyway; SGLang then drains what is left on SIGTERM "
+        "(service.drain_timeout_s).")
     ready_timeout_s: float = Field(
-        300, gt=0, le=3600, description="How long smg gets to call a replica `ready` after it is back in the "
-        "discovery file, and to find a peer ready before one goes out.")
-    poll_interval_s: float = Field(0.5, gt=0, le=10, description="Seconds between reads of /workers and /metrics.")
+        300, ge=1, le=3600, description="How long smg gets to call a replica `ready` after it is back in the "
+        "discovery file, and to find a peer ready before one goes out, 1..3600 s.")
+    poll_interval_s: float = Field(0.5, ge=0.05, le=10,
+                                   description="Seconds between reads of /workers and /metrics, 0.05..10.")
+
+    @field_validator("drain_timeout_s")
+    @classmethod
+    def _no_wait_or_a_real_one(cls, v: float) -> float:
+        if 0 < v < 1:
+            raise ValueError("0 (no drain wait) or at least 1 s")
+        return v
 
 
 class Gateway(Strict):
     """SGLang's model gateway (smg), on the one host of its inventory group."""
 
-    routes: list[str] = Field(min_length=1, description="The GPU classes (group_data files) whose replicas it "
-                              "routes; each class behind at most one gateway.")
-    unit: str = Field("smg", description="systemd unit name, without `.service`.")
-    version: str = Field(SMG_VERSION, description="The smg release installed (pip, from wheels the controller "
-                         "downloads once into its cache and uploads: the host needs no package index).")
-    install_dir: AbsPath = Field("/opt/smg", description="Its virtual environment (venv/) and wheels (wheels/).")
+    routes: list[GroupName] = Field(min_length=1, description="The GPU classes (group_data files, by group name: "
+                                    "letters, digits and _) whose replicas it routes; each class behind at most one "
+                                    "gateway, and bound to an address the gateway host reaches (service.host not "
+                                    "loopback).")
+    unit: ServiceUnit = Field("smg", description="systemd unit name, without `.service` (the rule of service.unit).")
+    version: Release = Field(SMG_VERSION, description="The smg release installed, a normalized PEP 440 version "
+                             "(pip, from wheels the controller downloads once into its cache and uploads: the "
+                             "host needs no package index).")
+    install_dir: CommandPath = Field("/opt/smg", description="Its virtual environment (venv/, whose bin/smg the "
+                                     "unit runs) and wheels (wheels/).")
     python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
-    host: str = Field("0.0.0.0", description="Bind address of the client API.")
-    port: int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers).")
-    prometheus_port: int = Field(29000, ge=1, le=65535, description="smg's own /metrics.")
+    host: HostAddress = Field("0.0.0.0", description="Bind address of the client API.")
+    port: int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "
+                      "1..65535.")
+    prometheus_port: int = Field(29000, ge=1, le=65535, description="smg's own /metrics, 1..65535; not `port`.")
     policy: Literal["cache_aware", "round_robin", "least_load", "power_of_two", "random"] = Field(
         "cache_aware", description="Load-balancing policy (smg's default).")
     api_key: Source | None = Field(
         None, description="Where the clients' API key comes from (a secret source, like service.api_key). smg "
         "also sends it to the replicas, so a routed class with service.api_key must name the same source.")
     health_check_interval_s: int = Field(
-        2, ge=1, le=600, description="smg's probe interval, and how often it retries a replica that did not "
-        "answer yet: a replica back in the file is `ready` after 2 good probes (smg's own defaults, 60 and 30, "
+        2, ge=1, le=600, description="smg's probe interval, 1..600 s, and how often it retries a replica that did "
+        "not answer yet: a replica back in the file is `ready` after 2 good probes (smg's own defaults, 60 and 30, "
         "make that minutes per replica).")
     shutdown_grace_period_s: int = Field(180, ge=0, le=3600, description="How long a stopping smg waits "
-                                         "for in-flight requests (smg's default).")
+                                         "for in-flight requests, 0..3600 s (smg's default).")
     rolling: Rolling = Field(default_factory=Rolling, description="How the classes it routes are rolled.")
 
-    @field_validator("unit")
-    @classmethod
-    def _unit(cls, v: str) -> str:
-        if not UNIT_NAME.match(v) or v.endswith(".service"):
-            raise ValueError("a systemd unit name without .service")
-        return v
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Gateway:
+        if self.port == self.prometheus_port:
+            raise ValueError(f"port and prometheus_port both {self.port}: smg binds each, expected two ports")
+        return self
 
     @property
     def service_unit(self) -> str:
@@ -115,14 +157,21 @@ def check_routes(gateways: dict[str, Gateway], classes: dict[str, ClassSpec]) ->
     """Problems between the gateways and the classes they route, each naming the field."""
     problems, routed_by = [], {}
     for group, gw in gateways.items():
-        for cls in gw.routes:
-            where = f"group_data/{group}.py: gateway.routes"
+        where = f"group_data/{group}.py: gateway.routes"
+        for cls in dict.fromkeys(gw.routes):
+            if gw.routes.count(cls) > 1:
+                problems.append(f"{where}: {cls!r} listed {gw.routes.count(cls)} times; expected once")
             if cls not in classes:
                 problems.append(f"{where}: {cls!r} is not a GPU class; expected one of {', '.join(classes)}")
                 continue
             if cls in routed_by:
                 problems.append(f"{where}: {cls!r} is already routed by {routed_by[cls]}; a class is behind one gateway")
             routed_by[cls] = group
+            host = classes[cls].service.host
+            if is_loopback(host):
+                problems.append(f"{where}: {cls!r} binds service.host {host!r} (group_data/{cls}.py), which smg on "
+                                "the gateway host cannot reach; expected an address of the replica's network, "
+                                "or 0.0.0.0 / ::")
     return problems
 
 

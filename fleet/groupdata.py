@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fleet.gateway import Gateway, check_routes, key_problems
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, masked_args, names_a_secret
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -65,21 +65,33 @@ def spec_data(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith(CONNECTOR_PREFIXES)}
 
 
-# Fields that name a secret's source: a value found there may be the secret itself, so it is never shown.
-SECRET_FIELDS = ("api_key", "admin_api_key", "secret_environment")
+# Run together, these still name a secret (hftoken, sshpassword); TOKEN and KEY only at the end:
+# max_tokens is no secret.
+_SECRET_INSIDE = ("PASSWORD", "PASSWD", "SECRET", "APIKEY", "CREDENTIAL")
+_SECRET_AT_END = ("TOKEN", "KEY")
+
+
+def may_hold_a_secret(key: str) -> bool:
+    """A key whose value a message never shows: a secret field (api_key, admin_api_key,
+    secret_environment), or a misplaced or misspelt key that names a secret (api-key, HF_TOKEN,
+    apiKey, Password, hftoken), whatever its case and separators."""
+    folded = "".join(c for c in key.upper() if c.isalnum())
+    return names_a_secret(key) or any(w in folded for w in _SECRET_INSIDE) or folded.endswith(_SECRET_AT_END)
 
 
 def _redact(value: Any) -> Any:
-    """Any secret field, at any depth, shown as '***': a secret is never printed, not even a misplaced one."""
+    """A value as a message shows it: under a key that may hold a secret, at any depth, '***';
+    in a list (extra_args), the value of a flag that takes a secret '***' (fleet.spec.masked_args)."""
     if isinstance(value, dict):
-        return {k: "***" if k in SECRET_FIELDS else _redact(v) for k, v in value.items()}
+        return {k: "***" if isinstance(k, str) and may_hold_a_secret(k) else _redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_redact(v) for v in value)
+        return type(value)(_redact(v) for v in masked_args(value))
     return value
 
 
 def _show(loc: tuple, value: Any) -> str:
-    text = repr("***" if set(SECRET_FIELDS) & set(map(str, loc)) else _redact(value))
+    secret = any(isinstance(p, str) and may_hold_a_secret(p) for p in loc)
+    text = repr("***" if secret else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -119,6 +131,9 @@ def explain(source: str, err: ValidationError, root: type[BaseModel] = ClassSpec
             )
         elif e["type"] == "missing":
             problems.append(f"{source}: {field}: required, not given")
+        elif e["type"] == "union_tag_invalid":  # pydantic's own text quotes the tag raw, at any length
+            problems.append(f"{source}: {field} = {_show(loc, e['input'])}: algorithm {_show(loc, e['ctx']['tag'])} "
+                            f"is none of the expected tags: {e['ctx']['expected_tags']}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             problems.append(f"{source}: {field} = {_show(loc, e['input'])}: {msg}")
@@ -156,26 +171,45 @@ class GatewayFile(Strict):
     gateway: Gateway
 
 
+def validate_gateway(source: str, data: Any) -> Gateway:
+    """A gateway file's `gateway` table; SpecError naming source, field, value and what is allowed."""
+    try:
+        return GatewayFile.model_validate({"gateway": data}).gateway
+    except ValidationError as err:
+        raise SpecError(explain(source, err, GatewayFile)) from None
+
+
 def load_gateways(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, Gateway]:
     """Every gateway file, validated, and checked against the classes it routes."""
     gateways, problems = {}, []
     for group, path in gateway_files(group_dir).items():
         try:
-            gateways[group] = GatewayFile.model_validate({"gateway": read_group_file(path)["gateway"]}).gateway
-        except ValidationError as err:
-            problems += explain(str(path), err, GatewayFile)
+            gateways[group] = validate_gateway(str(path), read_group_file(path)["gateway"])
+        except SpecError as e:
+            problems += e.problems
     problems += check_routes(gateways, classes)
     if problems:
         raise SpecError(problems)
     return gateways
 
 
-def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], group_dir: Path) -> dict[str, ClassSpec]:
+def _sets_the_spec(kind: str, name: str, data: dict) -> str | None:
+    overrides = sorted(set(spec_data(data)) & set(SPEC_KEYS))
+    if not overrides:
+        return None
+    return (f"inventory: {kind} {name} sets {', '.join(overrides)}; the service is declared per GPU class "
+            f"in group_data/, not per {kind}")
+
+
+def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], group_dir: Path,
+                    groups_data: dict[str, dict] | None = None) -> dict[str, ClassSpec]:
     """Validate group_data and the inventory's use of it, before anything connects.
 
-    groups: inventory group -> host names; hosts_data: host name -> its inventory data.
+    groups: inventory group -> host names; hosts_data: host name -> its inventory data;
+    groups_data: group -> the data of a pyinfra group tuple `group = ([hosts], {data})`.
     A host belongs to exactly one GPU class (two would mean two services, possibly on
-    one port), and host data may not override the spec (group_data is the one place).
+    one port) or one gateway, and the inventory may not override the spec (group_data is the
+    one place): host and group data alike.
     """
     specs = load_class_specs(group_dir)
     gateways = load_gateways(group_dir, specs)
@@ -188,11 +222,13 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
             problems.append(f"inventory: gateway group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
                             "expected one: the rollout writes one discovery file and reads one /workers")
     classes_of: dict[str, list[str]] = {}
+    gateways_of: dict[str, list[str]] = {}
     for group, hosts in groups.items():
-        if group not in specs:
+        roles = classes_of if group in specs else gateways_of if group in gateways else None
+        if roles is None:
             continue
         for h in hosts:
-            classes_of.setdefault(h, []).append(group)
+            roles.setdefault(h, []).append(group)
     for h, classes in sorted(classes_of.items()):
         if len(classes) > 1:
             ports = ", ".join(f"{c} (service.port {specs[c].service.port})" for c in classes)
@@ -201,15 +237,23 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
                 f"inventory: host {h} is filed under {len(classes)} GPU classes: {ports}; "
                 f"expected exactly one" + ("; two services on one port" if same else "")
             )
+    for h, gws in sorted(gateways_of.items()):
+        if h in classes_of:
+            problems.append(f"inventory: host {h} is filed under GPU class {', '.join(classes_of[h])} and gateway "
+                            f"group {', '.join(gws)}; expected one or the other: the rolling rollout restarts "
+                            "a replica while its gateway keeps routing to the others")
+        if len(gws) > 1:
+            problems.append(f"inventory: host {h} is filed under {len(gws)} gateway groups: {', '.join(gws)}; "
+                            "expected one (one smg per host)")
+    for group, data in sorted((groups_data or {}).items()):
+        problem = _sets_the_spec("group", group, data)
+        if problem:
+            problems.append(problem)
     for h, data in sorted(hosts_data.items()):
-        overrides = sorted(set(spec_data(data)) & set(SPEC_KEYS))
-        if overrides:
-            problems.append(
-                f"inventory: host {h} sets {', '.join(overrides)}; the service is declared per GPU class "
-                f"in group_data/, not per host"
-            )
-    gateway_hosts = {h for group in gateways for h in groups.get(group, [])}
-    unfiled = sorted(set(hosts_data) - set(classes_of) - gateway_hosts)
+        problem = _sets_the_spec("host", h, data)
+        if problem:
+            problems.append(problem)
+    unfiled = sorted(set(hosts_data) - set(classes_of) - set(gateways_of))
     for h in unfiled:
         problems.append(f"inventory: host {h} is in no GPU class group; expected one of {', '.join(specs)}"
                         + (f" (or the gateway group {', '.join(gateways)})" if gateways else ""))
@@ -218,26 +262,34 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     return specs
 
 
-def inventory_groups(inventory_namespace: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, dict]]:
-    """(group -> host names, host -> its data) from an inventory module's globals, as pyinfra
-    reads them: public lists of names or (name, data) tuples."""
+def inventory_groups(inventory_namespace: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, dict],
+                                                                   dict[str, dict]]:
+    """(group -> host names, host -> its data, group -> its data) from an inventory module's globals,
+    as pyinfra reads them: public lists of names or (name, data) tuples, or a group tuple
+    ([those], {group data})."""
     groups: dict[str, list[str]] = {}
     hosts_data: dict[str, dict] = {}
+    groups_data: dict[str, dict] = {}
     for name, value in inventory_namespace.items():
-        if name.startswith("_") or not isinstance(value, list):
+        if name.startswith("_"):
+            continue
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list) and isinstance(value[1], dict):
+            value, groups_data[name] = value
+        if not isinstance(value, list):
             continue
         for entry in value:
             host, data = entry if isinstance(entry, tuple) else (entry, {})
             groups.setdefault(name, []).append(host)
             hosts_data.setdefault(host, {}).update(data)
-    return groups, hosts_data
+    return groups, hosts_data, groups_data
 
 
 def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> None:
     """Called at the end of an inventory file (with its globals()): refuse to connect anywhere
     if the data is wrong."""
     try:
-        check_inventory(*inventory_groups(inventory_namespace), group_dir)
+        groups, hosts_data, groups_data = inventory_groups(inventory_namespace)
+        check_inventory(groups, hosts_data, group_dir, groups_data)
     except SpecError as e:
         print("group_data / inventory check failed; no host was contacted:", file=sys.stderr)
         for problem in e.problems:

@@ -79,7 +79,8 @@ def server_argv(spec: ClassSpec) -> list[str]:
     return [spec.service.launcher, *MODULE, *(t for group in server_arg_groups(spec) for t in group)]
 
 
-_PLAIN = re.compile(r"^[A-Za-z0-9_./:=@+,-]+$")
+# \Z, not $: $ matches before a final newline, which would end the ExecStart= line
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:=@+,-]+\Z")
 
 
 def systemd_quote(token: str) -> str:

@@ -22,7 +22,7 @@ SERVER_ARGS_SECRET = re.compile(
 
 # Plain characters only: the key goes into a YAML string, an HTTP header and argparse, which
 # would take a leading '-' for a flag.
-API_KEY = re.compile(r"^[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7,}$")
+API_KEY = re.compile(r"^[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7,}\Z")  # \Z: $ lets a final newline in
 KEY_RULE = "8 or more of A-Z a-z 0-9 . _ ~ + / = - (not starting with -)"
 
 

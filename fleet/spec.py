@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import typing
+import unicodedata
+from dataclasses import dataclass
 from typing import Annotated, Literal, Union
 
 from pydantic import (
@@ -18,6 +20,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -26,34 +31,184 @@ from pydantic import (
 # not among them: it is upstream PR 29907, provisional, and needs an engine that has it.
 SGLANG_0523_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 
+
+@dataclass(frozen=True)
+class Kind:
+    """How the README's spec reference names a constrained type (fleet/docs.py); pydantic ignores it."""
+
+    name: str
+
+
+# --- text: every string that reaches argv, a unit, an env file or a shell ----------------------
+
+# Unicode categories refused in any text: control characters (C0, DEL, C1 with U+0085), the line
+# and paragraph separators U+2028/U+2029, lone surrogates. systemd, a shell or a log reader takes
+# some of them for a line break (a newline in a unit adds a directive) or cannot encode them.
+NOT_TEXT = {"Cc": "a control character", "Zl": "a line separator", "Zp": "a paragraph separator",
+            "Cs": "a lone surrogate"}
+TEXT_MAX = 4096  # characters in any text field: PATH_MAX, and far inside one argument (128 KiB)
+NAME_MAX = 256  # characters of service.served_model_name (it is in every smoke request too)
+# The smoke prompt travels JSON-escaped (\uXXXX: up to 12 bytes a character) inside one `sh -c`
+# argument (128 KiB at most): 4096 characters keep the request body under 49 KiB.
+PROMPT_MAX = 4096
+
+
+def _one_line(value: str) -> str:
+    for i, c in enumerate(value):
+        what = NOT_TEXT.get(unicodedata.category(c))
+        if what:
+            raise ValueError(f"expected text without control characters, line separators or lone surrogates; "
+                             f"found {what} (U+{ord(c):04X}) at character {i}")
+    return value
+
+
+def text(max_length: int = TEXT_MAX) -> typing.Any:
+    """A string type: at most max_length characters, none of NOT_TEXT."""
+    return Annotated[str, StringConstraints(max_length=max_length), AfterValidator(_one_line),
+                     Kind(f"text (≤ {max_length} chars)")]
+
+
+Text = text()
+
+
+PATH_BYTES, SEGMENT_BYTES = 4095, 255  # Linux's PATH_MAX (with its final NUL) and NAME_MAX
+
+
 def _absolute(path: str) -> str:
-    if not path.startswith("/"):
-        raise ValueError("an absolute path")
+    # The normal form systemd wants of an ExecStart= command (path_is_normalized), and one spelling
+    # of each path for preflight's comparisons with what runs.
+    segments = path.split("/")[1:]
+    if not path.startswith("/") or any(s in ("", ".", "..") for s in segments):
+        raise ValueError("an absolute path in normal form: starting with /, no empty, '.' or '..' segment "
+                         "(no //, no trailing /)")
+    if len(path.encode()) > PATH_BYTES or any(len(s.encode()) > SEGMENT_BYTES for s in segments):
+        raise ValueError(f"a path Linux can hold: at most {PATH_BYTES} bytes, {SEGMENT_BYTES} a segment")
     return path
 
 
-AbsPath = Annotated[str, AfterValidator(_absolute)]
+AbsPath = Annotated[Text, AfterValidator(_absolute), Kind("absolute path")]
 
-HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
-UNIT_NAME = re.compile(r"^[A-Za-z0-9@_.:-]+$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NOT_IN_COMMAND = "\\\"'$"
+
+
+def _command(path: str) -> str:
+    # The path of ExecStart='s command: systemd refuses quotes and backslashes there (string_is_safe)
+    # and expands no $ in it, where the quoting of an argument would double it.
+    found = sorted(set(path) & set(NOT_IN_COMMAND))
+    if found:
+        raise ValueError(f"a path ExecStart= runs: none of {' '.join(NOT_IN_COMMAND)}; found {' '.join(found)}")
+    return path
+
+
+CommandPath = Annotated[AbsPath, AfterValidator(_command), Kind("absolute path, none of \\ \" ' $")]
+
+# --- names: hosts, units, environment variables ----------------------------------------------
+
+# \Z, not $: $ also matches before a final newline ("gpu-1\n" would pass)
+HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
+# Names that resolve to the host itself (RFC 6761 reserves *.localhost; Debian's /etc/hosts adds the ip6- ones).
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def _host(v: str) -> str:
+    # It lands in URLs and shell commands on the host: an address or a name, nothing else. A zone
+    # (fe80::1%eth0) is refused: Python's parser takes any text after the %.
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        if not HOST_NAME.match(v):
+            raise ValueError("an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name") from None
+    if "%" in v:
+        raise ValueError("an IP address without a zone (%...) or a host name")
+    return v
+
+
+HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
+
+
+def is_loopback(host: str) -> bool:
+    """An address or name only the host itself reaches (127.0.0.0/8, ::1, ::ffff:127.x, localhost)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.lower()
+        return name in LOCAL_NAMES or name.endswith(".localhost")
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+# systemd's unit_name_is_valid(): ASCII letters, digits and :-_.\ before the type suffix, '@'
+# only between a template's prefix and its instance; at most 255 characters with the suffix.
+# A leading '-' would be read as an option by systemctl (`-H host` connects elsewhere), and the
+# name is a path component (/var/lib/sglang-fleet/<unit>/): no leading '.', no '.' or '..'.
+UNIT_NAME = re.compile(r"^(?![.-])[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\@-]+)?\Z")
+UNIT_NAME_MAX = 255
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
+              "scope")
+UNIT_RULE = "ASCII letters, digits and : - _ . \\ only, not starting with - or ."
+
+
+def _unit_prefix(prefix: str, instance: bool) -> None:
+    if len(prefix) + len(".service") > UNIT_NAME_MAX:
+        raise ValueError(f"a systemd unit name of at most {UNIT_NAME_MAX} characters with .service; "
+                         f"found {len(prefix) + len('.service')}")
+    if not UNIT_NAME.match(prefix) or (not instance and "@" in prefix):
+        where = "'@' only as in name@instance" if instance else "no '@'"
+        raise ValueError(f"a systemd unit name: {UNIT_RULE}, {where}")
+
+
+def _service_unit(v: str) -> str:
+    if v.endswith(".service"):
+        raise ValueError("a systemd unit name without '.service' (it is added)")
+    _unit_prefix(v, instance=False)
+    return v
+
+
+def _workload_unit(v: str) -> str:
+    # systemctl reads a name without a unit type as NAME.service, and so do we
+    _, dot, suffix = v.rpartition(".")
+    if dot and suffix in UNIT_TYPES and suffix != "service":
+        raise ValueError(f"a .service unit; found a .{suffix}: only services are stopped and started again")
+    full = v if dot and suffix == "service" else f"{v}.service"
+    _unit_prefix(full.removesuffix(".service"), instance=True)
+    return full
+
+
+ServiceUnit = Annotated[str, AfterValidator(_service_unit), Kind("unit name")]
+WorkloadUnit = Annotated[str, AfterValidator(_workload_unit), Kind("unit name")]
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_RULE = "letters, digits and _, not starting with a digit"
+
+# Words that make a name a secret's (HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, api-key):
+# TOKENIZERS_PARALLELISM or max_tokens hold none of them.
+SECRET_WORDS = ("TOKEN", "KEY", "KEYS", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "APIKEY",
+                "APIKEYS", "CREDENTIAL", "CREDENTIALS")
+_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def names_a_secret(name: str, words: tuple[str, ...] = SECRET_WORDS) -> bool:
+    """A word of `name` is one of `words`, whatever the case; words are split at any separator and
+    where the case changes (apiKey, HFToken)."""
+    return any(w.upper() in words for w in _WORD_BREAK.split(name))
 
 
 class Strict(BaseModel):
-    # Typos must not pass silently: every unknown key is an error.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Typos must not pass silently: every unknown key is an error. inf and nan are no durations.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GpuClass(Strict):
     """What a host of this class must have, as nvidia-smi reports it."""
 
-    accepted_models: list[str] = Field(
+    accepted_models: list[Text] = Field(
         min_length=1,
         description="Exact nvidia-smi `name` values this class accepts. No substring match: "
         "'NVIDIA RTX 6000 Ada Generation' is not an RTX PRO 6000.",
     )
-    gpu_count: int = Field(ge=1, le=16, description="GPUs the host must have (at least).")
-    min_memory_mib: int = Field(ge=1, description="Memory each GPU must have, in MiB (memory.total).")
+    gpu_count: int = Field(ge=1, le=16, description="GPUs the host must have (at least), 1..16.")
+    min_memory_mib: int = Field(ge=1, le=4_194_304,
+                                description="Memory each GPU must have, in MiB (memory.total), 1..4194304 (4 TiB).")
     mig: bool = Field(
         False,
         description="True if the class runs on MIG-partitioned GPUs. A host whose GPUs' MIG mode differs "
@@ -79,15 +234,16 @@ class SecretSource(Strict):
     itself (group_data is shown by `pyinfra ... debug-inventory` and kept in git). Exactly one of:"""
 
     env: str | None = Field(None, description="Name of an environment variable of the deploy's process.")
-    file: str | None = Field(None, description="Path of a file on the operator's machine (`~` expands); "
-                             "its content, without the final newline.")
+    file: Text | None = Field(None, description="Path of a file on the operator's machine (`~` expands); "
+                              "its content, without the final newline.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretSource:
         if (self.env is None) == (self.file is None):
             raise ValueError("exactly one of env (an environment variable's name) or file (a path)")
+        # the name is not repeated: a value put here by mistake may be the secret itself
         if self.env is not None and not ENV_NAME.match(self.env):
-            raise ValueError(f"env {self.env!r} is not an environment variable name")
+            raise ValueError(f"env is not an environment variable name: expected {ENV_RULE}")
         if self.file is not None and not self.file.strip():
             raise ValueError("file is empty")
         return self
@@ -104,52 +260,193 @@ def _a_source_not_a_value(value):
     return value
 
 
-Source = Annotated[SecretSource, BeforeValidator(_a_source_not_a_value)]
+Source = Annotated[SecretSource, BeforeValidator(_a_source_not_a_value), Kind("secret source")]
 
-# SGLang flags whose value is a secret: the process's arguments are readable by every local
-# user, so they never go on the command line (they go to the 0600 --config file).
+# --- extra_args: SGLang flags the spec does not own -------------------------------------------
+
+# The server arguments the spec sets, each SGLang 0.5.23 option string (aliases too) -> the field
+# that sets it. SGLang's parser keeps the last value given: one of these in extra_args would run a
+# model, tp or draft preflight never checked. tests/unit/test_spec.py checks the table against the
+# real parser's (lab/doubles/sglang/flags.json); fleet/render.py writes no other flag.
+SPEC_FLAGS = {
+    "--model-path": "service.model_path",
+    "--model": "service.model_path",
+    "--served-model-name": "service.served_model_name",
+    "--host": "service.host",
+    "--port": "service.port",
+    "--tp-size": "service.tp_size",
+    "--tensor-parallel-size": "service.tp_size",
+    "--mem-fraction-static": "service.mem_fraction",
+    "--context-length": "service.context_length",
+    "--trust-remote-code": "service.trust_remote_code",
+    "--enable-metrics": "service.enable_metrics",
+    "--speculative-algorithm": "speculative.algorithm",
+    "--speculative-draft-model-path": "speculative.draft_model_path",
+    "--speculative-draft-model": "speculative.draft_model_path",
+    "--speculative-num-steps": "speculative.num_steps",
+    "--speculative-eagle-topk": "speculative.topk",
+    "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
+    "--speculative-ngram-max-bfs-breadth": "speculative.max_bfs_breadth",
+    "--speculative-dflash-block-size": "speculative.block_size",
+    "--speculative-ddtree-budget": "speculative.tree_budget",  # provisional (PR 29907): not in 0.5.23
+}
+# SGLang flags whose value is a secret: the process's arguments are readable by every local user,
+# so they never go on the command line (they go to the 0600 --config file).
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
-# --config is ours (one per server, SGLang refuses a second); these take inline JSON that may
-# carry a key (watermark) or storage credentials (hicache): a file path is fine, `{...}` is not.
+SECRET_FLAG_FIELDS = {"--api-key": "service.api_key", "--admin-api-key": "service.admin_api_key"}
+# --config is ours (one per server, SGLang refuses a second).
+CONFIG_FLAG = "--config"
+# These take inline JSON that may carry a key (watermark) or storage credentials (hicache): a file
+# path is fine, `{...}` is not.
 INLINE_SECRET_FLAGS = ("--watermark-config", "--hicache-storage-backend-extra-config")
-# SGLang 0.5.23 flags that are prefixes of a secret flag: exact names, not abbreviations of it.
-NOT_ABBREVIATIONS = ("--ssl-keyfile",)
+# SGLang 0.5.23 flags that are prefixes of a flag above: exact names, not abbreviations of it.
+NOT_ABBREVIATIONS = ("--ssl-keyfile", "--hicache-storage-backend")
+
+
+# A flag named so holds a secret (--hf-api-key, --aws-secret): not TOKEN, which SGLang's flags use
+# for the model's tokens (--speculative-token-map).
+SECRET_FLAG_WORDS = tuple(w for w in SECRET_WORDS if w != "TOKEN")
 
 
 def _flag_of(token: str) -> str:
-    return token.split("=", 1)[0].replace("_", "-")
+    # SGLang's flags are all lower case: --API-KEY is a mistake for --api-key, its value a key all the same
+    return token.split("=", 1)[0].replace("_", "-").lower()
 
 
-def _means(token: str, flag: str) -> bool:
-    """argparse reads `token` as `flag`: exactly, or as an abbreviation of it (SGLang allows them)."""
+def read_as(token: str, flags: typing.Iterable[str]) -> list[str]:
+    """The flags of `flags` SGLang's parser may read `token` as: exactly, with `=value`, in the `_`
+    spelling, or abbreviated (argparse's allow_abbrev: a prefix of one flag means that flag; of
+    several, an error at start, refused here all the same)."""
     name = _flag_of(token)
-    return name == flag or (len(name) > 3 and flag.startswith(name) and name not in NOT_ABBREVIATIONS)
+    if not name.startswith("--") or name == "--":  # "--" ends the options: no flag follows
+        return []
+    flags = list(flags)
+    if name in flags:
+        return [name]
+    if name in NOT_ABBREVIATIONS:
+        return []
+    return [f for f in flags if f.startswith(name)]
+
+
+def _flag_takes_a_secret(token: str) -> bool:
+    # For what a message shows, broader than what is refused: --speculative-token-map's path is masked too
+    return bool(read_as(token, SECRET_FLAGS + INLINE_SECRET_FLAGS)) or (
+        token.startswith("--") and names_a_secret(_flag_of(token)))
+
+
+def masked_args(args: typing.Sequence) -> list:
+    """args as a message may show them: the value after (or `=` of) a flag that takes a secret is ***."""
+    out = list(args)
+    for i, a in enumerate(args):
+        if not isinstance(a, str) or not _flag_takes_a_secret(a):
+            continue
+        if "=" in a:
+            out[i] = a.split("=", 1)[0] + "=***"
+        elif i + 1 < len(args):
+            out[i + 1] = "***"
+    return out
+
+
+def _read(flag: str, flags: list[str]) -> str:
+    """How a refusal names what the parser would read `flag` as."""
+    return flag if flags == [flag] else f"{flag} (read as {', '.join(flags)})"
+
+
+def _extra_arg_problem(args: list, i: int) -> str | None:
+    a = args[i]
+    flag = a.split("=", 1)[0]
+    secret = read_as(a, SECRET_FLAGS)
+    if secret:
+        fields = [SECRET_FLAG_FIELDS[s] for s in secret if s in SECRET_FLAG_FIELDS]
+        where = f"declare it in {' or '.join(fields)}" if fields else "sglang-fleet has no field for it yet"
+        return (f"{_read(flag, secret)} would put a secret in the server's arguments, readable by every local "
+                f"user: {where}")
+    if flag.startswith("--") and names_a_secret(flag, SECRET_FLAG_WORDS):
+        return (f"{flag} names a secret: its value would be in the server's arguments, readable by every local "
+                "user; keys go in service.api_key or service.admin_api_key, other secrets in "
+                "service.secret_environment")
+    if read_as(a, [CONFIG_FLAG]):
+        return (f"{flag}: the server's --config is sglang-fleet's 0600 file for its secrets (declared in "
+                "service.api_key, service.admin_api_key)")
+    owned = read_as(a, SPEC_FLAGS)
+    fields = sorted({SPEC_FLAGS[f] for f in owned})
+    if len(fields) == 1:
+        return (f"{_read(flag, owned)} is {fields[0]}: set it there (SGLang keeps the last value given: in "
+                "extra_args it would replace the one preflight checked)")
+    if fields:
+        return (f"{flag} abbreviates flags the spec sets ({', '.join(owned)}): spell out the flag meant; "
+                f"those belong in {', '.join(fields)}")
+    inline = read_as(a, INLINE_SECRET_FLAGS)
+    value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+    if inline and isinstance(value, str) and value.lstrip().startswith("{"):
+        return (f"{', '.join(inline)} with inline JSON may carry a secret into the server's arguments: give "
+                "the path of a file on the host instead")
+    return None
+
+
+_TEXT = TypeAdapter(Text)
+
+
+def _extra_args(args):
+    # Before the elements' own checks: a refusal here shows the whole list with its secrets masked
+    # (masked_args), where an element's own error would show that element, secret or not.
+    if isinstance(args, (list, tuple)):
+        args = list(args)
+        for i, a in enumerate(args):
+            problem = _extra_arg_problem(args, i) if isinstance(a, str) else None
+            after = args[i - 1] if i else None
+            secret_value = (isinstance(a, str) and "=" in a and _flag_takes_a_secret(a)) or (
+                isinstance(after, str) and "=" not in after and _flag_takes_a_secret(after))
+            if problem is None and secret_value:
+                try:
+                    _TEXT.validate_python(a)
+                except ValidationError as e:
+                    msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+                    problem = f"element {i} (a secret's value, not shown): {msg}"
+            if problem:
+                raise ValueError(problem)
+    return args
 
 
 class Service(Strict):
     """The SGLang server: one systemd unit per host."""
 
-    unit: str = Field("sglang", description="systemd unit name, without `.service`.")
-    launcher: AbsPath = Field(
+    unit: ServiceUnit = Field("sglang", description="systemd unit name, without `.service`: " + UNIT_RULE
+                              + f", no '@', at most {UNIT_NAME_MAX} characters with `.service`.")
+    launcher: CommandPath = Field(
         "/opt/sglang/bin/python",
         description="Interpreter of the SGLang environment; runs `-m sglang.launch_server`.",
     )
     model_path: AbsPath = Field(description="Target model directory on the host.")
-    served_model_name: str = Field(description="Name clients use in the OpenAI API (`model`).")
-    host: str = Field("127.0.0.1", description="Bind address (SGLang's default is 127.0.0.1).")
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port (SGLang's default is 30000).")
-    tp_size: int = Field(1, ge=1, description="Tensor parallel size; must divide the class's GPU count.")
+    served_model_name: text(NAME_MAX) = Field(
+        description=f"Name clients use in the OpenAI API (`model`); not starting with `-`, at most {NAME_MAX} "
+        "characters.")
+    host: HostAddress = Field("127.0.0.1", description="Bind address (SGLang's default is 127.0.0.1). A class "
+                              "behind a gateway binds one the gateway host reaches (not loopback).")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port (SGLang's default is 30000), 1..65535.")
+    tp_size: int = Field(1, ge=1, le=16, description="Tensor parallel size, 1..16; must divide the class's GPU count.")
     mem_fraction: float = Field(
-        0.85, gt=0, lt=1, description="--mem-fraction-static: share of GPU memory for weights and KV cache."
+        0.85, ge=0.1, le=0.99,
+        description="--mem-fraction-static: share of GPU memory for weights and KV cache, 0.1..0.99.",
     )
-    context_length: int | None = Field(None, ge=1, description="--context-length; unset = the model's own.")
+    context_length: int | None = Field(None, ge=1, le=16_777_216,
+                                       description="--context-length, 1..16777216; unset = the model's own.")
     trust_remote_code: bool = Field(False, description="--trust-remote-code.")
     enable_metrics: bool = Field(True, description="--enable-metrics (Prometheus /metrics).")
-    extra_args: list[str] = Field(
-        default_factory=list, description="Further SGLang flags, verbatim, appended to ExecStart."
+    extra_args: Annotated[list[Text], BeforeValidator(_extra_args)] = Field(
+        default_factory=list,
+        description="Further SGLang flags, verbatim, appended to ExecStart. None of the flags the spec sets "
+        "(--model-path, --tp-size, --speculative-algorithm, --speculative-draft-model-path ..., in any "
+        "spelling SGLang's parser takes, abbreviations too: the refusal names the field; other "
+        "--speculative-* tuning flags are fine), no secret flag (--api-key, --admin-api-key, "
+        "--ssl-keyfile-password), no --config, no inline JSON for --watermark-config or "
+        "--hicache-storage-backend-extra-config.",
     )
-    environment: dict[str, str] = Field(
-        default_factory=dict, description="Environment of the unit (written to its environment file)."
+    environment: dict[str, Text] = Field(
+        default_factory=dict,
+        description="Environment of the unit (written to its 0644 environment file). A variable whose name "
+        "marks a secret (a `_`-separated word TOKEN, KEY, SECRET, PASSWORD, PASSWD, APIKEY, CREDENTIAL(S)) "
+        "belongs in secret_environment.",
     )
     api_key: Source | None = Field(
         None,
@@ -169,9 +466,9 @@ class Service(Strict):
     )
     drain_timeout_s: float = Field(
         120,
-        gt=0,
+        ge=1,
         le=3600,
-        description="How long a stop lets in-flight requests finish: SGLang drains on SIGTERM "
+        description="How long a stop lets in-flight requests finish, 1..3600 s: SGLang drains on SIGTERM "
         "(the unit sends it to the server only, KillMode=mixed); systemd kills what is left after "
         "this (TimeoutStopSec).",
     )
@@ -180,44 +477,28 @@ class Service(Strict):
         ge=0,
         le=10,
         description="How often systemd restarts a crashed server before it gives up and leaves the "
-        "unit failed (StartLimitBurst = this + 1, within a window of that many load timeouts), "
+        "unit failed, 0..10 (StartLimitBurst = this + 1, within a window of that many load timeouts), "
         "instead of reloading the model forever.",
     )
 
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        # It lands in URLs and shell commands on the host: an address or a name, nothing else.
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            if not HOST_NAME.match(v):
-                raise ValueError("an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name") from None
-        return v
-
     @field_validator("served_model_name")
     @classmethod
-    def _one_line_name(cls, v: str) -> str:
-        # It lands in the unit's Description= too: a control character there could add a line.
-        if not v or any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("a non-empty name without control characters (newlines, tabs)")
-        return v
-
-    @field_validator("unit")
-    @classmethod
-    def _unit_name(cls, v: str) -> str:
-        if v.endswith(".service") or not UNIT_NAME.match(v):
-            raise ValueError("a systemd unit name without '.service', letters, digits and @_.:- only")
+    def _name(cls, v: str) -> str:
+        # SGLang's parser would read a leading '-' as a flag, not as --served-model-name's value
+        if not v or v.startswith("-"):
+            raise ValueError("a non-empty name not starting with '-'")
         return v
 
     @field_validator("environment")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
+        for name in env:
             if not ENV_NAME.match(name):
-                raise ValueError(f"environment variable name {name!r} is not a valid name")
-            if "\n" in value:
-                raise ValueError(f"environment variable {name} holds a newline")
+                raise ValueError(f"environment variable name {name!r} is not a valid name: expected {ENV_RULE}")
+            if names_a_secret(name):
+                raise ValueError(f"{name} names a secret (its value is not shown): declare where it comes from "
+                                 f"in service.secret_environment, e.g. {{'{name}': {{'env': '{name}'}}}}; "
+                                 "environment is written to a file every local user can read")
         return env
 
     @field_validator("secret_environment")
@@ -225,31 +506,8 @@ class Service(Strict):
     def _secret_env_names(cls, env: dict[str, SecretSource]) -> dict[str, SecretSource]:
         for name in env:
             if not ENV_NAME.match(name):
-                raise ValueError(f"environment variable name {name!r} is not a valid name")
+                raise ValueError(f"environment variable name {name!r} is not a valid name: expected {ENV_RULE}")
         return env
-
-    @field_validator("extra_args")
-    @classmethod
-    def _extra_args(cls, args: list[str]) -> list[str]:
-        owned = ("--speculative-algorithm", "--model-path", "--port", "--host")
-        for i, a in enumerate(args):
-            if _flag_of(a) in owned:
-                raise ValueError(f"{_flag_of(a)} is set by its own field, not extra_args")
-            secret = next((f for f in SECRET_FLAGS if _means(a, f)), None)
-            if secret:
-                field = {"--api-key": "service.api_key", "--admin-api-key": "service.admin_api_key"}.get(secret)
-                where = f"declare it in {field}" if field else "sglang-fleet has no field for it yet"
-                raise ValueError(f"{a.split('=', 1)[0]} ({secret}) would put a secret in the server's "
-                                 f"arguments, readable by every local user: {where}")
-            if _means(a, "--config"):
-                raise ValueError(f"{a.split('=', 1)[0]}: the server's --config is sglang-fleet's 0600 file "
-                                 "for its secrets (declared in service.api_key, service.admin_api_key)")
-            inline = next((f for f in INLINE_SECRET_FLAGS if _means(a, f)), None)
-            value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-            if inline and value.lstrip().startswith("{"):
-                raise ValueError(f"{inline} with inline JSON may carry a secret into the server's "
-                                 "arguments: give the path of a file on the host instead")
-        return args
 
     @model_validator(mode="after")
     def _secret_env_apart(self) -> Service:
@@ -281,9 +539,9 @@ class EagleFamily(Strict):
         "loads the target as its own draft and crashes later (sglang issue 36528). EAGLE/NEXTN "
         "may omit it only if the target has built-in draft (MTP) layers; preflight checks.",
     )
-    num_steps: int | None = Field(None, ge=1, le=64, description="--speculative-num-steps.")
-    topk: int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk.")
-    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens.")
+    num_steps: int | None = Field(None, ge=1, le=64, description="--speculative-num-steps, 1..64.")
+    topk: int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk, 1..64.")
+    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens, 1..256.")
 
     @model_validator(mode="after")
     def _sglang_rules(self) -> EagleFamily:
@@ -306,9 +564,9 @@ class Ngram(Strict):
     """N-gram lookup speculation (no draft model)."""
 
     algorithm: Literal["NGRAM"]
-    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Draft tokens; SGLang's default is 12.")
+    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Draft tokens, 1..256; SGLang's default is 12.")
     max_bfs_breadth: int | None = Field(
-        None, ge=1, le=64, description="--speculative-ngram-max-bfs-breadth: widest level of the n-gram tree."
+        None, ge=1, le=64, description="--speculative-ngram-max-bfs-breadth: widest level of the n-gram tree, 1..64."
     )
 
 
@@ -328,7 +586,7 @@ class DDTree(Strict):
     algorithm: Literal["DDTREE"]
     draft_model_path: AbsPath = Field(description="DFlash draft directory the tree is built from.")
     block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
-    tree_budget: int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step.")
+    tree_budget: int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step, 1..1024.")
 
 
 Speculative = Annotated[
@@ -341,20 +599,21 @@ class Readiness(Strict):
     """How long and how often the rollout waits for the new service."""
 
     load_timeout_s: float = Field(
-        1200, gt=0, description="Give up (and roll back) if /health is not 200 by then. "
+        1200, ge=1, le=14400, description="Give up (and roll back) if /health is not 200 by then, 1..14400 s. "
         "Sized for a 27B model load from local NVMe plus CUDA graph capture."
     )
     poll_interval_s: float = Field(
-        0.5, gt=0, le=2, description="Seconds between polls of the unit and /health, made on the host itself "
-        "(one SSH command per change of state, not per poll); a crash is seen within one."
+        0.5, ge=0.05, le=2, description="Seconds between polls of the unit and /health, 0.05..2, made on the host "
+        "itself (one SSH command per change of state, not per poll); a crash is seen within one."
     )
-    progress_every_s: float = Field(15, gt=0, description="Print elapsed time and state this often while waiting.")
+    progress_every_s: float = Field(15, ge=1, le=3600,
+                                    description="Print elapsed time and state this often while waiting, 1..3600 s.")
     workload_release_timeout_s: float = Field(
-        120, gt=0, description="How long stopped workloads get to release GPU memory."
+        120, ge=1, le=3600, description="How long stopped workloads get to release GPU memory, 1..3600 s."
     )
     command_timeout_s: float = Field(
-        30, gt=0, le=600, description="How long one command reading the host (nvidia-smi, the engine's "
-        "import) may run: a GPU fallen off the bus makes nvidia-smi hang for good. Past it the host is "
+        30, ge=1, le=600, description="How long one command reading the host (nvidia-smi, the engine's "
+        "import) may run, 1..600 s: a GPU fallen off the bus makes nvidia-smi hang for good. Past it the host is "
         "refused, naming the command; the other hosts go on.",
     )
 
@@ -362,9 +621,12 @@ class Readiness(Strict):
 class Smoke(Strict):
     """The OpenAI-API chat completion that must succeed after a rollout."""
 
-    prompt: str = Field("Say hello in one short sentence.", min_length=1)
-    max_tokens: int = Field(16, ge=1, le=512)
-    timeout_s: float = Field(120, gt=0)
+    prompt: text(PROMPT_MAX) = Field(
+        "Say hello in one short sentence.", min_length=1,
+        description=f"The user message, 1..{PROMPT_MAX} characters (any Unicode but control characters): "
+        "the request travels JSON-escaped in one shell argument on the host.")
+    max_tokens: int = Field(16, ge=1, le=512, description="The reply's max_tokens, 1..512.")
+    timeout_s: float = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s.")
 
 
 class ClassSpec(Strict):
@@ -376,20 +638,21 @@ class ClassSpec(Strict):
         default_factory=lambda: NoSpeculation(algorithm="none"),
         description="Discriminated on `algorithm`: none, EAGLE/EAGLE3/NEXTN/STANDALONE, NGRAM, DFLASH, DDTREE.",
     )
-    workloads: list[str] = Field(
+    workloads: list[WorkloadUnit] = Field(
         default_factory=list,
-        description="systemd units that hold the GPUs and must be stopped first (e.g. dflash-train.service).",
+        description="systemd units that hold the GPUs and must be stopped first (e.g. dflash-train.service): "
+        "services only, a name without `.service` gets it; " + UNIT_RULE + ", `@` only as in name@instance.",
     )
     readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
     smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
 
     @field_validator("workloads")
     @classmethod
-    def _workload_units(cls, units: list[str]) -> list[str]:
-        for u in units:
-            if not UNIT_NAME.match(u):
-                raise ValueError(f"{u!r} is not a systemd unit name")
-        return [u if "." in u else f"{u}.service" for u in units]
+    def _each_once(cls, units: list[str]) -> list[str]:
+        twice = sorted({u for u in units if units.count(u) > 1})
+        if twice:
+            raise ValueError(f"each unit once; found {', '.join(twice)} more than once")
+        return units
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ClassSpec:

@@ -24,6 +24,7 @@ from fleet.groupdata import (
     check_inventory,
     check_or_exit,
     class_files,
+    inventory_groups,
     load_class_specs,
     read_group_file,
     validate_host,
@@ -128,6 +129,35 @@ BROKEN = {
         class_file(service='"api_key": "sk-written-here-123"'),
         ["service.api_key = '***'", "name where the secret comes from, not its value"],
     ),
+    "unit-escapes-the-state-directory": (
+        class_file(service='"unit": ".."'),
+        ["service.unit = '..'", "a systemd unit name", "not starting with - or ."],
+    ),
+    "extra-args-override-tp": (
+        class_file(service='"extra_args": ["--tensor-parallel-size", "2"]'),
+        ["service.extra_args = ['--tensor-parallel-size', '2']", "--tensor-parallel-size is service.tp_size: "
+         "set it there"],
+    ),
+    "api-key-in-extra-args": (
+        class_file(service=f'"extra_args": ["--api-key", "{KEY}"]'),
+        ["service.extra_args = ['--api-key', '***']", "declare it in service.api_key"],
+    ),
+    "misspelt-api-key": (
+        class_file(service=f'"api-key": "{KEY}"'),
+        ["service.api-key: unknown key (value '***')", "allowed keys: "],
+    ),
+    "token-in-environment": (
+        class_file(service=f'"environment": {{"HF_TOKEN": "{KEY}"}}'),
+        ["service.environment = {'HF_TOKEN': '***'}", "HF_TOKEN names a secret", "service.secret_environment"],
+    ),
+    "carriage-return-in-model-path": (
+        class_file(service='"model_path": "/root/models/Qwen3-8B\\r"'),
+        ["service.model_path = '/root/models/Qwen3-8B\\r'", "found a control character (U+000D)"],
+    ),
+    "infinite-load-timeout": (
+        class_file(extra='readiness = {"load_timeout_s": float("inf")}\n'),
+        ["readiness.load_timeout_s = inf", "finite number"],
+    ),
 }
 
 
@@ -193,6 +223,22 @@ def test_problems_of_all_files_reported_together(tmp_path):
     assert "group_data/b.py: speculative.draft_model_path: required, not given" in r.stderr
 
 
+def test_make_check_lists_the_gateway_files_problems_beside_the_classes(tmp_path):
+    """A broken class must not hide a broken gateway file (its routes go unchecked then)."""
+    make_group_dir(tmp_path, {"a": class_file(service='"unit": ".."'),
+                              "gw": 'gateway = {"routes": ["a"], "version": "1.13.0\\nExecStartPre=/bin/sh", '
+                                    '"host": "0.0.0.0; id"}\n'})
+    r = run_check(tmp_path)
+    assert r.returncode == 2
+    problems = [line for line in r.stderr.splitlines() if line.startswith("  - ")]
+    assert r.stderr.startswith("3 problem(s) in group_data/:\n")
+    assert problems[0].startswith("  - group_data/a.py: service.unit = '..': a systemd unit name")
+    assert "  - group_data/gw.py: gateway.version = '1.13.0\\nExecStartPre=/bin/sh': a PEP 440 version as pip " \
+           "takes it, e.g. 1.13.0" in problems
+    assert "  - group_data/gw.py: gateway.host = '0.0.0.0; id': an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a " \
+           "host name" in problems
+
+
 def test_class_file_replaces_all_py_names_whole(tmp_path):
     # pyinfra merges by top-level name: a class's readiness replaces all.py's, the rest is default
     g = make_group_dir(tmp_path, {"good": GOOD + 'readiness = {"load_timeout_s": 60}\n'})
@@ -250,9 +296,9 @@ def test_good_inventory_passes(fleet_dir):
     assert set(specs) == set(PORTS)
 
 
-def inventory_problems(fleet_dir, groups, hosts) -> list[str]:
+def inventory_problems(fleet_dir, groups, hosts, groups_data=None) -> list[str]:
     with pytest.raises(SpecError) as e:
-        check_inventory(groups, hosts, fleet_dir / "group_data")
+        check_inventory(groups, hosts, fleet_dir / "group_data", groups_data)
     return e.value.problems
 
 
@@ -282,6 +328,37 @@ def test_host_data_may_not_override_the_spec(fleet_dir, key):
     (p,) = inventory_problems(fleet_dir, {"pro6000": ["a"]}, {"a": {key: {}, "ssh_user": "root"}})
     assert p == (f"inventory: host a sets {key}; the service is declared per GPU class in group_data/, "
                  "not per host")
+
+
+@pytest.mark.parametrize("key", ["readiness", "smoke", "service"])
+def test_group_tuple_data_may_not_override_the_spec(fleet_dir, key):
+    """pyinfra's `group = ([hosts], {data})`: its data sits over all.py's for those hosts, unchecked
+    unless refused here like host data."""
+    ns = {"pro6000": (["a", ("b", {"ssh_port": 22})], {key: {"load_timeout_s": 1}, "ssh_user": "root"})}
+    groups, hosts, groups_data = inventory_groups(ns)
+    assert (groups, hosts) == ({"pro6000": ["a", "b"]}, {"a": {}, "b": {"ssh_port": 22}})
+    (p,) = inventory_problems(fleet_dir, groups, hosts, groups_data)
+    assert p == (f"inventory: group pro6000 sets {key}; the service is declared per GPU class in group_data/, "
+                 "not per group")
+
+
+def test_group_tuple_connection_data_is_fine(fleet_dir, capsys):
+    check_or_exit({"pro6000": (["gpu-1"], {"ssh_user": "root", "_sudo": True})}, fleet_dir / "group_data")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_host_is_a_replica_or_a_gateway_not_both(fleet_dir):
+    g = fleet_dir / "group_data"
+    (g / "gw.py").write_text('gateway = {"routes": ["pro6000"]}\n')
+    (g / "gw2.py").write_text('gateway = {"routes": ["a6000"], "port": 8001}\n')
+    for cls in ("pro6000", "a6000"):  # routed classes bind an address smg reaches
+        (g / f"{cls}.py").write_text(class_file(service='"host": "0.0.0.0"'))
+    p = inventory_problems(fleet_dir, {"pro6000": ["a", "b"], "a6000": ["c"], "gw": ["b"], "gw2": ["d"],
+                                       "more": ["d"]}, {"a": {}, "b": {}, "c": {}, "d": {}})
+    assert p == ["inventory: host b is filed under GPU class pro6000 and gateway group gw; expected one or the "
+                 "other: the rolling rollout restarts a replica while its gateway keeps routing to the others"]
+    (p,) = inventory_problems(fleet_dir, {"pro6000": ["a"], "gw": ["g"], "gw2": ["g"]}, {"a": {}, "g": {}})
+    assert p == "inventory: host g is filed under 2 gateway groups: gw, gw2; expected one (one smg per host)"
 
 
 def test_inventory_problems_reported_together(fleet_dir):
@@ -338,6 +415,20 @@ def test_make_check_with_inventory_unfiled_host_and_override(fleet_dir):
     assert r.returncode == 2
     assert "host gpu-9.fleet.example is in no GPU class group" in r.stderr
     assert "host gpu-1.fleet.example sets service; the service is declared per GPU class" in r.stderr
+
+
+INVENTORY_GROUP_TUPLE = '''\
+from fleet.groupdata import check_or_exit
+pro6000 = (["gpu-1.fleet.example"], {"ssh_user": "root", "readiness": {"load_timeout_s": 1}})
+check_or_exit(globals())
+'''
+
+
+def test_make_check_with_inventory_group_data_that_overrides_readiness(fleet_dir):
+    (fleet_dir / "inv.py").write_text(INVENTORY_GROUP_TUPLE)
+    r = run_check(fleet_dir, "inv.py")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "  - inventory: group pro6000 sets readiness; the service is declared per GPU class" in r.stderr
 
 
 def test_make_check_with_the_shipped_inventory(tmp_path):

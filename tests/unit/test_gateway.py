@@ -167,3 +167,94 @@ def test_a_mismatched_key_refuses_only_an_inventory_that_runs_the_gateway(tmp_pa
     with pytest.raises(SpecError) as e:
         check_inventory({"pro6000": ["p1"], "gateway": ["g1"]}, {"p1": {}, "g1": {}}, g)
     assert "environment variable OTHER_KEY" in str(e.value) and "SGLANG_FLEET_GATEWAY_KEY" in str(e.value)
+
+
+def _gateway_problems(tmp_path, gateway: str, pro6000_extra: str = "") -> list[str]:
+    g = tmp_path / "group_data"
+    g.mkdir(exist_ok=True)
+    for f in ("all.py", "pro6000.py"):
+        (g / f).write_text((GROUP_DATA / f).read_text())
+    (g / "pro6000.py").write_text((GROUP_DATA / "pro6000.py").read_text() + pro6000_extra)
+    (g / "gw.py").write_text(f"gateway = {gateway}\n")
+    with pytest.raises(SpecError) as e:
+        load_gateways(g, load_class_specs(g))
+    return e.value.problems
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("host", "0.0.0.0; rm -rf /", "an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name"),
+    ("host", "$(id)", "an IP address"),
+    ("version", "1.13.0\nExecStartPre=/bin/sh", "a PEP 440 version as pip takes it"),
+    ("version", "1.13.0; curl x | sh", "a PEP 440 version as pip takes it"),
+    ("version", "latest", "a PEP 440 version as pip takes it"),
+    ("version", "1.13.0\n", "a PEP 440 version as pip takes it"),
+    ("version", "v1.13.0", "a PEP 440 version in its normalized form: 1.13.0"),
+    ("version", "1.13.0-RC1", "normalized form: 1.13.0rc1"),
+    ("unit", "..", "a systemd unit name"),
+    ("unit", "-H", "not starting with - or ."),
+    ("unit", "smg@x", "no '@'"),
+    ("install_dir", "/opt/../etc", "no empty, '.' or '..' segment"),
+    ("install_dir", "/opt/$HOME", "a path ExecStart= runs"),
+    ("python", "/usr/bin/python3\r", "found a control character (U+000D)"),
+    ("routes", ["pro6000\n"], "a GPU class's group name: letters, digits and _"),
+])
+def test_gateway_fields_refused_naming_file_field_and_value(tmp_path, field, value, needle):
+    (p,) = _gateway_problems(tmp_path, repr({"routes": ["pro6000"], field: value}))
+    assert p.startswith(f"{tmp_path}/group_data/gw.py: gateway.{field}"), p
+    assert repr(value)[:40] in p or repr(value[0])[:40] in p
+    assert needle in p, p
+
+
+@pytest.mark.parametrize("version", ["1.13.0", "1.14", "2.0.0rc1", "1.13.0.post1", "1!2.0", "1.13.0+local.1"])
+def test_gateway_versions_pip_takes(version):
+    assert Gateway(routes=["pro6000"], version=version).version == version
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e-9, 1e9])
+@pytest.mark.parametrize("field", ["ready_timeout_s", "poll_interval_s", "drain_timeout_s"])
+def test_rolling_durations_are_finite_and_bounded(tmp_path, field, value):
+    (p,) = _gateway_problems(tmp_path, repr({"routes": ["pro6000"], "rolling": {field: value}})
+                             .replace("inf", 'float("inf")').replace("nan", 'float("nan")'))
+    assert f"gw.py: gateway.rolling.{field} = " in p
+
+
+def test_no_drain_wait_is_still_a_rolling_setting():
+    # 0 means "stop at once" there (the gateway lab test rolls that way)
+    assert Gateway(routes=["pro6000"], rolling={"drain_timeout_s": 0}).rolling.drain_timeout_s == 0
+
+
+def test_the_gateways_two_ports_differ(tmp_path):
+    (p,) = _gateway_problems(tmp_path, '{"routes": ["pro6000"], "port": 9000, "prometheus_port": 9000}')
+    assert p.startswith(f"{tmp_path}/group_data/gw.py: gateway = ")
+    assert "port and prometheus_port both 9000: smg binds each, expected two ports" in p
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1", "localhost", "LOCALHOST",
+                                  "gpu.localhost", "ip6-localhost"])
+def test_a_routed_class_must_bind_an_address_the_gateway_reaches(tmp_path, host):
+    (p,) = _gateway_problems(tmp_path, '{"routes": ["pro6000"]}', f'\nservice = {{**service, "host": "{host}"}}\n')
+    assert p == (f"group_data/gw.py: gateway.routes: 'pro6000' binds service.host {host!r} (group_data/pro6000.py), "
+                 "which smg on the gateway host cannot reach; expected an address of the replica's network, "
+                 "or 0.0.0.0 / ::")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gpu-1.fleet.example", "localhost-gpu"])
+def test_a_routed_class_bound_to_a_reachable_address_passes(tmp_path, host):
+    g = tmp_path / "group_data"
+    g.mkdir()
+    (g / "pro6000.py").write_text((GROUP_DATA / "pro6000.py").read_text() + f'\nservice = {{**service, "host": "{host}"}}\n')
+    (g / "gw.py").write_text('gateway = {"routes": ["pro6000"]}\n')
+    assert load_gateways(g, load_class_specs(g))["gw"].routes == ["pro6000"]
+
+
+def test_a_route_listed_twice_is_named_once(tmp_path):
+    (p,) = _gateway_problems(tmp_path, '{"routes": ["pro6000", "pro6000"]}')
+    assert p == "group_data/gw.py: gateway.routes: 'pro6000' listed 2 times; expected once"
+
+
+@pytest.mark.parametrize("route", ["a%nb", "pro6000\\", "pro-6000", "1x", ""])
+def test_a_route_is_a_group_name(tmp_path, route):
+    """It ends the smg unit's Description=: a % would be a specifier there, a trailing backslash would
+    join the next line to it; an inventory group is a Python name anyway."""
+    (p,) = _gateway_problems(tmp_path, repr({"routes": [route]}))
+    assert p.startswith(f"{tmp_path}/group_data/gw.py: gateway.routes.0 = {route!r}: a GPU class's group name")

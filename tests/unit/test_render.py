@@ -33,7 +33,7 @@ from fleet.render import (
     systemd_quote,
 )
 from fleet.secrets import Secrets
-from fleet.spec import ClassSpec
+from fleet.spec import ClassSpec, SecretSource
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -41,6 +41,7 @@ HELP = (ROOT / "tests" / "fixtures" / "sglang-0.5.23-help.txt").read_text()
 KEY = "sk-Fleet0123456789abcdef"
 ADMIN = "adm-Fleet0123456789"
 FROM_ENV = {"env": "SGLANG_API_KEY_LAB"}
+FROM_ENV_SOURCE = SecretSource(**FROM_ENV)
 UPDATE = os.environ.get("SGLANG_FLEET_UPDATE_GOLDEN") == "1"
 
 GPU = {"accepted_models": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "gpu_count": 1, "min_memory_mib": 95000}
@@ -398,6 +399,15 @@ def test_no_secret_declared_no_secret_file():
     assert "--config" not in unit and "secret" not in unit and "LogFilterPatterns" not in unit
 
 
+def test_a_key_with_a_final_newline_never_reaches_the_config_file():
+    """A variable set with `$(cat key)` or echo keeps its newline: in the YAML it would become a space."""
+    from fleet.secrets import SecretError, read_key
+
+    with pytest.raises(SecretError, match="is not a usable key"):
+        read_key(FROM_ENV_SOURCE, "group_data/x.py", "service.api_key", {"SGLANG_API_KEY_LAB": KEY + "\n"})
+    assert read_key(FROM_ENV_SOURCE, "group_data/x.py", "service.api_key", {"SGLANG_API_KEY_LAB": KEY}) == KEY
+
+
 def test_a_declared_secret_that_was_not_read_is_never_rendered_as_absent():
     spec = make_spec(api_key=FROM_ENV)
     with pytest.raises(ValueError, match="declared but not read: api-key"):
@@ -461,7 +471,8 @@ def test_systemd_quote_exact(token, quoted):
 
 
 ODD_TOKENS = ["my model", "50%", "100% sure %n", "$HOME", "${HOME}", "$$", "it's", 'say "hi"', "back\\slash",
-              "a;b", ";", "tab\there", "two\nlines", "{\"k\": [1, 2]}", "--x=a b", "'", '"', "\\", "%%", "é-ünïcode"]
+              "a;b", ";", "tab\there", "two\nlines", "{\"k\": [1, 2]}", "--x=a b", "'", '"', "\\", "%%", "é-ünïcode",
+              "final-newline\n"]
 
 
 @pytest.mark.parametrize("token", ODD_TOKENS)
@@ -480,11 +491,24 @@ def test_extra_args_round_trip_through_the_unit():
 
 
 def test_systemd_quote_newline_stays_on_one_line():
+    """The spec refuses a newline in any argument; were one to get through, it stays in its argument."""
+    from pydantic import ValidationError
+
     assert systemd_quote("two\nlines") == '"two\\nlines"'
-    spec = make_spec(extra_args=["--note", "a\nExecStartPre=/bin/false"])
-    unit = render_unit(spec, "lab", False)
-    assert "ExecStartPre" not in unit_lines(unit)
-    assert systemd_split(exec_start(unit))[-2:] == ["--note", "a\nExecStartPre=/bin/false"]
+    assert systemd_split(systemd_quote("a\nExecStartPre=/bin/false")) == ["a\nExecStartPre=/bin/false"]
+    with pytest.raises(ValidationError, match="found a control character"):
+        make_spec(extra_args=["--note", "a\nExecStartPre=/bin/false"])
+
+
+@pytest.mark.parametrize("algorithm", list(SPECULATIVE))
+def test_every_flag_the_unit_writes_is_one_extra_args_may_not_repeat(algorithm):
+    """fleet.spec.SPEC_FLAGS is what extra_args may not say, in any spelling: every flag rendered
+    must be there (or be --config, kept out the same way)."""
+    from fleet.spec import CONFIG_FLAG, SPEC_FLAGS
+
+    argv = server_argv(make_spec(SPECULATIVE[algorithm], api_key=FROM_ENV, trust_remote_code=True))
+    flags = {t for t in argv if t.startswith("--")}
+    assert CONFIG_FLAG in flags and flags - {CONFIG_FLAG} <= set(SPEC_FLAGS)
 
 
 @pytest.mark.parametrize(

@@ -9,22 +9,30 @@ covered in test_check.py.
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from pydantic_core import PydanticUndefined
 
 from fleet.groupdata import SpecError, explain, load_class_specs, spec_data, validate_class
 from fleet.spec import (
     ALGORITHM_TAGS,
+    CONFIG_FLAG,
+    INLINE_SECRET_FLAGS,
     NOT_ABBREVIATIONS,
+    SECRET_FLAG_FIELDS,
     SECRET_FLAGS,
+    SPEC_FLAGS,
     SPEC_KEYS,
     ClassSpec,
     DDTree,
     DFlash,
     EagleFamily,
+    NAME_MAX,
     NoSpeculation,
+    PROMPT_MAX,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +156,7 @@ def test_spec_keys_are_the_top_level_names():
     [
         (["dflash-train"], ["dflash-train.service"]),
         (["dflash-train.service"], ["dflash-train.service"]),
-        (["backup.timer", "jupyter@root"], ["backup.timer", "jupyter@root.service"]),
+        (["jupyter@root", "train.v2"], ["jupyter@root.service", "train.v2.service"]),  # as systemctl reads them
     ],
 )
 def test_workloads_normalized_to_service(given, expected):
@@ -162,9 +170,8 @@ def test_workloads_may_not_list_the_service_itself():
 
 
 def test_workload_with_bad_unit_name():
-    p = one_problem(data(workloads=["dflash train"]))
-    assert p.startswith(f"{SRC}: workloads = ")
-    assert "'dflash train' is not a systemd unit name" in p
+    p = one_problem(data(workloads=["dflash-train", "dflash train"]))
+    assert p.startswith(f"{SRC}: workloads.1 = 'dflash train': a systemd unit name: ASCII letters, digits and ")
 
 
 def test_connector_settings_are_not_spec():
@@ -306,7 +313,7 @@ def test_tp_size_dividing_gpu_count_is_fine(gpus, tp):
 )
 def test_relative_paths_refused(field, value):
     p = one_problem(data(service=svc(**{field: value})))
-    assert p == f"{SRC}: service.{field} = {value!r}: an absolute path"
+    assert p == f"{SRC}: service.{field} = {value!r}: an absolute path in normal form: starting with /, no empty, '.' or '..' segment (no //, no trailing /)"
 
 
 def test_missing_required_fields():
@@ -331,11 +338,12 @@ def test_all_problems_of_a_file_reported_together():
         ({"unit": "sg lang"}, "service.unit = 'sg lang'"),
         ({"mem_fraction": 1.0}, "service.mem_fraction = 1.0"),
         ({"environment": {"1BAD": "x"}}, "'1BAD' is not a valid name"),
-        ({"environment": {"A": "x\ny"}}, "environment variable A holds a newline"),
-        ({"extra_args": ["--port=1"]}, "--port is set by its own field"),
-        ({"extra_args": ["--speculative-algorithm", "EAGLE"]}, "--speculative-algorithm is set by its own field"),
-        ({"environment": {"HF_TOKEN": "x"}, "secret_environment": {"HF_TOKEN": {"env": "HF_TOKEN"}}},
-         "HF_TOKEN in both environment and secret_environment"),
+        ({"environment": {"A": "x\ny"}}, "service.environment.A = 'x\\ny': expected text without control "
+         "characters, line separators or lone surrogates; found a control character (U+000A) at character 1"),
+        ({"extra_args": ["--port=1"]}, "--port is service.port: set it there"),
+        ({"extra_args": ["--speculative-algorithm", "EAGLE"]}, "--speculative-algorithm is speculative.algorithm"),
+        ({"environment": {"NCCL_DEBUG": "x"}, "secret_environment": {"NCCL_DEBUG": {"env": "X"}}},
+         "NCCL_DEBUG in both environment and secret_environment"),
         ({"secret_environment": {"1BAD": {"env": "X"}}}, "'1BAD' is not a valid name"),
         ({"host": "127.0.0.1; rm -rf /"}, "an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name"),
         ({"host": "$(id)"}, "an IP address"),
@@ -385,7 +393,7 @@ def test_a_secret_environment_value_written_into_group_data_is_refused_without_s
 @pytest.mark.parametrize("source, needle", [
     ({}, "exactly one of env"),
     ({"env": "A", "file": "/b"}, "exactly one of env"),
-    ({"env": "not a name"}, "env 'not a name' is not an environment variable name"),
+    ({"env": "not a name"}, "env is not an environment variable name: expected letters, digits and _"),
     ({"file": " "}, "file is empty"),
     ({"vault": "x"}, "unknown key"),
 ])
@@ -483,30 +491,359 @@ def test_eagle_num_steps_without_topk_is_refused():
         ClassSpec.model_validate(data(speculative={"algorithm": "EAGLE", "num_steps": 3}))
 
 
-def _sglang_0523_long_flags() -> list[str]:
-    # generated from the real 0.5.23 parser (lab/doubles/gen_sglang_flags.py)
-    actions = json.loads((Path(__file__).resolve().parents[2] / "lab/doubles/sglang/flags.json").read_text())["actions"]
-    return [o for a in actions for o in a["option_strings"] if o.startswith("--")]
+# --- extra_args may not say what the spec owns, in any spelling SGLang's parser takes -------
+
+# generated from the real 0.5.23 parser (lab/doubles/gen_sglang_flags.py): every action's option strings and dest
+SGLANG_ACTIONS = json.loads((ROOT / "lab/doubles/sglang/flags.json").read_text())["actions"]
+# The arguments the spec sets (server_arg_groups) or keeps out of the command line, by dest. DDTree's
+# budget is PR 29907's flag, not 0.5.23's: the spec renders it, so an engine that has it is covered too.
+OWNED_DESTS = {
+    "model_path", "served_model_name", "host", "port", "tp_size", "mem_fraction_static", "context_length",
+    "trust_remote_code", "enable_metrics", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "speculative_ngram_max_bfs_breadth", "speculative_dflash_block_size", "speculative_ddtree_budget", "config",
+    "api_key", "admin_api_key", "ssl_keyfile_password",
+}
+DEST_OF = {o: a["dest"] for a in SGLANG_ACTIONS for o in a["option_strings"]} | \
+    {"--speculative-ddtree-budget": "speculative_ddtree_budget"}
+LONG_OPTIONS = sorted(o for o in DEST_OF if o.startswith("--"))
 
 
-def test_every_abbreviation_argparse_reads_as_a_secret_flag_is_refused():
-    """SGLang's parser allows abbreviations: every prefix that is no flag of its own and names one
-    flag only reaches that flag. Each of those that reaches a secret flag must be refused."""
-    flags = _sglang_0523_long_flags()
-    assert set(SECRET_FLAGS) <= set(flags)
-    assert sorted(f for f in flags if f not in SECRET_FLAGS and any(s.startswith(f) for s in SECRET_FLAGS)) == \
+def argparse_reads(name: str) -> str | None:
+    """The dest argparse (allow_abbrev=True) gives the option `name`: an exact option string, else the
+    one action all option strings starting with it belong to; None when none or several."""
+    if name in DEST_OF:
+        return DEST_OF[name]
+    dests = {d for o, d in DEST_OF.items() if o.startswith(name)}
+    return dests.pop() if len(dests) == 1 else None
+
+
+def owned_spellings() -> dict[str, str]:
+    """Every option name argparse reads as an owned dest: each prefix of each option string."""
+    names = {o[:end] for o in LONG_OPTIONS for end in range(3, len(o) + 1)}
+    return {n: argparse_reads(n) for n in sorted(names) if argparse_reads(n) in OWNED_DESTS}
+
+
+def test_the_owned_flags_are_every_option_string_of_the_owned_arguments():
+    owned = {o for o, d in DEST_OF.items() if d in OWNED_DESTS}
+    assert set(SPEC_FLAGS) | set(SECRET_FLAGS) | {CONFIG_FLAG} == owned
+    for option, field in SPEC_FLAGS.items():  # aliases name the same field
+        assert {SPEC_FLAGS[o] for o, d in DEST_OF.items() if d == DEST_OF[option]} == {field}
+
+
+def test_every_spelling_argparse_reads_as_an_owned_argument_is_refused():
+    """Exact, `=value`, abbreviated (any prefix argparse resolves to the one action) and in the `_`
+    spelling: each refused, naming the field to use instead."""
+    spellings = owned_spellings()
+    assert "--tp" in spellings and "--tensor-parallel" in spellings and "--speculative-draft-model" in spellings
+    for name, dest in spellings.items():
+        for tokens in ([name, "1"], [f"{name}=1"], ["--" + name[2:].replace("-", "_"), "1"]):
+            p = one_problem(data(service=svc(extra_args=tokens)))
+            assert p.startswith(f"{SRC}: service.extra_args = "), p
+            field = next((f for o, f in {**SPEC_FLAGS, **SECRET_FLAG_FIELDS}.items() if DEST_OF[o] == dest), None)
+            if field:
+                assert f"{field}: set it there" in p or f"declare it in {field}" in p, (tokens, p)
+
+
+def test_every_other_sglang_flag_passes():
+    """The flags the spec does not own stay usable, the exact ones that prefix an owned flag too
+    (NOT_ABBREVIATIONS): --speculative-attention-mode, --ssl-keyfile, --enable-metrics-for-all-schedulers."""
+    others = [o for o in LONG_OPTIONS if DEST_OF[o] not in OWNED_DESTS]
+    assert {"--speculative-attention-mode", "--speculative-token-map", "--speculative-draft-model-revision",
+            "--enable-metrics-for-all-schedulers", *NOT_ABBREVIATIONS} <= set(others)
+    for flag in others:
+        assert validate_class(SRC, data(service=svc(extra_args=[flag, "/etc/sglang/v"]))), flag
+
+
+def test_not_abbreviations_are_the_flags_that_prefix_a_flag_read_by_prefix():
+    by_prefix = [*SPEC_FLAGS, *SECRET_FLAGS, CONFIG_FLAG, *INLINE_SECRET_FLAGS]
+    assert sorted(o for o in LONG_OPTIONS if o not in by_prefix and any(f.startswith(o) for f in by_prefix)) == \
         sorted(NOT_ABBREVIATIONS)
-    for secret in SECRET_FLAGS:
-        for end in range(4, len(secret) + 1):
-            prefix = secret[:end]
-            reaches = [f for f in flags if f.startswith(prefix)]
-            if prefix in flags and prefix != secret:
-                continue  # a flag of its own (NOT_ABBREVIATIONS)
-            if prefix == secret or reaches == [secret]:
-                p = one_problem(data(service=svc(extra_args=[prefix, "v"])))
-                assert "would put a secret in the server's arguments" in p, prefix
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["--tensor-parallel-size", "2"], "--tensor-parallel-size is service.tp_size: set it there"),
+    (["--tp", "2"], "--tp (read as --tp-size) is service.tp_size: set it there"),
+    (["--model=/root/models/other"], "--model is service.model_path: set it there"),
+    (["--mem-fraction-static", "1.5"], "--mem-fraction-static is service.mem_fraction: set it there"),
+    (["--speculative-draft-model", "/d"], "--speculative-draft-model is speculative.draft_model_path"),
+    (["--speculative-ddtree-budget", "8"], "--speculative-ddtree-budget is speculative.tree_budget"),
+    (["--served_model_name", "x"], "--served_model_name (read as --served-model-name) is service.served_model_name"),
+    (["--trust-remote-code"], "--trust-remote-code is service.trust_remote_code"),
+])
+def test_an_owned_flag_names_the_field_to_set_instead(tokens, message):
+    p = one_problem(data(service=svc(extra_args=tokens)))
+    assert message in p and "SGLang keeps the last value given" in p
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1", "::", "::1", "fd00::5", "10.1.2.3", "gpu-box-1", "a.example.org"])
 def test_service_host_takes_addresses_and_names(host):
     assert validate_class(SRC, data(service=svc(host=host))).service.host == host
+
+
+@pytest.mark.parametrize("host", ["fe80::1%eth0", "fe80::1%$(id)", "fe80::1%a b"])
+def test_an_address_with_a_zone_is_refused(host):
+    # Python's parser takes any text after the %: it would reach URLs and shell commands
+    assert "without a zone" in one_problem(data(service=svc(host=host)))
+
+
+# --- names systemd takes: service.unit, workloads ----------------------------------------------
+
+@pytest.mark.parametrize("unit", ["..", ".", ".hidden", "-H", "-Hhost", "a@b", "sg lang", "a/b", "a%n", "é",
+                                  "x" * 248, ""])
+def test_service_unit_names_systemd_would_not_take_or_that_escape_their_directory(unit):
+    p = one_problem(data(service=svc(unit=unit)))
+    assert p.startswith(f"{SRC}: service.unit = {unit[:60]!r}"[:60]), p
+    assert "a systemd unit name" in p
+
+
+@pytest.mark.parametrize("unit", ["sglang-b", "sglang_2", "a:b", "a\\x2db", "x" * 247, "Sglang.v2"])
+def test_service_unit_names_systemd_takes(unit):
+    spec = validate_class(SRC, data(service=svc(unit=unit)))
+    assert spec.service_unit == f"{unit}.service" and len(spec.service_unit) <= 255
+
+
+@pytest.mark.parametrize("workload, needle", [
+    ("backup.timer", "a .service unit; found a .timer: only services are stopped and started again"),
+    ("data.mount", "found a .mount"),
+    ("-H", "not starting with - or ."),
+    ("..", "not starting with - or ."),
+    (".service", "a systemd unit name"),
+    ("jupyter@.service", "'@' only as in name@instance"),
+    ("@x", "'@' only as in name@instance"),
+    ("x" * 248, "at most 255 characters with .service; found 256"),
+])
+def test_workloads_systemd_would_not_take(workload, needle):
+    p = one_problem(data(workloads=[workload]))
+    assert p.startswith(f"{SRC}: workloads.0 = ") and needle in p, p
+
+
+def test_a_workload_listed_twice_is_refused():
+    p = one_problem(data(workloads=["train", "train.service"]))
+    assert p == f"{SRC}: workloads = ['train', 'train.service']: each unit once; found train.service more than once"
+
+
+# --- text: no control characters, separators or lone surrogates anywhere a string goes -------
+
+HOSTILE_CHARS = {"CR": "\r", "LF": "\n", "NUL": "\x00", "TAB": "\t", "ESC": "\x1b", "DEL": "\x7f", "NEL": "\x85",
+                 "LS": "\u2028", "PS": "\u2029", "lone surrogate": "\ud800"}
+TEXT_FIELDS = {
+    "service.model_path": lambda v: data(service=svc(model_path=f"/m/{v}")),
+    "service.launcher": lambda v: data(service=svc(launcher=f"/opt/{v}")),
+    "service.served_model_name": lambda v: data(service=svc(served_model_name=f"q{v}")),
+    "service.extra_args.1": lambda v: data(service=svc(extra_args=["--log-level", f"info{v}"])),
+    "service.environment.NCCL_DEBUG": lambda v: data(service=svc(environment={"NCCL_DEBUG": f"WARN{v}"})),
+    "gpu_class.accepted_models.0": lambda v: data(gpu_class={**GPU, "accepted_models": [f"NVIDIA{v}A6000"]}),
+    "speculative.draft_model_path": lambda v: data(speculative={"algorithm": "DFLASH", "draft_model_path": f"/d{v}"}),
+    "smoke.prompt": lambda v: data(smoke={"prompt": f"Say hi.{v}"}),
+    "service.api_key.file": lambda v: data(service=svc(api_key={"file": f"~/k{v}"})),
+}
+
+
+@pytest.mark.parametrize("char", list(HOSTILE_CHARS))
+@pytest.mark.parametrize("field", list(TEXT_FIELDS))
+def test_control_characters_and_separators_are_refused_in_every_text_field(field, char):
+    p = one_problem(TEXT_FIELDS[field](HOSTILE_CHARS[char]))
+    assert p.startswith(f"{SRC}: {field} = "), p
+    if char == "lone surrogate":  # pydantic refuses it first, as it is no Unicode string at all
+        assert "unable to parse raw data as a unicode string" in p
+    else:
+        assert "expected text without control characters, line separators or lone surrogates; found" in p
+        assert f"U+{ord(HOSTILE_CHARS[char]):04X}" in p
+    assert HOSTILE_CHARS[char] not in p  # shown escaped: a message is one line too
+
+
+@pytest.mark.parametrize("prompt", ["Dis bonjour en une phrase. 😀", "用一句话打招呼。", "Say 'hi' \\ \"bye\" $(id) `x` %n"])
+def test_the_prompt_keeps_ordinary_unicode(prompt):
+    assert validate_class(SRC, data(smoke={"prompt": prompt})).smoke.prompt == prompt
+
+
+def test_the_longest_prompt_and_name_keep_the_smoke_request_inside_one_argument():
+    """The smoke command is one `sh -c` argument (128 KiB at most) carrying the JSON body, which
+    escapes a character outside the BMP as two \\uXXXX (12 bytes)."""
+    from fleet.gate import smoke_command
+
+    spec = validate_class(SRC, data(service=svc(served_model_name="😀" * NAME_MAX),
+                                    smoke={"prompt": "😀" * PROMPT_MAX}))
+    body = json.dumps({"model": spec.service.served_model_name,
+                       "messages": [{"role": "user", "content": spec.smoke.prompt}]})
+    assert len(body.encode()) < 64 * 1024
+    assert len(smoke_command(spec).encode()) < 128 * 1024
+    p = one_problem(data(smoke={"prompt": "x" * (PROMPT_MAX + 1)}))
+    assert p.startswith(f"{SRC}: smoke.prompt = 'xxx") and f"at most {PROMPT_MAX} characters" in p
+    p = one_problem(data(service=svc(served_model_name="x" * (NAME_MAX + 1))))
+    assert f"at most {NAME_MAX} characters" in p
+
+
+@pytest.mark.parametrize("path", ["/root/models/../etc", "/..", "/a/b/..", "/a//b", "/a/./b", "/a/b/", "/", "//a"])
+def test_an_absolute_path_is_in_normal_form(path):
+    """systemd refuses an ExecStart= command that is not (path_is_normalized); preflight compares paths
+    as strings: one spelling each."""
+    assert "no empty, '.' or '..' segment" in one_problem(data(service=svc(model_path=path)))
+    assert "no empty, '.' or '..' segment" in one_problem(data(service=svc(launcher=path)))
+
+
+@pytest.mark.parametrize("path", ["/" + "x" * 256, "/é" * 2048])
+def test_an_absolute_path_fits_linux(path):
+    assert "a path Linux can hold: at most 4095 bytes, 255 a segment" in one_problem(data(service=svc(model_path=path)))
+
+
+@pytest.mark.parametrize("path", ["/root/models/a..b", "/root/models/..x", "/a b/c$d/back\\slash/é"])
+def test_dots_inside_a_name_spaces_and_backslashes_are_paths_still(path):
+    assert validate_class(SRC, data(service=svc(model_path=path))).service.model_path == path
+
+
+def test_a_served_name_may_not_look_like_a_flag():
+    # SGLang's parser would take it for an option: --served-model-name would have no value
+    assert "not starting with '-'" in one_problem(data(service=svc(served_model_name="--model=/x")))
+
+
+# --- numbers: finite, bounded, each bound in its description -----------------------------------
+
+def _numeric_fields():
+    from fleet.docs import SECTIONS
+
+    for title, model in SECTIONS:
+        for name, field in model.model_fields.items():
+            kinds = {a for a in typing.get_args(field.annotation)} | {field.annotation}
+            if kinds & {int, float} and bool not in kinds:
+                yield model, name, field
+
+
+def _bounds(field) -> tuple:
+    lo = next(m.ge for m in field.metadata if hasattr(m, "ge"))
+    hi = next(m.le for m in field.metadata if hasattr(m, "le"))
+    return lo, hi
+
+
+def test_every_number_has_bounds_its_description_states():
+    fields = list(_numeric_fields())
+    assert len(fields) > 25
+    for model, name, field in fields:
+        lo, hi = _bounds(field)
+        assert "..".join(str(b) if isinstance(b, int) else f"{b:g}" for b in (lo, hi)) in field.description, (model.__name__, name, field.description)
+        if field.default not in (None, PydanticUndefined):
+            assert lo <= field.default <= hi, (model.__name__, name)
+
+
+FLOAT_FIELDS = {
+    "service.mem_fraction": lambda v: data(service=svc(mem_fraction=v)),
+    "service.drain_timeout_s": lambda v: data(service=svc(drain_timeout_s=v)),
+    **{f"readiness.{k}": (lambda k: lambda v: data(readiness={k: v}))(k)
+       for k in ("load_timeout_s", "poll_interval_s", "progress_every_s", "workload_release_timeout_s",
+                 "command_timeout_s")},
+    "smoke.timeout_s": lambda v: data(smoke={"timeout_s": v}),
+}
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), "inf", "nan", 1e-9, 1e9])
+@pytest.mark.parametrize("field", list(FLOAT_FIELDS))
+def test_no_infinite_nan_or_absurd_duration(field, value):
+    p = one_problem(FLOAT_FIELDS[field](value))
+    assert p.startswith(f"{SRC}: {field} = "), p
+    assert "finite number" in p or "greater than or equal to" in p or "less than or equal to" in p
+
+
+def test_the_lab_tests_short_timeouts_still_validate():
+    """tests/lab override readiness with short waits (load 8 s, polls of 0.25 s, progress every 2 s,
+    4 s commands): bounds sized for hosts must not refuse a fast lab."""
+    spec = validate_class(SRC, data(readiness={"load_timeout_s": 8, "poll_interval_s": 0.25, "progress_every_s": 2,
+                                               "workload_release_timeout_s": 30, "command_timeout_s": 4},
+                                    smoke={"timeout_s": 5, "max_tokens": 4}))
+    assert spec.readiness.poll_interval_s == 0.25
+
+
+# --- secrets in messages -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_PASSWD",
+                                  "GH_CREDENTIALS", "X_APIKEY", "hf_token", "HfToken", "KEY"])
+def test_an_environment_variable_named_as_a_secret_goes_to_secret_environment(name):
+    p = one_problem(data(service=svc(environment={name: KEY})))
+    assert p.startswith(f"{SRC}: service.environment = {{'{name}': '***'}}: {name} names a secret"), p
+    assert f"service.secret_environment, e.g. {{'{name}': {{'env': '{name}'}}}}" in p
+    assert KEY not in p
+
+
+@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "HF_HOME", "KEYBOARD_LAYOUT", "MONKEY"])
+def test_an_environment_variable_that_only_looks_alike_is_plain_environment(name):
+    assert validate_class(SRC, data(service=svc(environment={name: "1"}))).service.environment == {name: "1"}
+
+
+@pytest.mark.parametrize("where", [
+    lambda v: data(service=svc(**{"api-key": v})),
+    lambda v: data(service=svc(API_KEY=v)),
+    lambda v: data(service=svc(apiKey=v)),
+    lambda v: data(service=svc(hftoken=v)),
+    lambda v: data(service=svc(Password=v)),
+    lambda v: data(service=svc(secret=v)),
+    lambda v: data(service=svc(token=v)),
+    lambda v: data(HF_TOKEN=v),
+    lambda v: data(readiness={"ssl-keyfile-password": v}),
+    lambda v: data(service=svc(environment={"HF_TOKEN": v + "\n"})),  # refused for its newline: not shown either
+    lambda v: data(service=svc(secret_environment={"HF_TOKEN": {"env": v}})),
+    lambda v: data(service=svc(extra_args=["--api-key", v])),
+    lambda v: data(service=svc(extra_args=["--api-key=" + v])),
+    lambda v: data(service=svc(extra_args=["--admin-api", v, "--tp-size", "2"])),
+    lambda v: data(service=svc(extra_args=["--watermark-config", '{"key": "' + v + '"}'])),
+    lambda v: data(service=svc(extra_args=["--hf-token", v + "\x00"])),  # a flag named as a secret, a bad value
+    lambda v: data(service=svc(extra_args=["--hf-token=" + v + "\x00"])),
+    lambda v: data(service=svc(extra_args=["--log-level", "info", "--api-key", v, 5])),
+])
+def test_a_secret_is_never_shown_wherever_it_was_put(where):
+    for p in problems(where(KEY)):
+        assert KEY not in p and KEY[:12] not in p, p
+
+
+def test_extra_args_in_a_refusal_show_a_secret_flags_value_masked():
+    p = one_problem(data(service=svc(extra_args=["--log-level", "info", "--api-key", KEY])))
+    assert p.startswith(f"{SRC}: service.extra_args = ['--log-level', 'info', '--api-key', '***']: ")
+
+
+def test_only_the_secret_fields_of_the_spec_are_masked_by_name():
+    """A message masks the value of a key that may hold a secret: the spec's own fields must not
+    look like one (max_tokens, num_draft_tokens stay visible)."""
+    from fleet.docs import SECTIONS
+    from fleet.groupdata import may_hold_a_secret
+
+    names = {n for _, model in SECTIONS for n in model.model_fields} | set(SPEC_KEYS)
+    assert {n for n in names if may_hold_a_secret(n)} == {"api_key", "admin_api_key", "secret_environment"}
+
+
+@pytest.mark.parametrize("where, field", [
+    (lambda: data(service=svc(host="gpu-1\n")), "service.host"),
+    (lambda: data(service=svc(unit="sglang\n")), "service.unit"),
+    (lambda: data(workloads=["train\n"]), "workloads.0"),
+    (lambda: data(service=svc(environment={"A\n": "1"})), "service.environment"),
+    (lambda: data(service=svc(secret_environment={"A\n": {"env": "A"}})), "service.secret_environment"),
+    (lambda: data(service=svc(api_key={"env": "A\n"})), "service.api_key"),
+])
+def test_a_final_newline_does_not_slip_past_a_pattern(where, field):
+    """`$` in a pattern also matches before a final newline: each name is matched to its very end."""
+    assert one_problem(where()).startswith(f"{SRC}: {field}")
+
+
+@pytest.mark.parametrize("launcher, found", [("/opt/$x/python", "$"), ("/opt/a\\b/python", "\\"),
+                                             ('/opt/"q"/python', '"'), ("/opt/it's/python", "'")])
+def test_the_launcher_is_a_path_execstart_runs(launcher, found):
+    """systemd refuses quotes and backslashes in ExecStart='s command and expands no $ there."""
+    p = one_problem(data(service=svc(launcher=launcher)))
+    assert p.startswith(f"{SRC}: service.launcher = ") and f"a path ExecStart= runs: none of \\ \" ' $; found {found}" in p
+
+
+def test_an_unknown_algorithm_is_shown_on_one_line_and_short():
+    p = one_problem(data(speculative={"algorithm": "X\n" * 500}))
+    assert "\n" not in p and len(p) < 500
+    assert "is none of the expected tags: 'none', 'EAGLE'" in p
+
+
+@pytest.mark.parametrize("tokens, needle", [
+    (["--API-KEY", "x"], "--API-KEY (read as --api-key) would put a secret in the server's arguments"),
+    (["--Admin-Api-Key=x"], "would put a secret in the server's arguments"),
+    (["--hf-api-key", "x"], "--hf-api-key names a secret: its value would be in the server's arguments"),
+    (["--aws_secret", "x"], "--aws_secret names a secret"),
+    (["--TP-SIZE", "2"], "--TP-SIZE (read as --tp-size) is service.tp_size"),
+])
+def test_a_flag_in_another_case_or_named_as_a_secret_is_refused(tokens, needle):
+    """SGLang's flags are all lower case: --API-KEY is a mistaken --api-key whose value is a key all
+    the same (SGLang would refuse it at start, and print it)."""
+    assert needle in one_problem(data(service=svc(extra_args=tokens)))
