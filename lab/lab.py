@@ -398,7 +398,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {STATE} (an earlier down "
                        "could not unmount it): `umount` it by hand, then up again")
     specs, group_data, _ = _groups()
-    base_root = base.ensure_base()
+    # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
+    bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -406,7 +407,6 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         "lab_sha256": _sha(lab.path),
         "subnet": str(lab.subnet),
         "bridge": bridge,
-        "base": str(base_root),
         "created": {
             "run_netns": not RUN_NETNS.exists(),
             "run_netns_mount": not _is_mountpoint(RUN_NETNS),
@@ -423,11 +423,11 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         run("ip", "link", "set", bridge, "up")
         for i, h in enumerate(lab.hosts):
             rec = {"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry,
-                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i)}
+                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i), "base": str(bases[h.entry["debian"]])}
             st["hosts"].append(rec)
             _write_state(st)
             # a gateway host's group is no GPU class: no spec, no class data
-            _make_host(lab, rec, base_root, specs.get(h.group), group_data.get(h.group), pubkey)
+            _make_host(lab, rec, specs.get(h.group), group_data.get(h.group), pubkey)
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
@@ -449,8 +449,8 @@ def _is_mountpoint(p: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
-def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_data: dict | None,
-               pubkey: str) -> None:
+def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str) -> None:
+    """The host's overlay (its release's base below, its own upper dir), files and network."""
     name, ns, veth = rec["name"], rec["netns"], rec["veth"]
     hdir = HOSTS_DIR / name
     if hdir.exists():
@@ -458,7 +458,7 @@ def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_dat
     for d in ("upper", "work", "root"):
         (hdir / d).mkdir(parents=True)
     run("mount", "-t", "overlay", f"lab-{name}", "-o",
-        f"lowerdir={base_root},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
+        f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
     for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
         log(f"warning: {w}")
     run("ip", "netns", "add", ns)
