@@ -1,10 +1,13 @@
-"""The lab's base root filesystem: debootstrap once, cache as a zstd tarball, unpack once.
+"""The lab's base root filesystems: debootstrap once per Debian release, cache as a zstd
+tarball, unpack once.
 
-Everything lives outside the checkout, in ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}:
-  lab-base-<BASE_VERSION>.tar.zst   the prepared base (kept; rebuilt only when missing)
-  lab-base-<BASE_VERSION>/          the unpacked tree, the overlay lowerdir of every host
-  lab-base.lock                     flock held while building/unpacking
-Bump BASE_VERSION whenever the recipe below changes.
+Everything lives outside the checkout, in ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}, one
+image per release a lab file names (a host's `debian` key):
+  <image>.tar.zst    the prepared base (kept; rebuilt only when missing)
+  <image>/           the unpacked tree, the overlay lowerdir of every host of that release
+  lab-base.lock      flock held while building/unpacking
+<image> is IMAGES[suite].name: lab-base-3 (bookworm), lab-base-trixie-1 (trixie). Bump a
+release's number whenever the recipe below changes for it.
 """
 
 from __future__ import annotations
@@ -17,10 +20,23 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-BASE_VERSION = 3
-SUITE = "bookworm"
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # cache file stem
+    systemd: int  # the release's systemd major version (a stable release keeps it)
+    about: str
+
+
+# bookworm's image keeps the name it had before trixie joined, so existing caches stay valid.
+IMAGES = {
+    "bookworm": Image("lab-base-3", 252, "Debian 12, systemd 252, python 3.11"),
+    "trixie": Image("lab-base-trixie-1", 257, "Debian 13, systemd 257, python 3.13"),
+}
+DEFAULT_SUITE = "bookworm"
 # python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does; sudo: hosts
 # whose lab entry has an ssh_user log that user in, who becomes root with sudo (the cloud setup).
 PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,sudo,iproute2,curl,procps,ca-certificates"
@@ -31,12 +47,12 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "sglang-fleet"
 
 
-def base_tarball() -> Path:
-    return cache_dir() / f"lab-base-{BASE_VERSION}.tar.zst"
+def base_tarball(suite: str) -> Path:
+    return cache_dir() / f"{IMAGES[suite].name}.tar.zst"
 
 
-def base_root() -> Path:
-    return cache_dir() / f"lab-base-{BASE_VERSION}"
+def base_root(suite: str) -> Path:
+    return cache_dir() / IMAGES[suite].name
 
 
 @contextmanager
@@ -58,8 +74,9 @@ def _sources_files() -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def debian_mirror(suite: str = SUITE) -> str:
-    """The machine's own Debian mirror for `suite` (main archive, not security/updates)."""
+def _deb_sources() -> list[tuple[str, list[str]]]:
+    """(URI, suites) of every enabled `deb` source in /etc/apt/sources.list*, in file order."""
+    found: list[tuple[str, list[str]]] = []
     for f in _sources_files():
         text = f.read_text(errors="replace")
         if f.suffix == ".sources":
@@ -72,23 +89,37 @@ def debian_mirror(suite: str = SUITE) -> str:
                     fields[k.strip().lower()] = v.strip()
                 if "deb" not in fields.get("types", "").split():
                     continue
-                if suite not in fields.get("suites", "").split():
-                    continue
                 if "enabled" in fields and fields["enabled"].lower() == "no":
                     continue
                 uris = fields.get("uris", "").split()
                 if uris:
-                    return uris[0]
+                    found.append((uris[0], fields.get("suites", "").split()))
         else:
             for line in text.splitlines():
                 parts = line.split("#", 1)[0].split()
                 if not parts or parts[0] != "deb":
                     continue
                 parts = [p for p in parts[1:] if not p.startswith("[")]
-                if len(parts) >= 2 and parts[1] == suite:
-                    return parts[0]
+                if len(parts) >= 2:
+                    found.append((parts[0], [parts[1]]))
+    return found
+
+
+def debian_mirror(suite: str) -> str:
+    """The machine's own Debian mirror for `suite` (main archive, not security/updates). A
+    machine's sources name its own release only: for another release the lab builds, the
+    main archive of one it does name serves (a Debian mirror carries every release)."""
+    sources = _deb_sources()
+    for wanted in [suite] + [s for s in IMAGES if s != suite]:
+        for uri, suites in sources:
+            if wanted in suites:
+                return uri
+    named = sorted({s for _, suites in sources for s in suites})
     raise SystemExit(
-        f"lab: no '{suite}' Debian source in /etc/apt/sources.list*; cannot build the base image"
+        f"lab: {', '.join(str(f) for f in _sources_files()) or '/etc/apt/sources.list*'}: no Debian main archive "
+        f"to build the '{suite}' base image from; "
+        f"expected a `deb` source of suite {' or '.join(repr(s) for s in IMAGES)}, found "
+        f"{', '.join(repr(s) for s in named) or 'no deb source'}"
     )
 
 
@@ -102,7 +133,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def prepare(root: Path) -> None:
+def prepare(root: Path, suite: str) -> None:
     """Make a freshly debootstrapped tree a reusable image (reference: lab-hosts.md)."""
     # Identity comes at first boot: empty machine-id, no hostname, no host keys.
     (root / "etc/machine-id").write_text("")
@@ -145,53 +176,53 @@ def prepare(root: Path) -> None:
             p.unlink()
     for p in (root / "var/cache/apt").glob("*.bin"):
         p.unlink()
-    _write(root / "etc/lab-base-version", f"{BASE_VERSION}\n")
+    _write(root / "etc/lab-base-version", f"{IMAGES[suite].name}\n")
 
 
-def build_tarball() -> None:
-    cache = cache_dir()
-    tmp = cache / f"lab-base-{BASE_VERSION}.build"
+def build_tarball(suite: str) -> None:
+    cache, image = cache_dir(), IMAGES[suite]
+    tmp = cache / f"{image.name}.build"
     if tmp.exists():
         shutil.rmtree(tmp)
-    mirror = debian_mirror()
-    _log(f"building base image v{BASE_VERSION} with debootstrap from {mirror} (about a minute)")
+    mirror = debian_mirror(suite)
+    _log(f"building base image {image.name} ({image.about}) with debootstrap from {mirror} (about a minute)")
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(tmp), mirror],
+        ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", suite, str(tmp), mirror],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     if proc.returncode:
         sys.stderr.write(proc.stdout[-4000:])
         shutil.rmtree(tmp, ignore_errors=True)
-        raise SystemExit(f"lab: debootstrap failed (exit {proc.returncode})")
-    prepare(tmp)
-    part = base_tarball().with_suffix(".zst.part")
+        raise SystemExit(f"lab: debootstrap of {suite} from {mirror} failed (exit {proc.returncode})")
+    prepare(tmp, suite)
+    part = base_tarball(suite).with_suffix(".zst.part")
     subprocess.run(
         ["tar", "--numeric-owner", "--xattrs", "-C", str(tmp), "-I", "zstd -T0 -10", "-cf", str(part), "."],
         check=True,
     )
-    part.rename(base_tarball())
+    part.rename(base_tarball(suite))
     shutil.rmtree(tmp)
-    _log(f"base image built in {time.monotonic() - t0:.0f} s: {base_tarball()}")
+    _log(f"base image built in {time.monotonic() - t0:.0f} s: {base_tarball(suite)}")
 
 
-def ensure_base() -> Path:
-    """Return the unpacked base root, building/unpacking it once (under a lock)."""
-    root = base_root()
+def ensure_base(suite: str) -> Path:
+    """Return the unpacked base root of `suite`, building/unpacking it once (under a lock)."""
+    root = base_root(suite)
     if (root / "etc/lab-base-version").is_file():
         return root
     cache = cache_dir()
     with flock(cache / "lab-base.lock"):
         if (root / "etc/lab-base-version").is_file():
             return root
-        if not base_tarball().is_file():
-            build_tarball()
-        tmp = cache / f"lab-base-{BASE_VERSION}.unpack"
+        if not base_tarball(suite).is_file():
+            build_tarball(suite)
+        tmp = cache / f"{IMAGES[suite].name}.unpack"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         subprocess.run(
-            ["tar", "--numeric-owner", "--xattrs", "-C", str(tmp), "-I", "zstd", "-xf", str(base_tarball())],
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(tmp), "-I", "zstd", "-xf", str(base_tarball(suite))],
             check=True,
         )
         if root.exists():
@@ -202,4 +233,4 @@ def ensure_base() -> Path:
 
 if __name__ == "__main__":
     t = time.monotonic()
-    print(ensure_base(), f"{time.monotonic() - t:.1f} s")
+    print(ensure_base(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SUITE), f"{time.monotonic() - t:.1f} s")

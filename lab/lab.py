@@ -393,8 +393,13 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     if leftovers:
         raise LabError(f"found {', '.join(leftovers)} but no lab state in {STATE}: remove them by hand "
                        "(another lab with the same [lab] name?)")
+    mounted = [str(HOSTS_DIR / h.name / "root") for h in lab.hosts if _is_mountpoint(HOSTS_DIR / h.name / "root")]
+    if mounted:
+        raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {STATE} (an earlier down "
+                       "could not unmount it): `umount` it by hand, then up again")
     specs, group_data, _ = _groups()
-    base_root = base.ensure_base()
+    # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
+    bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -402,7 +407,6 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         "lab_sha256": _sha(lab.path),
         "subnet": str(lab.subnet),
         "bridge": bridge,
-        "base": str(base_root),
         "created": {
             "run_netns": not RUN_NETNS.exists(),
             "run_netns_mount": not _is_mountpoint(RUN_NETNS),
@@ -419,11 +423,11 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         run("ip", "link", "set", bridge, "up")
         for i, h in enumerate(lab.hosts):
             rec = {"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry,
-                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i)}
+                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i), "base": str(bases[h.entry["debian"]])}
             st["hosts"].append(rec)
             _write_state(st)
             # a gateway host's group is no GPU class: no spec, no class data
-            _make_host(lab, rec, base_root, specs.get(h.group), group_data.get(h.group), pubkey)
+            _make_host(lab, rec, specs.get(h.group), group_data.get(h.group), pubkey)
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
@@ -439,13 +443,14 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
 
 
 def _is_mountpoint(p: Path) -> bool:
-    target = str(p)
+    # mountinfo names the resolved path: a worktree's .lab is a symlink to the shared one
+    target = os.path.realpath(p)
     with open("/proc/self/mountinfo") as f:
         return any(line.split()[4] == target for line in f)
 
 
-def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_data: dict | None,
-               pubkey: str) -> None:
+def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str) -> None:
+    """The host's overlay (its release's base below, its own upper dir), files and network."""
     name, ns, veth = rec["name"], rec["netns"], rec["veth"]
     hdir = HOSTS_DIR / name
     if hdir.exists():
@@ -453,7 +458,7 @@ def _make_host(lab: labfile.LabFile, rec: dict, base_root: Path, spec, group_dat
     for d in ("upper", "work", "root"):
         (hdir / d).mkdir(parents=True)
     run("mount", "-t", "overlay", f"lab-{name}", "-o",
-        f"lowerdir={base_root},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
+        f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
     for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
         log(f"warning: {w}")
     run("ip", "netns", "add", ns)
@@ -494,11 +499,14 @@ def _boot(lab_name: str, rec: dict) -> None:
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True,
             env={**os.environ, "CGROUP_PROCS": " ".join(procs)},
         )
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
+    # until the launcher has exec'd nspawn: before, its pid is a shell, which boot checks and
+    # teardown would take for a host already gone
+    for _ in range(250):
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        if text and _alive_nspawn(int(text), name):
             return
         time.sleep(0.02)
-    raise LabError(f"{name}: nspawn did not start (see {hdir / 'console.log'})")
+    raise LabError(f"{name}: nspawn did not start within 5 s (see {hdir / 'console.log'})")
 
 
 def _wait_ready(lab: Lab, quiet_ok: bool = False) -> None:

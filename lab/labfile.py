@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.spec import SGLANG_0523_ALGORITHMS, UNIT_NAME
+from lab.base import DEFAULT_SUITE, IMAGES
 
 DEFAULT_LAB_NAME = "sgllab"
 DEFAULT_SUBNET = "10.203.0.0/24"
@@ -21,7 +22,7 @@ HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 ALGO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # A gateway host has no GPU and runs no SGLang (smg comes with the deploy): only these keys mean anything on it.
-GATEWAY_KEYS = ("name", "group", "role", "ssh_user")
+GATEWAY_KEYS = ("name", "group", "role", "ssh_user", "debian")
 
 
 class LabFileError(ValueError):
@@ -152,6 +153,8 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),
         "ssh_user": (False, "root", *text(re.compile(r"^[a-z_][a-z0-9_-]{0,30}$"), "a user name, e.g. 'ubuntu'")),
+        "debian": (False, DEFAULT_SUITE, lambda v: None if v in IMAGES else "not a Debian release the lab builds",
+                   " | ".join(f"{suite!r} ({image.about})" for suite, image in IMAGES.items())),
     }
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from fleet.groupdata import spec_data
-from fleet.render import server_argv
+from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import desired_files, service_files
 from fleet.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
+from lab.base import IMAGES
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
 SGLANG_DOUBLE_DIR = "/usr/local/lib/sglang-double"
@@ -302,8 +303,9 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
     # the preinstalled (old) service, enabled so it serves at boot
     preinstalled_argv = None
     if pre_spec is not None:
-        # its secrets from lab-up's environment; the lab's systemd (252) has no journal filter
-        files = desired_files(pre_spec, entry["group"], resolve(pre_spec, f"host {name}: preinstalled"), False)
+        # its secrets from lab-up's environment; the journal filter where the host's systemd has it, as a deploy renders
+        journal_filter = IMAGES[entry["debian"]].systemd >= JOURNAL_FILTER_SYSTEMD
+        files = desired_files(pre_spec, entry["group"], resolve(pre_spec, f"host {name}: preinstalled"), journal_filter)
         for f in files:
             if f.path in service_files(pre_spec) and f.content is not None:
                 write(root, f.path, f.content, int(f.mode, 8))

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lab import lab as labmod
-from lab import labfile, provision
+from lab import base, labfile, provision
 
 from fleet.groupdata import load_class_specs
 from fleet.spec import SGLANG_0523_ALGORITHMS
@@ -212,6 +213,7 @@ def test_unknown_key_is_refused(tmp_path):
     ('load_seconds = "3"', "load_seconds", "number"),
     ('missing_models = ["models/x"]', "missing_models", "absolute"),
     ('workloads = "dflash-train"', "workloads", "list"),
+    ('debian = "sid"', "debian", "'trixie' (Debian 13"),
 ])
 def test_bad_value_is_refused(tmp_path, line, key, allowed):
     text = "\n".join(l for l in GOOD_HOST.splitlines() if not l.startswith(key + " "))
@@ -261,7 +263,7 @@ def test_gateway_host_is_accepted_without_gpu_keys(tmp_path):
     p.write_text(GOOD_HOST + GATEWAY_HOST)
     gw = labmod.load_lab(p).hosts[1]
     assert (gw.name, gw.ip, gw.group) == ("gw-1", "10.203.0.12", "gateway")
-    assert gw.entry == {"name": "gw-1", "group": "gateway", "role": "gateway", "ssh_user": "root"}
+    assert gw.entry == {"name": "gw-1", "group": "gateway", "role": "gateway", "ssh_user": "root", "debian": "bookworm"}
 
 
 @pytest.mark.parametrize("line", ['gpu_model = "NVIDIA RTX A6000"', 'workloads = ["dflash-train"]', "load_seconds = 3"])
@@ -269,7 +271,7 @@ def test_gpu_key_on_a_gateway_host_is_refused(tmp_path, line):
     msg = _problems(tmp_path, GATEWAY_HOST + line + "\n")
     key = line.split()[0]
     assert "host 'gw-1'" in msg and f"{key} = " in msg and "role = 'gateway'" in msg
-    assert "allowed keys for a gateway host: name, group, role, ssh_user" in msg
+    assert "allowed keys for a gateway host: name, group, role, ssh_user, debian" in msg
 
 
 def test_role_and_group_must_match(tmp_path):
@@ -278,6 +280,53 @@ def test_role_and_group_must_match(tmp_path):
     msg = _problems(tmp_path, GATEWAY_HOST.replace('group = "gateway"', 'group = "pro6000"'))
     assert "host 'gw-1'" in msg and "role = 'gateway'" in msg and "group = 'pro6000' is a GPU class group" in msg
     assert "'gateway'" in msg.split("allowed")[1]
+
+
+@pytest.mark.parametrize("debian, filtered", [("bookworm", False), ("trixie", True)])
+def test_a_preinstalled_keyed_unit_is_rendered_for_its_release_systemd(tmp_path, monkeypatch, debian, filtered):
+    """As a deploy renders it there: LogFilterPatterns= only where systemd has it (253+), so a lab
+    host's old service is no drift the deploy would have to repair."""
+    monkeypatch.setenv("LAB_PRE_KEY", "sk-preinstalled")
+    lab_file = tmp_path / "pre.toml"
+    lab_file.write_text(GOOD_HOST.replace('"a6000"', '"pro6000"') + f'debian = "{debian}"\n'
+                        'preinstalled = { service = { api_key = { env = "LAB_PRE_KEY" } } }\n')
+    host = labmod.load_lab(lab_file).hosts[0]
+    root = tmp_path / "root"
+    provision.provision(root, host.entry, SPECS["pro6000"], labmod._groups()[1]["pro6000"], "ssh-ed25519 AAAA lab",
+                        host.ip, "sgllab")
+    unit = (root / SPECS["pro6000"].unit_file.lstrip("/")).read_text()
+    assert "--config /etc/sglang/sglang.yaml" in unit
+    assert ("LogFilterPatterns=~server_args=" in unit.splitlines()) is filtered
+
+
+BOOKWORM_SOURCES = """Types: deb
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+def test_each_release_is_built_from_the_machines_own_mirror(tmp_path, monkeypatch):
+    sources = tmp_path / "debian.sources"
+    monkeypatch.setattr(base, "_sources_files", lambda: [sources])
+    sources.write_text(BOOKWORM_SOURCES)
+    # a machine lists its own release only: its main archive carries trixie too
+    assert base.debian_mirror("bookworm") == base.debian_mirror("trixie") == "http://mirror.example/debian"
+    sources.write_text(BOOKWORM_SOURCES + "\nTypes: deb\nURIs: http://other.example/debian\nSuites: trixie\n")
+    assert base.debian_mirror("trixie") == "http://other.example/debian"
+    sources.write_text(BOOKWORM_SOURCES.split("\n\n")[1])
+    with pytest.raises(SystemExit) as e:
+        base.debian_mirror("trixie")
+    assert str(e.value) == (f"lab: {sources}: no Debian main archive to build the 'trixie' base image from; "
+                            "expected a `deb` source of suite 'bookworm' or 'trixie', found 'bookworm-security'")
+    # the bookworm image keeps its pre-trixie name: caches made before stay valid
+    assert (base.base_tarball("bookworm").name, base.base_root("bookworm").name) == ("lab-base-3.tar.zst", "lab-base-3")
+    assert base.base_root("trixie") != base.base_root("bookworm")
 
 
 def test_subnet_overlapping_a_route_is_refused():
@@ -408,6 +457,26 @@ def _snapshot() -> dict:
         "processes": sorted(_lab_processes()),
         "lab_hosts": sorted(os.listdir(labmod.HOSTS_DIR)) if labmod.HOSTS_DIR.exists() else [],
     }
+
+
+def test_a_host_root_left_mounted_is_named_not_removed(lab_up, tmp_path):
+    """A mount an earlier down left (a worktree's .lab is a symlink: mountinfo names the resolved
+    path) is refused by name before anything is made, and left as it was."""
+    labmod.down()
+    lab_file = tmp_path / "left.toml"
+    lab_file.write_text(GOOD_HOST)
+    root = labmod.HOSTS_DIR / "x-1" / "root"
+    root.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "lab-left", str(root)], check=True)
+    try:
+        with pytest.raises(labmod.LabError) as e:
+            labmod.up(lab_file)
+        assert str(e.value) == (f"found {root} still mounted but no lab state in {labmod.STATE} (an earlier down "
+                                "could not unmount it): `umount` it by hand, then up again")
+        assert labmod._is_mountpoint(root) and labmod._read_state() is None
+    finally:
+        subprocess.run(["umount", str(root)], check=True)
+        shutil.rmtree(root.parent)
 
 
 def test_down_leaves_nothing(lab_up):
