@@ -16,7 +16,7 @@ import base64
 import json
 
 import pytest
-from e2e import deploy, health, main_pid, sh, summary_row
+from e2e import REPO, deploy, health, main_pid, sh, summary_row
 
 PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
        'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\n')
@@ -120,7 +120,7 @@ def test_the_other_hosts_deploy_and_every_host_has_a_row(hostile_run):
 def test_a_drop_in_without_a_final_newline_leaves_a_converged_host_as_it_is(hostile_run):
     lab, _, _ = hostile_run
     pid = main_pid(lab, "steady")
-    again = deploy(lab, "--limit", "steady")
+    again = deploy(lab, REPO, "--limit", "steady")
     assert again.returncode == 0, again.out
     assert "none (already as declared)" in summary_row(again.out, "steady"), again.out
     assert main_pid(lab, "steady") == pid
