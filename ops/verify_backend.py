@@ -10,7 +10,6 @@ anywhere.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import testinfra.host
@@ -27,8 +26,10 @@ class CommandDidNotRun(RuntimeError):
 # pyinfra hands a command's output over as lines with their newlines cut, and only whether it
 # succeeded; testinfra's checks need both exact (a file's content, `systemctl is-active`'s 3).
 # A newline after each stream and the exit status on a last line of stdout carry them across.
+# The command runs in a subshell of the shell pyinfra starts (the host's _shell_executable, as
+# the deploy's commands), so its own `exit` ends only it.
 def framed(command: str) -> str:
-    return f"sh -c {shlex.quote(command)}; status=$?; printf '\\n' >&2; printf '\\n%s\\n' \"$status\""
+    return f"(\n{command}\n); status=$?; printf '\\n' >&2; printf '\\n%s\\n' \"$status\""
 
 
 def unframed(host: str, command: str, ok: bool, stdout: str, stderr: str) -> tuple[int, str, str]:

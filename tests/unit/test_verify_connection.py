@@ -20,6 +20,10 @@ from ops.verify_backend import CommandDidNotRun, as_node
 
 REPO = Path(__file__).resolve().parents[2]
 INJECTED = "ProxyCommand touch {}"
+# A host name with a label over 63 characters is refused by Python before any resolver is asked:
+# no DNS query leaves the machine for the injected names.
+LONG = " #" + "x" * 64
+NO_DNS_NAME = "encoding with 'idna' codec failed (UnicodeError: label too long)"
 
 
 def _verify(tmp_path: Path, hosts: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -44,22 +48,22 @@ def _files_naming(tmp_path: Path, word: str, besides: Path) -> list[Path]:
 def test_an_inventory_value_holding_an_ssh_directive_runs_nothing_and_fails_its_host(tmp_path):
     made = {k: tmp_path / f"pwned-{k}" for k in ("hostname", "user", "key", "known_hosts", "name")}
     hosts = repr([
-        ("by-hostname", {"ssh_hostname": "127.0.0.1\n" + INJECTED.format(made["hostname"]), "ssh_port": 1}),
+        ("by-hostname", {"ssh_hostname": "127.0.0.1\n" + INJECTED.format(made["hostname"]) + LONG, "ssh_port": 1}),
         ("by-user", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "ssh_user": "root\n" + INJECTED.format(made["user"])}),
         ("by-key", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "ssh_key": "/no/key\n" + INJECTED.format(made["key"])}),
         ("by-known-hosts", {"ssh_hostname": "127.0.0.1", "ssh_port": 1,
                             "ssh_known_hosts_file": "/dev/null\n" + INJECTED.format(made["known_hosts"])}),
-        ("127.0.0.1\n" + INJECTED.format(made["name"]), {"ssh_port": 1}),
+        ("127.0.0.1\n" + INJECTED.format(made["name"]) + LONG, {"ssh_port": 1}),
     ])
     p, inventory = _verify(tmp_path, hosts)
     assert [k for k, f in made.items() if f.exists()] == []
     assert p.returncode == 1 and "5 errors" in p.stdout, p.stdout + p.stderr
-    assert "by-hostname: cannot connect: " in p.stdout, p.stdout  # unresolvable, or no DNS name at all
+    assert f"by-hostname: cannot connect: {NO_DNS_NAME}" in p.stdout, p.stdout
     assert "by-user: cannot connect: Could not connect ([Errno None] Unable to connect to port 1 on 127.0.0.1)" \
         in p.stdout, p.stdout
     assert "by-key: cannot connect: No such private key file: /no/key\nProxyCommand" in p.stdout, p.stdout
     assert "by-known-hosts: cannot connect: Could not connect" in p.stdout, p.stdout
-    assert f"127.0.0.1\n{INJECTED.format(made['name'])}: cannot connect: " in p.stdout, p.stdout
+    assert f"127.0.0.1\n{INJECTED.format(made['name'])}{LONG}: cannot connect: {NO_DNS_NAME}" in p.stdout, p.stdout
     # no config file anywhere: nothing under HOME, TMPDIR or pytest's basetemp holds a directive
     assert _files_naming(tmp_path, "ProxyCommand", besides=inventory) == []
     assert not (tmp_path / "home" / ".ssh").exists()
@@ -108,8 +112,8 @@ def test_testinfra_modules_read_a_file_as_it_is(tmp_path):
 
 
 def test_a_command_cut_short_fails_naming_the_host_and_the_command():
-    with pytest.raises(CommandDidNotRun, match=r"^@local: expected `kill -9 \$PPID` to run to its end, found: "):
-        _local().run("kill -9 $PPID")  # the shell pyinfra started dies before the command ends
+    with pytest.raises(CommandDidNotRun, match=r"^@local: expected `kill -9 \$\$` to run to its end, found: "):
+        _local().run("kill -9 $$")  # the shell pyinfra started dies before the command ends
 
 
 def test_sudo_from_the_hosts_data_wraps_each_command_once(tmp_path, monkeypatch):
