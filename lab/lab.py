@@ -393,6 +393,10 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     if leftovers:
         raise LabError(f"found {', '.join(leftovers)} but no lab state in {STATE}: remove them by hand "
                        "(another lab with the same [lab] name?)")
+    mounted = [str(HOSTS_DIR / h.name / "root") for h in lab.hosts if _is_mountpoint(HOSTS_DIR / h.name / "root")]
+    if mounted:
+        raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {STATE} (an earlier down "
+                       "could not unmount it): `umount` it by hand, then up again")
     specs, group_data, _ = _groups()
     base_root = base.ensure_base()
     pubkey = _key()
@@ -439,7 +443,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
 
 
 def _is_mountpoint(p: Path) -> bool:
-    target = str(p)
+    # mountinfo names the resolved path: a worktree's .lab is a symlink to the shared one
+    target = os.path.realpath(p)
     with open("/proc/self/mountinfo") as f:
         return any(line.split()[4] == target for line in f)
 
@@ -494,11 +499,14 @@ def _boot(lab_name: str, rec: dict) -> None:
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True,
             env={**os.environ, "CGROUP_PROCS": " ".join(procs)},
         )
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
+    # until the launcher has exec'd nspawn: before, its pid is a shell, which boot checks and
+    # teardown would take for a host already gone
+    for _ in range(250):
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        if text and _alive_nspawn(int(text), name):
             return
         time.sleep(0.02)
-    raise LabError(f"{name}: nspawn did not start (see {hdir / 'console.log'})")
+    raise LabError(f"{name}: nspawn did not start within 5 s (see {hdir / 'console.log'})")
 
 
 def _wait_ready(lab: Lab, quiet_ok: bool = False) -> None:

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import time
@@ -408,6 +409,26 @@ def _snapshot() -> dict:
         "processes": sorted(_lab_processes()),
         "lab_hosts": sorted(os.listdir(labmod.HOSTS_DIR)) if labmod.HOSTS_DIR.exists() else [],
     }
+
+
+def test_a_host_root_left_mounted_is_named_not_removed(lab_up, tmp_path):
+    """A mount an earlier down left (a worktree's .lab is a symlink: mountinfo names the resolved
+    path) is refused by name before anything is made, and left as it was."""
+    labmod.down()
+    lab_file = tmp_path / "left.toml"
+    lab_file.write_text(GOOD_HOST)
+    root = labmod.HOSTS_DIR / "x-1" / "root"
+    root.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "lab-left", str(root)], check=True)
+    try:
+        with pytest.raises(labmod.LabError) as e:
+            labmod.up(lab_file)
+        assert str(e.value) == (f"found {root} still mounted but no lab state in {labmod.STATE} (an earlier down "
+                                "could not unmount it): `umount` it by hand, then up again")
+        assert labmod._is_mountpoint(root) and labmod._read_state() is None
+    finally:
+        subprocess.run(["umount", str(root)], check=True)
+        shutil.rmtree(root.parent)
 
 
 def test_down_leaves_nothing(lab_up):
