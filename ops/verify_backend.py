@@ -45,11 +45,11 @@ def unframed(host: str, command: str, ok: bool, stdout: str, stderr: str) -> tup
 class PyinfraBackend(BaseBackend):
     NAME = "pyinfra"
 
-    def __init__(self, host, **kwargs: Any):
+    def __init__(self, host):
         self.pyinfra_host = host  # connected by pyinfra
         # testinfra's own sudo stays off unless a check asks for it (host.sudo()): pyinfra's
         # connector arguments already escalate as the host's data says
-        super().__init__(host.name, **kwargs)
+        super().__init__(host.name)
 
     def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
         command = self.get_command(command, *args)
