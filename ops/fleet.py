@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gevent
 from pyinfra.api import Config, State
-from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.facts import get_fact
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
@@ -72,10 +72,12 @@ class Fleet:
             return work(host)
 
     def connect(self, host) -> str:
-        """'' once connected, else why not (pyinfra's words)."""
+        """'' once connected, else why not, in the words of pyinfra's ConnectError, or of what its
+        connector raises for connection data it cannot use (a key file that does not exist:
+        PyinfraError; a host name that is no DNS name: UnicodeError, a ValueError)."""
         try:
             host.connect(show_errors=False, raise_exceptions=True)
-        except ConnectError as e:
+        except (PyinfraError, ValueError) as e:
             return str(e.args[0]) if e.args else type(e).__name__
         return ""
 

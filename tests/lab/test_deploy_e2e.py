@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
 import pytest
 from e2e import BIN, REPO, deploy, gpu_apps, health, main_pid, records, sh, summary_row
+
+from lab import lab as labmod
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,27 @@ def test_verify_passes_after_deploy_and_fails_when_stopped_by_hand(deployed):
         again = deploy(lab)  # converges: starts it again
     assert again.returncode == 0, again.out
     assert health(lab, "a6000-1") == "200"
+
+
+def test_verify_reaches_a_host_by_the_operators_ssh_config_as_pyinfra_does(deployed, tmp_path):
+    """A host the inventory names only by an alias of ~/.ssh/config (its address, user and key
+    there, no ssh_hostname): pyinfra reaches it, and make verify checks it the same way."""
+    lab, _ = deployed
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host lab-alias\n  HostName {lab.host('a6000-1').ip}\n  User root\n  IdentityFile {labmod.KEY}\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n")
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('from tasks.inventory import checked\n\na6000 = ["lab-alias"]\n\nchecked(globals())\n')
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"} | {"HOME": str(home), "NO_COLOR": "1"}
+    ex = subprocess.run([str(BIN / "pyinfra"), "-y", str(inventory), "exec", "--", "cat /etc/lab/host.json"],
+                        cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert ex.returncode == 0 and '"name": "a6000-1"' in ex.stdout + ex.stderr, ex.stdout + ex.stderr
+    v = subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", "tests/verify", "--inventory", str(inventory)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert v.returncode == 0 and "11 passed" in v.stdout, v.stdout + v.stderr
+    assert sorted(p.name for p in home.rglob("*")) == [".ssh", "config"]  # and no file of ours beside it
 
 
 def test_two_concurrent_deploys_one_is_refused(deployed):
