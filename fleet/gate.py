@@ -161,6 +161,11 @@ def auth_option(spec: ClassSpec) -> str:
     return f"-H @{shlex.quote(spec.auth_header_file)} " if spec.service.api_key is not None else ""
 
 
+def metrics_command(spec: ClassSpec) -> str:
+    """SGLang's Prometheus text (/metrics skips the API key; the header does no harm)."""
+    return f"{CURL} -s --max-time 5 {auth_option(spec)}{url(spec, '/metrics')}"
+
+
 def smoke_command(spec: ClassSpec) -> str:
     """Chat completion then /server_info (SGLang wants the key on both), run on the host; each
     answer its own record (a reply may hold any text: it must not frame the other)."""

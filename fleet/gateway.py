@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from packaging.version import VERSION_PATTERN, Version
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from fleet.gate import local_address
+from fleet.gate import CURL, local_address
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Kind, ServiceUnit, Source, Strict, is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
 
@@ -215,6 +216,17 @@ def parse_workers(text: str | None) -> dict[str, str]:
             and len(w["url"]) <= 2048 and len(w["status"]) <= 64 for w in workers):
         raise Unreadable(f"/workers: expected {{\"workers\": [{{\"url\", \"status\"}}, ...]}}, found {excerpt(text or '')}")
     return {w["url"].rstrip("/"): w["status"] for w in workers}
+
+
+def workers_command(gw: Gateway) -> str:
+    """GET /workers on the gateway host, with its key from the 0600 header file."""
+    auth = f"-H @{shlex.quote(gw.auth_header_file)} " if gw.api_key is not None else ""
+    return f"{CURL} -sS --fail-with-body --max-time 10 {auth}{shlex.quote(gw.url('/workers'))}"
+
+
+def health_command(gw: Gateway) -> str:
+    """/health's HTTP status on the gateway host."""
+    return f"{CURL} -s -o /dev/null -w '%{{http_code}}' {shlex.quote(gw.url('/health'))}"
 
 
 def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> str | None:

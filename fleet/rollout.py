@@ -231,6 +231,11 @@ def stop_and_disable_command(spec: ClassSpec) -> str:
     return f"systemctl stop -- {unit}; systemctl disable --quiet -- {unit}"
 
 
+def stop_workloads_command(units: list[str]) -> str:
+    """Stopped and disabled too: a reboot must not hand the GPUs back to the training job."""
+    return "systemctl disable --now -- " + " ".join(_q(u) for u in units)
+
+
 def give_back_command(enable: list[str], start: list[str]) -> str:
     """Workloads as they were before the rollout: these enabled, those started."""
     commands = [f"systemctl enable --quiet -- {_q(w)}" for w in enable] + [f"systemctl start -- {_q(w)}" for w in start]

@@ -27,7 +27,7 @@ from pyinfra.operations import files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
 from facts.gateway import GatewayFacts
-from fleet.gateway import Gateway, GatewayHost, discovery_file
+from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.report import RUN
@@ -163,7 +163,7 @@ def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
 def _wait_health(state, host, gw: Gateway) -> bool:
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     while True:
-        ok, out = run(host, f"curl --noproxy '*' -s -o /dev/null -w '%{{http_code}}' {shlex.quote(gw.url('/health'))}")
+        ok, out = run(host, health_command(gw))
         if out.strip() == "200":
             RUN.host(host.name).verdict = "OK"
             return True

@@ -34,6 +34,7 @@ from fleet.gateway import (
     parse_workers,
     peer_problem,
     routed,
+    workers_command,
 )
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
 from fleet.rollout import write_command
@@ -211,9 +212,7 @@ def _gateway(roll: ClassRoll, command: str, timeout: float = 30) -> str:
 
 
 def _statuses(roll: ClassRoll) -> dict[str, str]:
-    gw = roll.gw
-    auth = f"-H @{gw.auth_header_file} " if gw.api_key is not None else ""
-    out = _gateway(roll, f"{gate.CURL} -sS --fail-with-body --max-time 10 {auth}{gw.url('/workers')}")
+    out = _gateway(roll, workers_command(roll.gw))
     try:
         return parse_workers(out)
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -245,7 +244,7 @@ def _drain(roll: ClassRoll, me: Replica, host, pf, steps) -> None:
     timeout: then the stop's SIGTERM lets SGLang finish what is left (KillMode=mixed)."""
     r = roll.gw.rolling
     started = said = time.monotonic()
-    metrics = f"{gate.CURL} -s --max-time 5 {gate.auth_option(pf.spec)}{gate.url(pf.spec, '/metrics')}"
+    metrics = gate.metrics_command(pf.spec)
     while True:
         still_routed = routed(_statuses(roll), me.url)
         values = parse_metrics(run(host, metrics, timeout=30)[1])

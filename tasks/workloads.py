@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 
 from pyinfra.operations import python
 
 from facts.gpu import GpuProcesses
-from fleet import guards
+from fleet import guards, rollout
 from fleet.parse import parse_gpu_processes
 from tasks.common import fail, run
 from tasks.preflight import Preflight
@@ -27,9 +26,8 @@ def stop(pf: Preflight) -> None:
 
 def _stop_and_wait(state, host, pf: Preflight, units: list[str]) -> bool:
     spec = pf.spec
-    # Disabled too: a reboot must not hand the GPUs back to the training job. A rollback
-    # gives them back as they were (the pending record holds their states).
-    ok, out = run(host, "systemctl disable --now -- " + " ".join(shlex.quote(u) for u in units))
+    # A rollback gives them back as they were (the pending record holds their states).
+    ok, out = run(host, rollout.stop_workloads_command(list(units)))
     if not ok:
         return fail(host, f"{host.name}: workloads: expected {', '.join(units)} to stop, found: {out.strip()}")
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s

@@ -1,0 +1,217 @@
+"""Property tests: no value from group_data or from a host runs a command of its own.
+
+Every shell command the deploy builds (the preflight snapshot, make status's, the history, begin,
+apply, restore, finish, the gate, the smoke test, the workloads' stop and give-back, the lock,
+the gateway's install, facts, /workers and /health) is built from a spec whose paths, names,
+environment, prompt and gateway fields hold generated hostile text that group_data validation
+accepted (command substitution, backticks, quotes, semicolons, globs, leading dashes,
+backslashes), and from a lock text a host could hold. Each runs under dash with a PATH of stub
+programs that record their arguments: only the programs the deploy uses run (never the `touch`
+the payloads ask for, never the canary file made), and every systemctl call names only the
+spec's own units after `--`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from builders import DRAFT, LAUNCHER, TARGET, secrets_of
+from facts.gateway import GatewayFacts, GatewayStatus
+from facts.gpu import GpuProcesses
+from facts.history import DeployHistory
+from facts.preflight import HostSnapshot, snapshot_args
+from facts.status import StatusSnapshot
+from fleet import gate, lock, rollout
+from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
+from fleet.groupdata import SpecError, validate_class
+from fleet.plan import Before, Pending, UnitBefore
+from fleet.spec import ClassSpec
+from fleet.wire import printable
+from tasks.gateway import install_command
+
+CANARY = "/tmp/sglang-fleet-canary"  # what every payload tries to create
+PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}; ", f"' ; touch {CANARY} ; '",
+            f'" ; touch {CANARY} ; "', f"&& touch {CANARY}", f"| touch {CANARY}", f"$(/usr/bin/touch {CANARY})",
+            f"${{IFS}}touch${{IFS}}{CANARY}", "-H x", "--", "*", "?", "~root", "$HOME", "\\", "\\n", "'", '"', "%n%s",
+            f"x\\$(touch {CANARY})", "a b", "\u00e9\u4e2d"]
+PROGRAMS = ("systemctl", "journalctl", "curl", "nvidia-smi", "sha1sum", "stat", "cat", "cut", "sed", "tr", "head",
+            "base64", "mktemp", "rm", "timeout", "env", "grep", "mkdir", "mv", "ls", "tail", "xargs", "flock",
+            "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname")
+PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=12,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                          HealthCheck.function_scoped_fixture])
+
+hostile = st.one_of(st.sampled_from(PAYLOADS), st.tuples(st.sampled_from(PAYLOADS), st.text(max_size=6))
+                    .map("".join), st.text(max_size=12))
+
+
+# Each program the commands may run is a shell function that records its name and arguments
+# (each after a \\1, the record ended by a \\2: no accepted value holds a control character) and
+# prints nothing; `touch` is one too, to see an injection. PATH is empty: nothing else runs but by
+# an absolute path, which the canary file would show. One write a record: pipeline stages run at once.
+LOG = "r=$(printf '%s' \"$NAME\"; for a in \"$@\"; do printf '\\001%s' \"$a\"; done); printf '%s\\002' \"$r\" >> \"$STUB_LOG\""
+STUBS = f"_log() {{ NAME=$1; shift; {LOG}; }}\n" + "".join(
+    f"{p}() {{ _log {p} \"$@\"; }}\n" for p in (*PROGRAMS, "touch") if "-" not in p)
+
+
+@pytest.fixture
+def path(tmp_path) -> Path:
+    """PATH: only the stubs a shell function cannot be (a name with a '-')."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    for p in (p for p in PROGRAMS if "-" in p):
+        (d / p).write_text(f"#!/bin/sh\nNAME={p}\n{LOG}\n")
+        (d / p).chmod(0o755)
+    return d
+
+
+def ran(commands: list[str], path: Path) -> list[tuple[int, list[str]]]:
+    """(which command, [program, *args]) for every program the commands ran, one after the other,
+    each in its own subshell under dash."""
+    log = path.parent / "log"
+    log.write_bytes(b"")
+    script = STUBS + "".join(f"_log command {i}\n(\n{c}\n)\n" for i, c in enumerate(commands)) + \
+        f"_log command {len(commands)}\n"
+    done = subprocess.run(["/bin/sh", "-c", script], env={"PATH": str(path), "STUB_LOG": str(log),
+                                                          "HOME": str(path.parent)},
+                          cwd=path.parent, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "Syntax error" not in done.stderr, done.stderr
+    out, which = [], -1
+    for r in log.read_text(errors="replace").split("\x02"):
+        if r:
+            program, *args = r.split("\x01")
+            if program == "command":
+                which = int(args[0])
+            else:
+                out.append((which, [program, *args]))
+    assert which == len(commands), f"the script stopped in command {which}: {done.stderr[-300:]}"
+    return out
+
+
+DATA = {
+    "gpu_class": {"accepted_models": ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"], "gpu_count": 1,
+                  "min_memory_mib": 95000},
+    "service": {"model_path": TARGET, "served_model_name": "qwen3.6-27b", "launcher": LAUNCHER, "host": "0.0.0.0",
+                "api_key": {"env": "K"}},
+    "speculative": {"algorithm": "DFLASH", "draft_model_path": DRAFT},
+    "workloads": ["dflash-train.service"],
+}
+# Where a group_data value reaches a command, and how a hostile one is laid into it.
+FIELDS = {
+    "service.model_path": lambda v: f"/root/models/{v}", "speculative.draft_model_path": lambda v: f"/d/{v}x",
+    "service.launcher": lambda v: f"/opt/{v}/bin/python", "service.served_model_name": lambda v: f"m{v}",
+    "service.unit": lambda v: f"sglang{v}", "workloads": lambda v: [f"train{v}"],
+    "service.environment": lambda v: {"CUDA_HOME": v, f"X{v}": "1"}, "smoke.prompt": lambda v: f"hi {v}",
+    "gpu_class.accepted_models": lambda v: [f"NVIDIA {v}"],
+}
+
+
+def spec_with(field: str, value) -> ClassSpec:
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
+    top, _, key = field.partition(".")
+    if key:
+        data[top] = {**data.get(top, {}), key: value}
+    else:
+        data[top] = value
+    try:
+        return validate_class("group_data/x.py", data)
+    except SpecError:
+        assume(False)
+
+
+def commands(spec: ClassSpec, lock_text: str) -> list[str]:
+    """Every command a rollout, a preflight and make status build for this spec."""
+    seen = lock.LockFacts(True, lock_text, "")
+    files = {p: None for p in rollout.managed_paths(spec)}
+    before = Before(files, "20260101T000000Z", UnitBefore("enabled", "active"),
+                    {w: UnitBefore("enabled", "active") for w in spec.workloads})
+    pending = Pending("rolling-out", 1, lock_text, "a" * 40, True, lock_text, before).to_json()
+    want = rollout.desired_files(spec, "pro6000", secrets_of(spec), journal_filter=True)
+    workloads = list(spec.workloads)
+    return [
+        HostSnapshot().command(**snapshot_args(spec)),
+        StatusSnapshot().command(snapshot_args(spec), rollout.records_file(spec), rollout.backups_dir(spec),
+                                 f"{gate.base_url(spec)}/metrics"),
+        DeployHistory().command(rollout.records_file(spec), rollout.backups_dir(spec)),
+        rollout.begin_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen, files, "20260101T000000Z",
+                              pending, [f.path for f in want if f.secret], {want[0].path: f"/x/{lock_text}"}),
+        rollout.apply_command(spec, want, want, True, True, True),
+        rollout.restore_command(spec, {**files, spec.unit_file: "a" * 40}, "20260101T000000Z", True, "enabled",
+                                pending),
+        rollout.finish_command(spec, {"by": lock_text, "reason": lock_text}),
+        rollout.journal_command(spec), rollout.stop_and_disable_command(spec), rollout.restart_command(spec),
+        rollout.give_back_command(workloads, workloads), rollout.stop_workloads_command(workloads),
+        gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
+        gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
+        lock.release_command(spec), GpuProcesses().command(1),
+    ]
+
+
+def check(commands: list[str], path: Path, units: set[str]) -> None:
+    for i, (program, *args) in ran(commands, path):
+        assert program in PROGRAMS, f"{program} {args} ran from: {commands[i][:300]}"
+        if program == "systemctl" and "--" in args:
+            assert set(args[args.index("--") + 1:]) <= units, (args, commands[i][:300])
+    assert not Path(CANARY).exists(), commands
+
+
+@pytest.mark.parametrize("field", list(FIELDS))
+@PROFILE
+@given(value=hostile, lock_text=hostile.map(printable))  # a host's text arrives printable (fleet.wire)
+def test_no_group_data_value_or_lock_text_runs_a_command(field, value, lock_text, path):
+    spec = spec_with(field, FIELDS[field](value))
+    check(commands(spec, lock_text), path, {spec.service_unit, *spec.workloads})
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_every_payload_in_every_field_it_may_stand_in_at_once(payload, path):
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
+    laid = []
+    for field, lay in FIELDS.items():  # each field that takes it
+        top, _, key = field.partition(".")
+        trial = {**data, top: {**data.get(top, {}), key: lay(payload)} if key else lay(payload)}
+        try:
+            validate_class("group_data/x.py", trial)
+        except SpecError:
+            continue
+        data, laid = trial, laid + [field]
+    spec = validate_class("group_data/x.py", data)
+    check(commands(spec, payload), path, {spec.service_unit, *spec.workloads})
+    assert laid, "no field takes this payload: it tests nothing"
+
+
+GATEWAY_FIELDS = {"install_dir": lambda v: f"/opt/{v}", "python": lambda v: f"/usr/{v}/python3",
+                  "unit": lambda v: f"smg{v}", "host": lambda v: v}
+
+
+@pytest.mark.parametrize("field", list(GATEWAY_FIELDS))
+@PROFILE
+@given(value=hostile, url=hostile)
+def test_no_gateway_value_runs_a_command(field, value, url, path):
+    try:
+        gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"}, field: GATEWAY_FIELDS[field](value)})
+    except ValueError:  # pydantic's ValidationError is one: refused, nothing to run
+        assume(False)
+    wheels = [Path(f"/c/pip-24.0-py3-none-any.whl"), Path(f"/c/smg-1.13.0-{value}.whl")]
+    replicas = [Replica("h", "pro6000", value, f"http://{url}:1")]
+    check([install_command(gw, wheels), GatewayFacts().command(gw.python, gw.venv),
+           GatewayStatus().command(gw.service_unit, gw.venv, gw.url("/readiness"), gw.url("/workers"),
+                                   gw.auth_header_file),
+           workers_command(gw), health_command(gw),
+           rollout.write_command(gw.discovery_file, discovery_file(replicas, set()))], path, {gw.service_unit})
+
+
+def test_the_stubs_would_see_an_injection(path):
+    # the properties above hold only if an injected command would show: it does
+    seen = ran(["true", f"touch {CANARY} | base64; systemctl restart -- other.service; nvidia-smi -L"], path)
+    assert sorted(p[0] for _, p in seen) == ["base64", "nvidia-smi", "systemctl", "touch"]
+    assert {i for i, _ in seen} == {1}
+    with pytest.raises(AssertionError, match="touch"):
+        check([f"echo $(touch {CANARY})"], path, set())
+    with pytest.raises(AssertionError, match="other.service"):
+        check(["systemctl restart -- other.service"], path, {"sglang.service"})
