@@ -9,7 +9,7 @@ Prints:
     the server's own load time (start to "ready" in its journal), SSH commands and uploads;
   - time from /health turning 200 to the readiness gate seeing it;
   - time from a crash (SIGKILL of the server while it loads) to the gate reporting it.
-The last two drive the deploy's own gate (tasks.activate.wait_ready) over the lab's SSH.
+The last two drive the deploy's own gate (tasks.activate.wait_ready) over pyinfra's connection.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet.groupdata import load_class_specs  # noqa: E402
 from lab import lab as labmod  # noqa: E402
+from ops.fleet import Fleet  # noqa: E402
 from tasks.activate import wait_ready  # noqa: E402
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -39,18 +39,15 @@ PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 RESTART = "systemctl reset-failed sglang.service; systemctl restart sglang.service"
 
 
-class LabHost:
-    """The two things the gate asks of a pyinfra host, over the lab's ssh."""
-
-    def __init__(self, lab, name: str):
-        self.lab, self.name = lab, name
-
-    def run_shell_command(self, command, **_):
-        p = self.lab.ssh(self.name, str(command), timeout=60)
-        return p.returncode == 0, SimpleNamespace(stdout=p.stdout, output=p.stdout + p.stderr)
-
-    def log(self, message: str) -> None:
-        print(f"    [{self.name}] {message}")
+def gate_host(lab, name: str):
+    """The lab host as the deploy's own pyinfra Host (its connector settings, its runner), connected:
+    the gate runs over it as in a rollout. Returns (fleet, host); fleet.close() disconnects."""
+    fleet = Fleet(str(lab.inventory), [name])
+    host = fleet.hosts[0]
+    why = fleet.connect(host)
+    if why:
+        raise SystemExit(f"bench: cannot reach {name}: {why}")
+    return fleet, host
 
 
 def converge(lab, cwd: Path = REPO) -> tuple[float, dict[str, int], int, int]:
@@ -139,10 +136,11 @@ def main() -> int:
 
     host = "pro6000-1"
     spec = specs["pro6000"]
+    fleet, gated = gate_host(lab, host)
     seen = []
     for _ in range(runs):
         lab.ssh(host, RESTART)
-        verdict = wait_ready(LabHost(lab, host), spec)
+        verdict = wait_ready(gated, spec)
         t_seen = time.time()
         seen.append(t_seen - ready_at(lab, host))
         assert verdict.ready, verdict.reason
@@ -160,12 +158,13 @@ def main() -> int:
             lab.ssh(host, "systemctl kill -s KILL --kill-whom=main sglang.service")
 
         threading.Thread(target=kill_later).start()
-        verdict = wait_ready(LabHost(lab, host), spec)
+        verdict = wait_ready(gated, spec)
         crash.append(time.time() - killed["t"])
         assert not verdict.ready
         print(f"    crash reported: {verdict.reason}")
     lab.ssh(host, RESTART)
-    wait_ready(LabHost(lab, host), spec)
+    wait_ready(gated, spec)
+    fleet.close()
     print(f"crash -> gate reports it: median {statistics.median(crash) * 1000:.0f} ms, max {max(crash) * 1000:.0f} ms")
     return 0
 

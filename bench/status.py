@@ -4,12 +4,16 @@
 
 Prints the wall time of `python -m ops status` (what `make status` runs) on the default lab
 and on a lab of N hosts (default 16, half PRO 6000, half A6000), each converged first, next
-to a no-op `pyinfra deploy.py` on the same lab: both read each host with one SSH command.
+to a no-op `pyinfra deploy.py` on the same lab: both read each host with one SSH command. On
+the N-host lab also the controller's CPU (user + system) of a no-op converge of all N hosts
+against one of them alone (`--limit`), side by side: what reading, framing and judging each
+host's answer costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,9 +30,19 @@ PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 
 
 def timed(argv: list[str]) -> tuple[float, int]:
+    wall, _, rc = cpu_timed(argv)
+    return wall, rc
+
+
+def cpu_timed(argv: list[str]) -> tuple[float, float, int]:
+    """(wall, CPU seconds the command and what it waited for used on this machine: the controller's,
+    exit status)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     p = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
-    return time.monotonic() - t, p.returncode
+    wall = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), p.returncode
 
 
 def big_lab(n: int) -> str:
@@ -54,6 +68,12 @@ def measure(lab_file: Path | str, runs: int, label: str) -> None:
     print(f"  make status: wall median {statistics.median(walls):.2f}s (min {min(walls):.2f}s, max {max(walls):.2f}s), "
           f"exit {status[-1][1]}")
     print(f"  no-op deploy: wall median {statistics.median(noop):.2f}s")
+    if len(lab.hosts) > 1:  # one run, side by side: all hosts, then the first alone (--limit), same lab
+        every = [cpu_timed([PYINFRA, "-y", str(lab.inventory), "deploy.py"])[1] for _ in range(runs)]
+        one = [cpu_timed([PYINFRA, "-y", "--limit", lab.hosts[0].name, str(lab.inventory), "deploy.py"])[1]
+               for _ in range(runs)]
+        print(f"  controller CPU of a no-op converge: {len(lab.hosts)} hosts {statistics.median(every):.2f}s, "
+              f"1 host {statistics.median(one):.2f}s: {statistics.median(every) / statistics.median(one):.2f}x")
 
 
 def main() -> int:

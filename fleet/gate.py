@@ -43,13 +43,16 @@ class Verdict:
 WAITING = Verdict(False, False, "")
 
 
+def url_host(address: str) -> str:
+    """An address as a URL's host: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address else address
+
+
 def local_address(host: str) -> str:
     """Where a command on the host reaches a server bound to `host` (it may bind 127.0.0.1 only)."""
     if host == "0.0.0.0":
         return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
+    return url_host("::1" if host == "::" else host)
 
 
 def base_url(spec: ClassSpec) -> str:

@@ -26,6 +26,7 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
 from fleet import activation, gate
+from fleet.gate import url_host
 from fleet.gateway import (
     READY,
     Gateway,
@@ -57,7 +58,7 @@ def replicas(state, gw: Gateway, group_dir: str = "group_data") -> list[Replica]
         if cls is None:
             continue
         spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
-        address = h.data.get("ssh_hostname") or h.name
+        address = url_host(h.data.get("ssh_hostname") or h.name)
         out.append(Replica(h.name, cls, spec.service.served_model_name, f"http://{address}:{spec.service.port}"))
     return out
 

@@ -21,6 +21,7 @@ from fleet.gate import (
     base_url,
     judge,
     local_address,
+    url_host,
     parse_observation,
     parse_smoke,
     observation_text,
@@ -186,6 +187,13 @@ def test_local_address(host, address):
     spec = make_spec(host=host, port=30123)
     assert local_address(host) == address
     assert base_url(spec) == f"http://{address}:30123"
+
+
+@pytest.mark.parametrize("address, shown", [("10.0.0.5", "10.0.0.5"), ("gpu-1.fleet", "gpu-1.fleet"),
+                                            ("fd00::5", "[fd00::5]")])
+def test_a_replicas_address_in_a_url(address, shown):
+    # the gateway reaches a replica at its ssh_hostname: an IPv6 one must be bracketed in the URL
+    assert url_host(address) == shown
 
 
 def test_observe_command_shape():
