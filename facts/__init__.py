@@ -24,9 +24,10 @@ def quiet(command: str) -> str:
     return f"{{ {command}\n}} 2>/dev/null; true"
 
 
-def captured(key: str, command: str, timeout_s: float = 0) -> str:
-    """A record `@@key=<exit status>` whose data is the (bounded) command's stdout and stderr."""
-    return wire.captured(key, bounded(command, timeout_s))
+def captured(key: str, command: str, timeout_s: float = 0, keep: str = "") -> str:
+    """A record `@@key=<exit status>` whose data is the (bounded) command's stdout and stderr (of a
+    successful one, what the filter `keep` keeps)."""
+    return wire.captured(key, bounded(command, timeout_s), keep)
 
 
 def captured_apart(key: str, command: str, timeout_s: float = 0) -> str:

@@ -21,7 +21,11 @@ from fleet.wire import MARK, block, mark
 
 CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
 KEEP = 10  # cache files kept (one per engine and environment seen)
-FORMAT = 2  # of a cache file (its answer's framing): another format is another file, never misread
+# --help is the engine's own list of algorithms and flags: of its 190 kB only the option lines and
+# the speculative algorithm's help are read (fleet.parse), so only they are kept and sent, on every
+# run of every host (the cache hit sends them too).
+OPTIONS = "awk '/^  -/ { keep = /^  --speculative-algorithm/; print; next } keep'"
+FORMAT = 3  # of a cache file (its answer's framing): another format is another file, never misread
 # Which engine is installed, without importing it: distributions and SGLang's RECORD.
 _KEY = (
     "import hashlib, importlib.metadata as m; d = m.distribution('sglang'); h = hashlib.sha1(); "
@@ -39,8 +43,7 @@ class SglangEngine(FactBase[Engine]):
         cache = shlex.quote(cache_dir)
         check = "; ".join([
             captured("version", run + " -c " + shlex.quote("import sglang; print(sglang.__version__)"), timeout_s),
-            # --help is the engine's own list of algorithms and flags
-            captured("help", run + " -m sglang.launch_server --help", timeout_s),
+            captured("help", run + " -m sglang.launch_server --help", timeout_s, keep=OPTIONS),
         ])
         hit = block("engine-cache", 'cat "$f"', "hit")
         keep = f"ls -1t {cache}/*.engine 2>/dev/null | tail -n +{KEEP + 1} | xargs -r rm -f"

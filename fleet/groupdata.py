@@ -7,6 +7,7 @@ exactly what deploy.py sees on a host.
 
 from __future__ import annotations
 
+import functools
 import runpy
 import sys
 import types
@@ -33,12 +34,17 @@ class SpecError(Exception):
 
 def read_group_file(path: Path) -> dict[str, Any]:
     """The public names a group_data file defines, as pyinfra would take them."""
-    names = runpy.run_path(str(path))
-    return {
-        k: v
-        for k, v in names.items()
-        if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))
-    }
+    stat = path.stat()
+    return dict(_names_of(str(path), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=256)
+def _names_of(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, Any], ...]:
+    # A deploy reads each file once per host (which groups are classes, gateways): once per version
+    # of the file is enough.
+    names = runpy.run_path(path)
+    return tuple((k, v) for k, v in names.items()
+                 if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type)))
 
 
 def class_files(group_dir: Path) -> dict[str, Path]:

@@ -60,11 +60,14 @@ def block(key: str, command: str, value: str = "") -> str:
     return f"{mark(key, value)}; {data(command)}"
 
 
-def captured(key: str, command: str) -> str:
+def captured(key: str, command: str, keep: str = "") -> str:
     """A record `@@key=<exit status>` whose data is `command`'s stdout and stderr, in order (where a
-    failing command explains itself). The output is held in $out, then encoded."""
-    return (f"out=$( {{ {command}\n}} 2>&1 ); printf '{MARK}{key}=%s\\n' \"$?\"; "
-            f"printf '%s' \"$out\" | head -c {BLOCK_LIMIT + 1} | base64 -w0; echo")
+    failing command explains itself); `keep`, a filter, takes what of a successful output is sent.
+    The output is held in $out, then encoded."""
+    sent = f"if [ $rc = 0 ]; then printf '%s\\n' \"$out\" | {keep}; else printf '%s' \"$out\"; fi" if keep \
+        else "printf '%s' \"$out\""
+    return (f"out=$( {{ {command}\n}} 2>&1 ); rc=$?; printf '{MARK}{key}=%s\\n' $rc; "
+            f"{{ {sent}; }} | head -c {BLOCK_LIMIT + 1} | base64 -w0; echo")
 
 
 def transported(command: str) -> str:

@@ -105,7 +105,7 @@ def bin_dir(tmp_path):
     d = tmp_path / "bin"
     d.mkdir()
     for tool in ("cat", "sha1sum", "cut", "stat", "sed", "tr", "mktemp", "rm", "timeout", "sleep", "env", "grep", "mkdir",
-                 "mv", "ls", "tail", "xargs", "base64", "head"):
+                 "mv", "ls", "tail", "xargs", "base64", "head", "awk"):
         (d / tool).symlink_to(f"/usr/bin/{tool}")
     return d
 
@@ -468,3 +468,13 @@ def test_a_file_over_the_block_limit_is_unreadable_not_read_short(tmp_path, bin_
         f.truncate(BLOCK_LIMIT + 10)
     models = ModelDirs().process(run(ModelDirs().command([str(big)]), bin_dir))
     assert models[str(big)].status == "unreadable"
+
+
+def test_of_the_engines_help_only_what_is_read_crosses(bin_dir):
+    """190 kB of --help on every run of every host: only its option lines and the speculative
+    algorithm's help are sent, and they read as the whole would."""
+    py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
+    out = run(SglangEngine().command(py, 0, {}, str(bin_dir.parent / "c")), bin_dir)
+    assert sum(map(len, out)) < HELP_0523.stat().st_size / 4
+    engine = SglangEngine().process(out)
+    assert engine.flags == parse_flags(HELP_0523.read_text()) and engine.algorithms == SGLANG_0523_ALGORITHMS

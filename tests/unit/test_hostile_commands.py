@@ -41,7 +41,7 @@ PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}; ", f"
             f"x\\$(touch {CANARY})", "a b", "\u00e9\u4e2d"]
 PROGRAMS = ("systemctl", "journalctl", "curl", "nvidia-smi", "sha1sum", "stat", "cat", "cut", "sed", "tr", "head",
             "base64", "mktemp", "rm", "timeout", "env", "grep", "mkdir", "mv", "ls", "tail", "xargs", "flock",
-            "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname")
+            "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname", "awk")
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=12,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                           HealthCheck.function_scoped_fixture])
