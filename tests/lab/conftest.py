@@ -7,7 +7,8 @@
   in use, it is brought back after the test (a few seconds).
 
 Every test under tests/lab/ is marked `lab`; they need root, systemd-nspawn and the
-cached base image (built on first use, about 80 s). Without root they are skipped.
+cached base image of each Debian release a lab uses (each built on first use, about 80 s).
+Without root they are skipped.
 """
 
 from __future__ import annotations
