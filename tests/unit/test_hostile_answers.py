@@ -233,3 +233,40 @@ def test_a_converged_hosts_snapshot_still_plans_nothing():
     facts = converged()
     assert not plan(SPEC, wanted(SPEC), facts, None, "20260101T000000Z", 1, "me").has_work
     assert guards.preflight("h", SPEC, facts) == []
+
+
+# The answers a review found stopping the whole run (or make status, make history), each pinned.
+REVIEWED = [
+    ("gate", "MainPID=[not set]\nActiveState=active\nhealth=200"),
+    ("gate", "MainPID=\u0664\u0662\nNRestarts=\u00b2\nhealth=\uff12\uff10\uff10"),
+    ("metrics", "sglang:gen_throughput 1e400\nsglang:num_running_reqs NaN\nsglang:spec_accept_length 2.5"),
+    ("lock", '{"holder": "a", "pid": 1, "since": NaN}'),
+    ("lock", '{"holder": "a", "pid": 1, "since": 1e20}'),
+    ("lock", "[" * 100_000 + "]" * 100_000),
+    ("pending", '{"version": 1, "since": 1e20}'),
+    ("pending", "{" + '"a": {' * 5000 + "}" * 5001),
+    ("record", '{"time": 1700000000, "by": "a", "result": "ok", "commit": 5}'),
+    ("record", '{"time": 1e20, "by": "a", "result": "ok"}'),
+    ("config", '{"vocab_size": 1e400, "architectures": [' + "[" * 3000 + "]" * 3000 + "]}"),
+]
+
+
+@pytest.mark.parametrize("what, text", REVIEWED, ids=[w for w, _ in REVIEWED])
+def test_the_answers_a_review_found_stopping_the_run_are_read_or_refused(what, text):
+    from fleet.status import describe_record
+
+    if what == "gate":
+        assert parse_observation(text).main_pid == 0
+    elif what == "metrics":
+        assert parse_metrics(text) == {"sglang:spec_accept_length": 2.5}
+    elif what == "lock":
+        assert lock.judge(lock.LockFacts(True, text, ""), "/run/x.lock", 1.0e9, 3600).kind == "ownerless"
+    elif what == "pending":
+        with pytest.raises(ValueError, match="unreadable pending-rollout record"):
+            read_pending(text, SPEC)
+    elif what == "record":
+        history = parse_history(f"@@records\n{base64.b64encode(text.encode()).decode()}\n")
+        assert history.unreadable == 1 and history.records == []
+        describe_record(history.last)
+    elif what == "config":
+        assert parse_config("/m", text).status == "unreadable"
