@@ -8,7 +8,6 @@ generator sees the failures that makes), a canary whose new spec crashes.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path

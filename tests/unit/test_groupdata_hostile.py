@@ -13,7 +13,6 @@ test over every unit that test accepted (each call costs ~0.1 s).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
