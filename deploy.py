@@ -8,22 +8,23 @@ The runbook, in order; a host that fails a step gets nothing after it but its ro
   2. begin      deploy lock, backup, pending-rollout record: from here every failure rolls
                 back, and an interrupted run is finished or rolled back by the next one
   3. install    upload the new unit, environment, secret beside the live ones
-  4. workloads  stop the declared GPU jobs (the training) and wait for their memory to free
-  5. activate   put the files live, restart only if needed, wait for /health, smoke test;
-                else roll back: files, service and workloads as they were before
-A class routed by SGLang's gateway (group_data/gateway.py) is rolled one replica at a time, the
-canary first, each drained out of the gateway before its restart (tasks/rolling.py); the gateway
-host itself gets smg (tasks/gateway.py), converged before any replica restarts.
+  4. activate   in the host's turn of its class's rollout (the canary alone, then at most
+                rolling.max_unavailable at a time; the first failure stops the class): stop the
+                declared GPU jobs (the training) and wait for their memory to free, put the files
+                live, restart only if needed, wait for /health, smoke test; else roll back: files,
+                service and workloads as they were before
+A class routed by SGLang's gateway (group_data/gateway.py) is also drained out of it around each
+restart (tasks/rolling.py); the gateway host itself gets smg (tasks/gateway.py), converged before
+any replica restarts.
 The run ends with a table per host (class, GPUs found, action, verdict, time to ready).
 """
 
-from tasks import activate, gateway, install, preflight, recovery, workloads
+from tasks import activate, gateway, install, preflight, recovery
 
 if gateway.is_gateway():
     gateway.converge()  # smg: install, unit, key, discovery file; restart only if they changed
-gateway.converged()  # every host: no replica restarts before the gateway's steps are done
+gateway.converged()  # where there is a gateway: no replica restarts before its steps are done
 if not gateway.is_gateway() and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
     recovery.begin(pf)
     install.stage(pf)
-    workloads.stop(pf)
     activate.service(pf)

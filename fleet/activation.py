@@ -1,8 +1,11 @@
 """Activate and roll back: the small state machine that ends every rollout that has begun.
 
-    apply ──ok──> [wait] gate ──ready──> smoke ──ok──> finish: OK
-      │                  └─failed─┐        └─failed─┐
-      └─failed──────────────────> roll back <───────┘
+    [stop workloads] ──ok──> apply ──ok──> [wait] gate ──ready──> smoke ──ok──> finish: OK
+           │                   │                  └─failed─┐        └─failed─┐
+           └─failed────────────┴─failed──────────────────> roll back <───────┘
+
+    The workloads (the training) stop here, in the host's own turn of its class's rollout
+    (tasks/rolling.py), just before its restart: a host whose turn never comes keeps them.
 
     roll back: restore the files that differ from before (stopping the service first if its
       files change, or if the rollout started a service that was not running), its enabled
@@ -13,8 +16,9 @@
         it was serving, its files were already the declared ones
                                                  -> the rollout (re)started it: stopped, nothing to
                                                     roll back to; else it is untouched
-      then every workload that ran (or was enabled) before is given back and must hold its
-      GPUs again; then finish: record, no pending record, no lock.
+      then, if this run (or the interrupted one it took over) may have stopped them, every
+      workload that ran (or was enabled) before is given back and must hold its GPUs again;
+      then finish: record, no pending record, no lock.
     A failed rollback stops and disables the service (no crash loop) and keeps every file.
 
 No I/O here: `steps` does the work (tasks/activate.py over SSH; a script in the tests).
@@ -30,6 +34,7 @@ from fleet.plan import Plan
 
 
 class Steps(Protocol):
+    def stop_workloads(self) -> list[str]: ...  # stop the plan's workloads, wait for their GPU memory; problems
     def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
     def wait_ready(self) -> Verdict: ...
     def smoke(self) -> SmokeResult: ...
@@ -61,21 +66,26 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
     started = plan.record.restart
     if plan.finish_rollback:
         steps.log(f"an interrupted run was rolling back ({plan.interrupted.reason}): finishing that rollback", "yellow")
-        return roll_back(plan, steps, unit, record, plan.interrupted.reason, started=started)
+        return roll_back(plan, steps, unit, record, plan.interrupted.reason, started=started, workloads_stopped=True)
+    if plan.stop_workloads:
+        problems = steps.stop_workloads()
+        if problems:
+            return roll_back(plan, steps, unit, record, "; ".join(problems), started=False, workloads_stopped=True)
     ok, message = steps.apply()
     if not ok:
-        return roll_back(plan, steps, unit, record, f"applying the files failed: {message}", started=started)
+        return roll_back(plan, steps, unit, record, f"applying the files failed: {message}", started=started,
+                         workloads_stopped=True)
     ready = smoke = None
     if plan.wait:
         ready = steps.wait_ready()
         if not ready.ready:
             steps.show_journal()
-            return roll_back(plan, steps, unit, record, ready.reason, started=started)
+            return roll_back(plan, steps, unit, record, ready.reason, started=started, workloads_stopped=True)
         smoke = steps.smoke()
         if not smoke.ok:
             steps.show_journal()
             return roll_back(plan, steps, unit, record, f"smoke test failed: {smoke.reason}", started=started,
-                             ready=ready)
+                             workloads_stopped=True, ready=ready)
         steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
     steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
@@ -83,9 +93,10 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
 
 
 def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, started: bool,
-              ready: Verdict | None = None) -> Outcome:
+              workloads_stopped: bool, ready: Verdict | None = None) -> Outcome:
     """Return the host to plan.before, whatever this run (or the interrupted one) got to.
-    started: the service was (re)started with the new files."""
+    started: the service was (re)started with the new files; workloads_stopped: this run may have
+    stopped the workloads (an interrupted run it takes over may have, whatever this says)."""
     before = plan.before
     steps.log(f"{reason}: rolling back", "red")
     where = f"backups/{before.backup}" if before.backup else "no backup"
@@ -116,7 +127,7 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
                            "so there is no earlier service to return to")
     else:
         out = Outcome("FAILED (service untouched)", [reason], left=f"{unit} as it was: this run did not restart it")
-    give_back = sorted(before.workloads_to_give_back)
+    give_back = sorted(before.workloads_to_give_back) if workloads_stopped or plan.interrupted else []
     if give_back:
         problems = steps.give_back(give_back)
         out.left += f"; {', '.join(give_back)} given back" + (f" ({'; '.join(problems)})" if problems else "")

@@ -46,10 +46,11 @@ def main(argv: list[str]) -> int:
         runpy.run_path(inventory)  # the inventory validates itself (check_or_exit) before anything connects
     for group, spec in specs.items():
         print(f"ok  {group_dir}/{group}.py: {spec.service.served_model_name} on {spec.gpu_class.gpu_count}x "
-              f"{spec.gpu_class.accepted_models[0]}, speculative {spec.speculative.algorithm}")
+              f"{spec.gpu_class.accepted_models[0]}, speculative {spec.speculative.algorithm}; the canary first, then "
+              f"{spec.rolling.max_unavailable} host(s) at a time")
     for group, gw in gateways.items():
         print(f"ok  {group_dir}/{group}.py: gateway smg {gw.version} on port {gw.port} routing {', '.join(gw.routes)}, "
-              f"rolled {gw.rolling.max_unavailable} replica(s) at a time after the canary")
+              f"each replica drained out of it around its restart")
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from fleet.gateway import Gateway, Rolling
+from fleet.gateway import Gateway, GatewayRolling
 from fleet.spec import (
     ClassSpec,
     DDTree,
@@ -26,6 +26,7 @@ from fleet.spec import (
     Ngram,
     NoSpeculation,
     Readiness,
+    Rolling,
     SecretSource,
     Service,
     Smoke,
@@ -43,8 +44,9 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("speculative (algorithm = DDTREE, provisional)", DDTree),
     ("readiness", Readiness),
     ("smoke", Smoke),
+    ("rolling", Rolling),
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
-    ("gateway.rolling", Rolling),
+    ("gateway.rolling", GatewayRolling),
 ]
 
 

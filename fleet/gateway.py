@@ -57,11 +57,10 @@ def _group(v: str) -> str:
 GroupName = Annotated[str, AfterValidator(_group), Kind("group name")]
 
 
-class Rolling(Strict):
-    """How a class behind the gateway is rolled: one replica at a time unless said otherwise."""
+class GatewayRolling(Strict):
+    """How a replica of a class behind the gateway leaves it and comes back around its restart (how
+    many restart at once is the class's own `rolling.max_unavailable`)."""
 
-    max_unavailable: int = Field(1, ge=1, le=256, description="Replicas out of the gateway at once, 1..256, after "
-                                 "the canary (the class's first host to roll, alone).")
     drain_timeout_s: float = Field(
         600, ge=0, le=3600, description="How long a replica taken out of the gateway gets to finish its requests, "
         "0..3600 s, 0 for no wait, else at least 1 (smg no longer routes to it and SGLang's /metrics shows no "
@@ -79,6 +78,14 @@ class Rolling(Strict):
         if 0 < v < 1:
             raise ValueError("0 (no drain wait) or at least 1 s")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data):
+        if isinstance(data, dict) and "max_unavailable" in data:
+            raise ValueError("max_unavailable is each class's now, with or without a gateway: "
+                             "rolling = {'max_unavailable': N} in its group_data file")
+        return data
 
 
 class Gateway(Strict):
@@ -110,7 +117,8 @@ class Gateway(Strict):
         "make that minutes per replica).")
     shutdown_grace_period_s: int = Field(180, ge=0, le=3600, description="How long a stopping smg waits "
                                          "for in-flight requests, 0..3600 s (smg's default).")
-    rolling: Rolling = Field(default_factory=Rolling, description="How the classes it routes are rolled.")
+    rolling: GatewayRolling = Field(default_factory=GatewayRolling,
+                                    description="How a replica of a class it routes leaves it and comes back.")
 
     @model_validator(mode="after")
     def _ports_apart(self) -> Gateway:

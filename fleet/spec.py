@@ -629,6 +629,25 @@ class Smoke(Strict):
     timeout_s: float = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s.")
 
 
+Percent = Annotated[str, StringConstraints(pattern=r"^(100|[1-9][0-9]?)%$"), Kind("percentage")]  # pydantic's regex: $ ends the text
+
+
+class Rolling(Strict):
+    """How the hosts of a class restart: its first host in inventory order (the canary) alone, then
+    at most max_unavailable at a time, each only after the one before passed its gate and smoke
+    test; the first failure stops the class, and the hosts whose turn had not come stay as they are."""
+
+    max_unavailable: Annotated[int, Field(strict=True, ge=1, le=1024)] | Percent = Field(
+        1, description="Hosts restarting at once after the canary: a count, 1..1024, or a percentage of the "
+        "class's hosts in the inventory ('25%': rounded down, at least 1).")
+
+    def at_once(self, hosts: int) -> int:
+        """How many hosts of a class of `hosts` may restart at once after the canary."""
+        if isinstance(self.max_unavailable, int):
+            return self.max_unavailable
+        return max(1, hosts * int(self.max_unavailable.rstrip("%")) // 100)
+
+
 class ClassSpec(Strict):
     """Everything declared for one GPU class (one group_data file over all.py)."""
 
@@ -645,6 +664,8 @@ class ClassSpec(Strict):
     )
     readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
     smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
+    rolling: Rolling = Field(default_factory=Rolling, description="How many of its hosts restart at once, after the "
+                             "canary.")
 
     @field_validator("workloads")
     @classmethod

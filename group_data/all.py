@@ -12,6 +12,11 @@ readiness = {
     "workload_release_timeout_s": 120,
 }
 
+# How many hosts of a class restart at once: the canary (its first host in inventory order) goes
+# alone; after its gate and smoke test pass, at most this many (a count, or a percentage of the
+# class's hosts: "25%"). The first failure stops the class; the rest stay as they are.
+rolling = {"max_unavailable": 1}
+
 # The chat completion that must return text before a rollout counts as done.
 smoke = {
     "prompt": "Say hello in one short sentence.",

@@ -18,12 +18,12 @@ from fleet.parse import parse_gpu_processes
 from fleet.plan import RUNNING_STATES
 from fleet.report import RUN
 from fleet.spec import ClassSpec
-from tasks import rolling
+from tasks import rolling, workloads
 from tasks.common import BEGUN, Begun, repo_state, run
 from tasks.preflight import Preflight
 
 def service(pf: Preflight) -> None:
-    rolling.enlist(host, pf)  # behind a gateway: one replica at a time, drained first
+    rolling.enlist(host, pf)  # its turn in its class: the canary first, then rolling.max_unavailable at a time
     python.call(
         name=f"Activate {pf.spec.service_unit} (files live, restart if needed, wait for /health, smoke test)",
         function=_activate,
@@ -65,6 +65,11 @@ class HostSteps:
             self.host.log_styled(message, fg=color)
         else:
             self.host.log(message)
+
+    def stop_workloads(self) -> list[str]:
+        self.log(f"stopping {', '.join(self.pf.plan.stop_workloads)} (its turn) and waiting for the GPUs")
+        self.begun.workloads_stopped = True  # from here a failure gives them back
+        return workloads.stop_and_wait(self.host, self.pf)
 
     def apply(self) -> tuple[bool, str]:
         p = self.pf.plan
@@ -165,7 +170,8 @@ def _activate(state, host, pf: Preflight) -> bool:
     outcome = rolling.take_turn(
         host, pf, steps,
         go=lambda: activation.activate(pf.plan, steps, unit, record),
-        leave=lambda reason: activation.roll_back(pf.plan, steps, unit, record, reason, started=False))
+        leave=lambda reason: activation.roll_back(pf.plan, steps, unit, record, reason, started=False,
+                                                  workloads_stopped=False))
     if outcome.ok and pf.rollback:
         outcome.left = (f"backups/{pf.rollback.stamp} serving; the host now differs from group_data: the next "
                         "make deploy brings it back to the declared spec (make dry shows the difference)")
@@ -176,8 +182,11 @@ def after_failure(host, begun: Begun, reason: str) -> None:
     """A pyinfra operation failed after the rollout began: roll back, free the lock."""
     pf = begun.pf
     try:
-        outcome = activation.roll_back(pf.plan, HostSteps(host, begun), pf.spec.service_unit, _record(pf), reason,
-                                       started=begun.applied and pf.plan.record.restart)
+        steps = HostSteps(host, begun)
+        outcome = activation.roll_back(pf.plan, steps, pf.spec.service_unit, _record(pf), reason,
+                                       started=begun.applied and pf.plan.record.restart,
+                                       workloads_stopped=begun.workloads_stopped)
+        rolling.after_rollback(host, pf, steps, outcome)
     except Exception as e:  # noqa: BLE001 - a lost connection, say: the next run finishes the job
         RUN.host(host.name).reasons.append(
             f"{host.name}: could not roll back ({e}); the host keeps its pending-rollout record: "

@@ -19,6 +19,7 @@ class Begun:
 
     pf: object  # tasks.preflight.Preflight
     applied: bool = False  # its files went live: the new service may have been started
+    workloads_stopped: bool = False  # its workloads' stop was asked for: a rollback gives them back
 
 
 # host name -> its begun rollout: a failed operation rolls it back; an interrupt leaves it to the next run

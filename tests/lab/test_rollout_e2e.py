@@ -41,20 +41,25 @@ SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "pro
 
 @pytest.fixture(scope="module")
 def rolled(lab_manager, tmp_path_factory):
+    """Each host's own deploy (`--limit`): in one run its class's first failure would stop the
+    others' turns (tests/lab/test_turns_e2e.py shows that); here each fails its own way."""
     lab = lab_manager.ensure(LAB)
     sh(lab, "stubborn", REFUSE_STOP)
-    return lab, deploy(lab, workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT))
+    wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT)
+    return lab, {h: deploy(lab, wd, "--limit", h) for h in ("crash", "hang", "first-crash", "stubborn")}
 
 
-def test_run_fails_and_says_so(rolled):
-    _, run = rolled
-    assert run.returncode != 0
-    assert "rolled back" in summary_row(run.out, "crash"), run.out
-    assert "rolled back" in summary_row(run.out, "hang"), run.out
+def test_each_run_fails_and_says_so(rolled):
+    _, runs = rolled
+    for host, run in runs.items():
+        assert run.returncode != 0, run.out
+    assert "rolled back" in summary_row(runs["crash"].out, "crash"), runs["crash"].out
+    assert "rolled back" in summary_row(runs["hang"].out, "hang"), runs["hang"].out
 
 
 def test_crash_rolls_back_and_nextn_answers_again(rolled):
-    lab, run = rolled
+    lab, runs = rolled
+    run = runs["crash"]
     assert "the unit" in run.out and "Traceback" in run.out  # the journal excerpt is shown
     assert "NEXTN" in sh(lab, "crash", "cat /etc/systemd/system/sglang.service")
     assert health(lab, "crash") == "200"
@@ -62,14 +67,16 @@ def test_crash_rolls_back_and_nextn_answers_again(rolled):
 
 
 def test_hang_ends_at_the_load_timeout_and_rolls_back(rolled):
-    lab, run = rolled
+    lab, runs = rolled
+    run = runs["hang"]
     assert "not ready after 8s" in run.out
     assert "NEXTN" in sh(lab, "hang", "cat /etc/systemd/system/sglang.service")
     assert health(lab, "hang") == "200"
 
 
 def test_a_first_install_that_crashes_leaves_the_host_as_it_was(rolled):
-    lab, run = rolled
+    lab, runs = rolled
+    run = runs["first-crash"]
     row = summary_row(run.out, "first-crash")
     assert "FAILED (rolled back)" in row, run.out
     assert "left: sglang.service not installed, as it was" in run.out
@@ -80,7 +87,8 @@ def test_a_first_install_that_crashes_leaves_the_host_as_it_was(rolled):
 
 
 def test_a_workload_that_will_not_stop_fails_the_host_before_its_service_is_touched(rolled):
-    lab, run = rolled
+    lab, runs = rolled
+    run = runs["stubborn"]
     row = summary_row(run.out, "stubborn")
     assert "FAILED (service untouched)" in row, run.out
     assert "expected dflash-train.service to stop" in run.out

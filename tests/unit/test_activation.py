@@ -27,15 +27,19 @@ class Steps:
     """Scripted steps: each answer is taken from its list in turn; every call is logged."""
 
     def __init__(self, apply=(True,), ready=(READY, READY), smoke=(SMOKE_OK,), restore=((True, True, ""),),
-                 restart=(True,), give_back=([],)):
+                 restart=(True,), give_back=([],), stop_workloads=([],)):
         self.answers = {"apply": list(apply), "wait_ready": list(ready), "smoke": list(smoke),
-                        "restore": list(restore), "restart": list(restart), "give_back": list(give_back)}
+                        "restore": list(restore), "restart": list(restart), "give_back": list(give_back),
+                        "stop_workloads": list(stop_workloads)}
         self.calls: list[tuple] = []
         self.records: list[dict] = []
 
     def _next(self, name, *args):
         self.calls.append((name, *args))
         return self.answers[name].pop(0)
+
+    def stop_workloads(self):
+        return self._next("stop_workloads")
 
     def apply(self):
         return self._next("apply"), "apply output"
@@ -73,10 +77,12 @@ class Steps:
         return [c[0] for c in self.calls]
 
 
-def make_plan(before=SERVING, restart=True, wait=True, interrupted=None, finish_rollback=False, replaces_service=True):
+def make_plan(before=SERVING, restart=True, wait=True, interrupted=None, finish_rollback=False, replaces_service=True,
+              stop_workloads=("dflash-train.service",)):
     record = Pending(ROLLING_OUT, 1, "alice@laptop", "t", restart, "", before)
     return Plan(before=before, restart=restart, wait=wait, interrupted=interrupted, finish_rollback=finish_rollback,
-                record=interrupted if finish_rollback else record, replaces_service=replaces_service)
+                record=interrupted if finish_rollback else record, replaces_service=replaces_service,
+                stop_workloads=stop_workloads)
 
 
 # --- activate -------------------------------------------------------------------------------
@@ -85,13 +91,13 @@ def test_ready_and_smoke_passed_finish_the_rollout():
     steps = Steps()
     out = activate(make_plan(), steps, UNIT, RECORD)
     assert out.ok and out.verdict == "OK" and out.ready == READY and out.smoke == SMOKE_OK
-    assert steps.names == ["apply", "wait_ready", "smoke", "finish"]
+    assert steps.names == ["stop_workloads", "apply", "wait_ready", "smoke", "finish"]
     assert steps.records == [{**RECORD, "result": "ok", "ready": READY.reason, "smoke": SMOKE_OK.summary()}]
 
 
 def test_a_plan_without_a_wait_applies_and_finishes():
     steps = Steps()
-    out = activate(make_plan(restart=False, wait=False), steps, UNIT, RECORD)
+    out = activate(make_plan(restart=False, wait=False, stop_workloads=()), steps, UNIT, RECORD)
     assert out.ok and steps.names == ["apply", "finish"]
     assert steps.records[0]["result"] == "ok" and steps.records[0]["ready"] is None
 
@@ -183,13 +189,34 @@ def test_a_service_this_run_never_restarted_is_left_as_found():
     assert "stop_and_disable" not in steps.names and "restart" not in steps.names
 
 
-def test_a_failure_before_anything_went_live_restores_nothing_and_gives_the_workloads_back():
-    """What a failed upload or a workload that will not stop leads to (tasks.activate.after_failure)."""
+def test_workloads_that_will_not_stop_roll_back_before_anything_goes_live_and_are_given_back():
+    steps = Steps(stop_workloads=(["h: workloads: expected dflash-train.service to release GPU memory"],),
+                  restore=((True, False, ""),))
+    out = activate(make_plan(), steps, UNIT, RECORD)
+    assert out.verdict == "FAILED (service untouched)" and "apply" not in steps.names
+    assert steps.names == ["stop_workloads", "restore", "give_back", "finish"]
+    assert out.reasons == ["h: workloads: expected dflash-train.service to release GPU memory"]
+
+
+@pytest.mark.parametrize("stopped, given_back", [(True, True), (False, False)])
+def test_a_failure_before_anything_went_live_gives_the_workloads_back_only_if_they_were_stopped(stopped, given_back):
+    """What a failed upload (before the host's turn) or a turn that never came leads to
+    (tasks.activate.after_failure, tasks.rolling's leave): training never stopped is left alone."""
     steps = Steps(restore=((True, False, ""),))
-    out = roll_back(make_plan(), steps, UNIT, RECORD, "'Upload the new files' failed", started=False)
+    out = roll_back(make_plan(), steps, UNIT, RECORD, "'Upload the new files' failed", started=False,
+                    workloads_stopped=stopped)
     assert out.verdict == "FAILED (service untouched)"
-    assert steps.names == ["restore", "give_back", "finish"]
-    assert out.left == "sglang.service as it was: this run did not restart it; dflash-train.service given back"
+    assert steps.names == (["restore", "give_back", "finish"] if given_back else ["restore", "finish"])
+    assert out.left == "sglang.service as it was: this run did not restart it" + (
+        "; dflash-train.service given back" if given_back else "")
+
+
+def test_a_turn_that_never_came_after_an_interrupted_run_still_gives_the_workloads_back():
+    # the interrupted run may have stopped them: its record says they ran before
+    it = Pending(ROLLING_OUT, 1, "bob", "t", True, "", SERVING)
+    steps = Steps(restore=((True, False, ""),))
+    roll_back(make_plan(interrupted=it), steps, UNIT, RECORD, "not rolled", started=False, workloads_stopped=False)
+    assert ("give_back", ["dflash-train.service"]) in steps.calls
 
 
 def test_workloads_that_do_not_hold_their_gpus_again_are_reported():

@@ -203,7 +203,8 @@ def test_make_check_accepts_a_good_tmp_file(tmp_path):
     make_group_dir(tmp_path, {"good": GOOD})
     r = run_check(tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "ok  group_data/good.py: qwen3-8b on 2x NVIDIA RTX A6000, speculative DFLASH\n"
+    assert r.stdout == ("ok  group_data/good.py: qwen3-8b on 2x NVIDIA RTX A6000, speculative DFLASH; the canary first, "
+                        "then 1 host(s) at a time\n")
 
 
 def test_problems_of_all_files_reported_together(tmp_path):

@@ -1,6 +1,8 @@
-"""The turn-taking of a class behind the gateway (tasks/rolling.take_turn), with greenlets as
-pyinfra runs its hosts and the per-replica work faked: canary alone first, then at most
-max_unavailable at once, and the first failure stops the hosts whose turn has not come."""
+"""A class's rollout in turns (tasks/rolling.take_turn, with greenlets as pyinfra runs its hosts,
+the per-host work faked), with or without a gateway: the canary alone first, then at most
+rolling.max_unavailable at once, and the first failure stops the hosts whose turn has not come.
+And a replica's way out of the gateway and back (fleet/rolling.through_gateway) against a
+scripted gateway and clock."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import gevent
 import pytest
 
 from fleet.activation import Outcome
-from fleet.gateway import Gateway, Replica
+from fleet.gateway import GatewayRolling, Replica
+from fleet.rolling import GatewayError, through_gateway
+from fleet.spec import Rolling
 from tasks import rolling
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
@@ -25,25 +29,25 @@ class Steps:
 def run_class(monkeypatch):
     def run(max_unavailable: int, failing: set[str] = frozenset(), failed_before: set[str] = frozenset(),
             arriving: list[str] = HOSTS):
-        gw = Gateway(routes=["c"], rolling={"max_unavailable": max_unavailable})
         state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=n) for n in failed_before])
-        roll = rolling.ClassRoll("c", gw, None, [Replica(h, "c", "m", f"http://{h}:1") for h in HOSTS])
+        roll = rolling.ClassRoll("c", max_unavailable)  # no gateway: the same turns, no drain
         roll.order = list(HOSTS)
         monkeypatch.setitem(rolling.ROLLS, "c", roll)
         events, active = [], set()
 
-        def fake_roll_one(roll, host, pf, steps, go, leave):
-            active.add(host.name)
-            events.append(("start", host.name, len(active)))
-            gevent.sleep(0.01)
-            active.discard(host.name)
-            events.append(("end", host.name))
-            return Outcome("FAILED (rolled back)" if host.name in failing else "OK")
+        def activation(name):
+            def go():
+                active.add(name)
+                events.append(("start", name, len(active)))
+                gevent.sleep(0.01)
+                active.discard(name)
+                events.append(("end", name))
+                return Outcome("FAILED (rolled back)" if name in failing else "OK")
+            return go
 
-        monkeypatch.setattr(rolling, "_roll_one", fake_roll_one)
         pf = SimpleNamespace(group="c")
-        jobs = {h: gevent.spawn(rolling.take_turn, SimpleNamespace(name=h, state=state), pf, Steps(),
-                                lambda: Outcome("OK"), lambda reason: Outcome("FAILED (service untouched)", [reason]))
+        jobs = {h: gevent.spawn(rolling.take_turn, SimpleNamespace(name=h, state=state), pf, Steps(), activation(h),
+                                lambda reason: Outcome("FAILED (service untouched)", [reason]))
                 for h in reversed(arriving)}  # greenlets start in any order
         gevent.joinall(list(jobs.values()), raise_error=True, timeout=10)
         return events, {h: j.value for h, j in jobs.items()}
@@ -84,3 +88,133 @@ def test_a_canary_that_failed_before_its_turn_stops_the_class(run_class):
     assert events == []
     assert all(o.verdict == "NOT ROLLED (serving as before)" for o in outcomes.values())
     assert "the canary r1 failed" in outcomes["r2"].reasons[0]
+
+
+@pytest.mark.parametrize("declared, hosts, at_once", [
+    (1, 8, 1), (3, 8, 3), ("25%", 8, 2), ("25%", 3, 1), ("100%", 5, 5), ("10%", 1, 1), ("50%", 7, 3),
+])
+def test_max_unavailable_is_a_count_or_a_percentage_of_the_class(declared, hosts, at_once):
+    assert Rolling(max_unavailable=declared).at_once(hosts) == at_once
+
+
+@pytest.mark.parametrize("declared", [0, "0%", "101%", "25", "25 %", -1, 1025])
+def test_max_unavailable_refuses_what_is_neither(declared):
+    with pytest.raises(ValueError):
+        Rolling(max_unavailable=declared)
+
+
+# --- a replica's turn behind the gateway, scripted -----------------------------------------
+
+ME, PEER = Replica("r1", "c", "m", "http://10.0.0.1:30000"), Replica("r2", "c", "m", "http://10.0.0.2:30000")
+CFG = GatewayRolling(drain_timeout_s=10, ready_timeout_s=5, poll_interval_s=1)
+
+
+class Through:
+    """The gateway and the replica, scripted: each statuses() answer is taken in turn (the last one
+    repeats); the clock moves only when the turn sleeps."""
+
+    name = "gw"
+
+    def __init__(self, statuses, loads=(0.0,), fail_set_out=()):
+        self.answers, self.loads, self.fail_set_out = list(statuses), list(loads), list(fail_set_out)
+        self.t, self.events = 0.0, []
+
+    def statuses(self):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def set_out(self, out):
+        self.events.append(("out" if out else "in"))
+        if self.fail_set_out and self.fail_set_out.pop(0):
+            raise GatewayError("gateway gw: cannot write the discovery file")
+
+    def load(self):
+        return self.loads.pop(0) if len(self.loads) > 1 else self.loads[0]
+
+    def log(self, message, color=None):
+        self.events.append(message)
+
+    def now(self):
+        return self.t
+
+    def sleep(self, seconds):
+        self.t += seconds
+
+
+BOTH_READY = {ME.url: "ready", PEER.url: "ready"}
+ME_OUT = {PEER.url: "ready"}
+
+
+def turn(gw: Through, outcome="OK", raises=None):
+    ran = []
+
+    def go():
+        ran.append("go")
+        if raises:
+            raise raises
+        return Outcome(outcome)
+
+    out = through_gateway(ME, [ME, PEER], CFG, gw, go, lambda reason: Outcome("FAILED (service untouched)", [reason]))
+    return out, ran
+
+
+def test_a_replica_goes_out_drains_restarts_and_comes_back_ready():
+    gw = Through([BOTH_READY, ME_OUT, ME_OUT, BOTH_READY], loads=(2.0, 0.0))
+    out, ran = turn(gw)
+    assert out.verdict == "OK" and ran == ["go"]
+    assert [e for e in gw.events if e in ("out", "in")] == ["out", "in"]
+    assert any(str(e).startswith("drained in") for e in gw.events)
+
+
+def test_without_a_ready_peer_it_does_not_go_out():
+    gw = Through([{ME.url: "ready", PEER.url: "pending"}])
+    out, ran = turn(gw)
+    assert ran == [] and "out" not in gw.events and out.verdict == "FAILED (service untouched)"
+    assert "no other replica of m is ready" in out.reasons[0] and gw.t >= CFG.ready_timeout_s
+
+
+def test_a_drain_that_does_not_end_stops_it_at_the_timeout():
+    gw = Through([BOTH_READY] + [ME_OUT] * 11 + [BOTH_READY], loads=(3.0,))
+    out, _ = turn(gw)
+    assert out.ok and gw.t >= CFG.drain_timeout_s
+    assert any(str(e).startswith("drain timeout 10s") for e in gw.events)
+
+
+def test_a_gateway_it_cannot_write_leaves_the_replica_serving_as_it_was():
+    gw = Through([BOTH_READY], fail_set_out=(True, False))
+    out, ran = turn(gw)
+    assert ran == [] and out.verdict == "FAILED (service untouched)" and gw.events[:2] == ["out", "in"]
+
+
+def test_a_replica_that_serves_again_after_a_rollback_comes_back():
+    gw = Through([BOTH_READY, ME_OUT, BOTH_READY])
+    out, _ = turn(gw, outcome="FAILED (rolled back)")
+    assert out.verdict == "FAILED (rolled back)" and gw.events.count("in") == 1
+
+
+def test_a_replica_that_does_not_serve_stays_out_and_its_row_says_so():
+    gw = Through([BOTH_READY, ME_OUT])
+    out, _ = turn(gw, outcome="FAILED (rollback failed)")
+    assert "in" not in gw.events and "left out of gateway gw: it does not serve" in out.reasons[-1]
+
+
+def test_a_turn_that_broke_off_leaves_the_replica_out_and_raises():
+    gw = Through([BOTH_READY, ME_OUT])
+    with pytest.raises(TimeoutError):
+        turn(gw, raises=TimeoutError())
+    assert "in" not in gw.events and "left out of gateway gw: its rollout broke off" in gw.events
+
+
+def test_back_in_but_never_ready_is_its_own_verdict():
+    gw = Through([BOTH_READY, ME_OUT, ME_OUT])
+    out, _ = turn(gw)
+    assert out.verdict == "FAILED (serving, not ready in the gateway)"
+    assert "expected http://10.0.0.1:30000 ready within 5s, found not registered" in out.reasons[-1]
+
+
+def test_a_gateway_that_cannot_be_read_keeps_the_replica_in():
+    gw = Through([GatewayError("gateway gw: cannot connect")])
+    out, ran = turn(gw)
+    assert ran == [] and out.reasons == ["gateway gw: cannot connect"] and "out" not in gw.events

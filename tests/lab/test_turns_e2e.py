@@ -1,0 +1,94 @@
+"""A class without a gateway takes turns too: the canary alone, then rolling.max_unavailable at a time.
+
+Three PRO 6000 boxes serve the old NEXTN spec beside their training jobs. A spec whose load
+crashes: the canary rolls back and serves NEXTN again, the other two are never touched (same
+server and training processes), and the run fails. The good spec: one host down at a time
+(sampled on the hosts themselves), and each host's training stops only in its own turn, after
+the host before it serves again.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from e2e import deploy, health, main_pid, sh, summary_row, workdir
+
+PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
+       'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\nworkloads = ["dflash-train"]\n'
+       'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n')
+HOSTS = ("turn-1", "turn-2", "turn-3")  # inventory order: turn-1 is the canary
+LAB = '[lab]\nname = "turnlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{PRO}' for h in HOSTS)
+FAST = 'readiness = {"load_timeout_s": 20, "poll_interval_s": 0.25, "progress_every_s": 5}'
+CRASH = 'service = {**service, "environment": {"LAB_SGLANG_LOAD": "crash"}}'
+TRAIN = "dflash-train.service"
+# Every 0.2 s on the host: the time, /health's status, the training's state (one clock: the lab
+# hosts share this machine's kernel).
+SAMPLER = ("while :; do printf '%s %s %s\\n' \"$(date +%s.%N)\" "
+           "\"$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 http://127.0.0.1:30000/health)\" "
+           f"\"$(systemctl is-active {TRAIN})\"; sleep 0.2; done")
+
+
+def pids(lab, host: str) -> tuple[int, int]:
+    return main_pid(lab, host), main_pid(lab, host, TRAIN)
+
+
+@pytest.fixture(scope="module")
+def turns(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(LAB, fresh=True)
+    return lab, tmp_path_factory.mktemp("wd")
+
+
+def test_a_canary_that_fails_leaves_the_rest_of_its_class_untouched(turns):
+    lab, tmp = turns
+    before = {h: pids(lab, h) for h in HOSTS}
+    run = deploy(lab, workdir(tmp / "crash", pro6000=f"{FAST}\n{CRASH}"))
+    assert run.returncode != 0
+    assert "FAILED (rolled back)" in summary_row(run.out, "turn-1"), run.out
+    assert health(lab, "turn-1") == "200" and "NEXTN" in sh(lab, "turn-1", "cat /etc/systemd/system/sglang.service")
+    assert sh(lab, "turn-1", f"systemctl is-active {TRAIN}") == "active"  # given back
+    for h in HOSTS[1:]:
+        assert "NOT ROLLED (serving as before)" in summary_row(run.out, h), run.out
+        assert pids(lab, h) == before[h]  # its server never restarted, its training never stopped
+        assert "NEXTN" in sh(lab, h, "cat /etc/systemd/system/sglang.service")
+        assert sh(lab, h, "ls -A /run/sglang-fleet; test -e /var/lib/sglang-fleet/sglang/pending.json && echo pending") \
+            == ""  # no lock, no pending record left
+
+
+def _samples(lab, host: str) -> list[tuple[float, bool, bool]]:
+    """(time, serving, training active) as the host's sampler saw them."""
+    out = []
+    for line in sh(lab, host, "cat /tmp/turn-samples").splitlines():
+        t, code, training = line.split()
+        out.append((float(t), code == "200", training == "active"))
+    return out
+
+
+def test_the_class_rolls_one_host_at_a_time_and_stops_each_training_in_its_own_turn(turns):
+    lab, tmp = turns
+    samplers = {h: sh(lab, h, f"setsid sh -c {shlex.quote(SAMPLER)} > /tmp/turn-samples 2>&1 < /dev/null & echo $!")
+                for h in HOSTS}
+    try:
+        run = deploy(lab, workdir(tmp / "good", pro6000=FAST))
+    finally:
+        for h, pid in samplers.items():
+            sh(lab, h, f"kill {int(pid)}")
+    assert run.returncode == 0, run.out
+    samples = {h: _samples(lab, h) for h in HOSTS}
+    assert all(samples.values())
+    # never two hosts down at once: at each sample of any host, the latest state of every host
+    events = sorted((t, h, serving) for h in HOSTS for t, serving, _ in samples[h])
+    latest = {h: True for h in HOSTS}
+    for _, h, serving in events:
+        latest[h] = serving
+        assert sum(not s for s in latest.values()) <= 1, (h, latest)
+    # each host went down in order, and its training stopped only after the host before it served again
+    down = {h: min(t for t, serving, _ in samples[h] if not serving) for h in HOSTS}
+    back = {h: max(t for t, serving, _ in samples[h] if not serving) for h in HOSTS}
+    stopped = {h: min(t for t, _, training in samples[h] if not training) for h in HOSTS}
+    assert down["turn-1"] < down["turn-2"] < down["turn-3"]
+    for previous, h in zip(HOSTS, HOSTS[1:]):
+        assert stopped[h] > back[previous], (h, stopped[h], back[previous])
+    for h in HOSTS:
+        assert health(lab, h) == "200" and "DFLASH" in sh(lab, h, "cat /etc/systemd/system/sglang.service")
+        assert sh(lab, h, f"systemctl is-active {TRAIN}") != "active"  # the GPUs serve now
