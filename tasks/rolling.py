@@ -134,8 +134,9 @@ ROLLS: dict[str, ClassRoll] = {}
 
 def enlist(host, pf, group_dir: str = "group_data") -> None:
     """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
-    part in its class's rollout."""
-    if not pf.plan.restart or pf.plan.finish_rollback:
+    part in its class's rollout. One that takes over an interrupted rollout goes at once: it was
+    mid-change already, and waiting for a turn (or a stopped class) would keep it there."""
+    if not pf.plan.restart or pf.plan.interrupted is not None:
         return
     roll = ROLLS.get(pf.group)
     if roll is None:

@@ -46,7 +46,7 @@ LEFTOVERS = ("ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json "
 
 def trigger(lab, host: str, stage: str) -> dict:
     """How to catch the run at `stage` (interrupted()'s keywords)."""
-    if stage == "workloads":  # the training is stopped; the new files are not live yet
+    if stage == "workloads":  # the new files are staged, the host's turn begins: its training stops next
         return {"on_line": "Starting operation: Activate"}
     if stage == "files":  # the new unit is live
         return {"when": lambda: lab.ssh(host, NEW_UNIT, timeout=10).returncode == 0}
@@ -146,12 +146,13 @@ def failing(recovered, tmp_path_factory):
     # the old config crashes too once it is restarted (the lab's preinstalled config always loads)
     sh(lab, "rollback-fails", "sed -i 's/\"preinstalled_argv\": \\[/\"was_preinstalled_argv\": [/' /etc/lab/host.json")
     training = {h: training_pid(lab, h) for h in OTHERS}
-    limits = [arg for host in OTHERS for arg in ("--limit", host)]
-    return lab, training, deploy(lab, wd, *limits)
+    # one run each: in one run the class's first failure (backup-fails, its canary) stops the others' turns
+    return lab, training, {h: deploy(lab, wd, "--limit", h) for h in OTHERS}
 
 
 def test_a_backup_that_fails_on_a_full_disk_changes_nothing(failing):
-    lab, training, run = failing
+    lab, training, runs = failing
+    run = runs["backup-fails"]
     row = summary_row(run.out, "backup-fails")
     assert "FAILED" in row, run.out
     assert "could not begin the rollout, nothing was changed" in run.out and "No space left on device" in run.out
@@ -160,7 +161,8 @@ def test_a_backup_that_fails_on_a_full_disk_changes_nothing(failing):
 
 
 def test_an_upload_that_fails_rolls_back_before_anything_went_live(failing):
-    lab, training, run = failing
+    lab, training, runs = failing
+    run = runs["upload-fails"]
     row = summary_row(run.out, "upload-fails")
     assert "FAILED (service untouched)" in row, run.out
     assert "'Upload the new files beside the live ones' failed" in run.out
@@ -169,7 +171,8 @@ def test_an_upload_that_fails_rolls_back_before_anything_went_live(failing):
 
 
 def test_a_rollback_that_fails_too_stops_disables_keeps_the_files_and_gives_the_training_back(failing):
-    lab, _, run = failing
+    lab, _, runs = failing
+    run = runs["rollback-fails"]
     host = "rollback-fails"
     row = summary_row(run.out, host)
     assert "FAILED (rollback failed)" in row, run.out

@@ -218,3 +218,23 @@ def test_a_gateway_that_cannot_be_read_keeps_the_replica_in():
     gw = Through([GatewayError("gateway gw: cannot connect")])
     out, ran = turn(gw)
     assert ran == [] and out.reasons == ["gateway gw: cannot connect"] and "out" not in gw.events
+
+
+def _host(name, groups=("c",)):
+    return SimpleNamespace(name=name, groups=list(groups))
+
+
+def test_hosts_enlist_in_inventory_order_and_a_takeover_goes_at_once(monkeypatch):
+    monkeypatch.setattr(rolling, "ROLLS", {})
+    inventory = [_host("a"), _host("x", ("other",)), _host("b"), _host("c1")]
+    state = SimpleNamespace(inventory=inventory)
+    spec = SimpleNamespace(rolling=Rolling(max_unavailable="50%"))
+    monkeypatch.setattr(rolling, "_gateway_of", lambda state, cls, group_dir: None)
+
+    def pf(restart=True, interrupted=None):
+        return SimpleNamespace(group="c", spec=spec, plan=SimpleNamespace(restart=restart, interrupted=interrupted))
+
+    for name, p in (("c1", pf()), ("a", pf()), ("b", pf(interrupted=object())), ("x", pf(restart=False))):
+        rolling.enlist(SimpleNamespace(name=name, state=state), p)
+    roll = rolling.ROLLS["c"]
+    assert roll.order == ["a", "c1"] and roll.at_once == 1  # 50% of the class's 3 hosts, rounded down
