@@ -79,3 +79,4 @@ bench: venv host-packages
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/status.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/turns.py

@@ -72,4 +72,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with labmod.Session():  # as a test session: one lab at a time on this machine
+        sys.exit(main())

@@ -339,6 +339,13 @@ class Session:
             self.fh.close()
             self.fh = None
 
+    def __enter__(self) -> Session:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
 
 def _session_holder() -> int | None:
     """PID of the test session holding the lab, if one does."""

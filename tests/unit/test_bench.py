@@ -1,0 +1,38 @@
+"""make bench's code, kept from breaking silently (no test runs a benchmark: they need the lab and
+take minutes): every bench module imports and is run by make bench, and its lab files are valid."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from fleet.groupdata import gateway_files, load_class_specs
+from lab import labfile
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = sorted((ROOT / "bench").glob("*.py"))
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.name)
+def test_every_bench_imports_and_make_bench_runs_it(path):
+    module = load(path)
+    assert callable(module.main)
+    assert f"bench/{path.name}" in (ROOT / "Makefile").read_text()
+
+
+@pytest.mark.parametrize("name, text", [("status", lambda m: m.big_lab(16)), ("turns", lambda m: m.LAB)])
+def test_the_benches_labs_are_valid_lab_files(name, text, tmp_path):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text(load(ROOT / "bench" / f"{name}.py")))
+    groups = sorted(load_class_specs(ROOT / "group_data"))
+    lab = labfile.parse(path, groups, sorted(gateway_files(ROOT / "group_data")))
+    assert len(lab.hosts) >= 3
