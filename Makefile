@@ -48,11 +48,13 @@ history: venv
 	@test -n "$(HOST)" || { echo "make history HOST=<host> [INVENTORY=f]"; exit 2; }
 	$(BIN)/python -m ops history $(INVENTORY) $(HOST) $(ARGS)
 
-# Put back a backup set (TO=<stamp>, default the newest) through preflight, lock, gate and
-# smoke test; a failure rolls forward to what ran before. `make history HOST=h` lists them.
+# Put back a backup set (TO=<stamp>, default "previous": the set before the last successful
+# change) through preflight, lock, gate and smoke test; a failure rolls forward to what ran
+# before. `make history HOST=h` lists them. The set is an argument of this one run (--data),
+# never an environment variable: nothing left exported turns a later deploy into a rollback.
 rollback: venv
 	@test -n "$(HOST)" || { echo "make rollback HOST=<host> [TO=<stamp>] [INVENTORY=f]"; exit 2; }
-	SGLANG_FLEET_ROLLBACK=$(or $(TO),previous) $(BIN)/pyinfra -y --limit $(HOST) $(ARGS) $(INVENTORY) deploy.py
+	$(BIN)/pyinfra -y --limit $(HOST) --data 'sglang_fleet_rollback=$(or $(TO),previous)' $(ARGS) $(INVENTORY) deploy.py
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -1,5 +1,6 @@
-"""What earlier rollouts left: the managed files and directories (mode, owner, sha1), the text of
-the files a diff shows, the deploy lock and the pending-rollout record."""
+"""What earlier rollouts left: the managed files and directories and the deploy records (mode,
+owner, sha1: begin checks them again), the text of the files a diff shows, the deploy lock and
+the pending-rollout record."""
 
 from __future__ import annotations
 

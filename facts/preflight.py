@@ -35,7 +35,7 @@ def snapshot_args(spec: ClassSpec) -> dict:
         "engine": [spec.service.launcher, spec.service.environment, CACHE_DIR],
         "models": [spec.model_paths],
         "units": [spec.watched_units],
-        "deployed": [rollout.managed_paths(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
+        "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
                      lock.lock_file(spec), rollout.pending_file(spec)],
         "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
         "timeout_s": spec.readiness.command_timeout_s,

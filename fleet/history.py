@@ -21,13 +21,13 @@ from pydantic.dataclasses import dataclass as checked_dataclass
 
 from fleet.parse import FileState, file_state
 from fleet.render import server_argv
-from fleet.rollout import ManagedFile, backups_dir, desired_files, spec_record
+from fleet.rollout import KEEP_BACKUPS, ManagedFile, backups_dir, desired_files, spec_record
 from fleet.secrets import unread
 from fleet.spec import ClassSpec
 from fleet.wire import Unreadable, block, frames, load_json
 
 RECORD_VERSION = 2
-PREVIOUS = "previous"  # make rollback's default: the newest backup, the files before the last change
+PREVIOUS = "previous"  # make rollback's default: the set from before the last successful change (before_last_change)
 
 SPECULATIVE_FLAGS = {  # flag -> how status and history name it
     "--speculative-draft-model-path": "draft",
@@ -183,15 +183,37 @@ def history_command(records: str, backups: str) -> str:
 
 
 def choose_backup(history: History, to: str) -> tuple[Backup | None, str]:
-    """The backup `make rollback TO=...` names (PREVIOUS: the newest), or why there is none."""
+    """The backup `make rollback TO=...` names (PREVIOUS: before_last_change), or why there is none."""
     if not history.backups:
         return None, "no backup on the host: nothing was ever replaced there"
     if to == PREVIOUS:
-        return history.backups[-1], ""
+        return before_last_change(history)
     for b in history.backups:
         if b.stamp == to:
             return b, ""
     return None, f"backups/{to} does not exist; the backups there are: {', '.join(history.stamps())} (newest last)"
+
+
+def before_last_change(history: History) -> tuple[Backup | None, str]:
+    """The set from before the last successful change: the one the newest rollout recorded as
+    "ok" took before it replaced files. That is the set named by its record's stamp or, for a
+    rollout that took over an interrupted one (and kept the backup that one took), the set no
+    record names between the record before it and its own. Rollouts that failed are passed
+    over: after a failed deploy that was rolled back, the newest set holds the live files. With
+    no such set on the host (no successful rollout replaced files, or its set is older than the
+    last KEEP_BACKUPS kept) there is no default: the refusal lists the sets to name with TO=."""
+    sets = {b.stamp: b for b in history.backups}
+    recorded = {r.stamp for r in history.records}
+    for i in range(len(history.records) - 1, -1, -1):
+        r = history.records[i]
+        since = history.records[i - 1].stamp if i else ""
+        taken = sets.get(r.stamp) or next(
+            (b for b in reversed(history.backups) if since < b.stamp < r.stamp and b.stamp not in recorded), None)
+        if r.result == "ok" and taken is not None:
+            return taken, ""
+    return None, (f"no rollout on record that succeeded left a backup set here (only the last {KEEP_BACKUPS} are "
+                  f"kept): name the set to put back with TO=<stamp> (make history shows what each holds); the "
+                  f"backups there are: {', '.join(history.stamps())} (newest last)")
 
 
 def rollback_files(spec: ClassSpec, group: str, backup: Backup) -> list[ManagedFile]:

@@ -26,14 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from fleet.gate import base_url
 from fleet.parse import HostFacts, UnitState
 from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
-from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, managed_paths
+from fleet.rollout import DIR_MODE, OWNER, ManagedFile, UnitSeen, desired_files, managed_dirs, managed_paths
 from fleet.secrets import Secrets
 from fleet.spec import SECRET_FLAGS, ClassSpec
 from fleet.wire import Unreadable, excerpt, load_json
 
 PENDING_VERSION = 1
 ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
-RUNNING_STATES = ("active", "activating", "reloading")
+RUNNING_STATES = ("active", "activating", "reloading")  # a workload runs (it holds or will hold GPUs)
+SERVING_STATES = ("active",)  # the service serves: a rollback returns to a serving one
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Before:
 
     @property
     def serving(self) -> bool:
-        return self.service.active == "active"
+        return self.service.active in SERVING_STATES
 
     @property
     def workloads_to_give_back(self) -> dict[str, UnitBefore]:
@@ -228,6 +229,18 @@ def before_of(spec: ClassSpec, facts: HostFacts) -> Before:
         service=_unit_before(facts.units.get(spec.service_unit)),
         workloads={w: _unit_before(facts.units.get(w)) for w in spec.workloads},
     )
+
+
+def units_as_read(spec: ClassSpec, facts: HostFacts) -> list[UnitSeen]:
+    """The service's and each workload's state as preflight read it, for begin to check again.
+    UnitFileState must be the same word. Of ActiveState only what the plan and the rollback ask
+    counts: of the service, serving or not (SERVING_STATES); of a workload, running or not
+    (RUNNING_STATES). So a training job that was activating and is active now is the same, one
+    deactivating now is not; a service that was activating (loading) and serves now is not: a
+    rollback would have left it stopped."""
+    seen = before_of(spec, facts)
+    return [UnitSeen(spec.service_unit, seen.service.enabled, seen.service.active, SERVING_STATES),
+            *(UnitSeen(w, u.enabled, u.active, RUNNING_STATES) for w, u in seen.workloads.items())]
 
 
 def running_workloads(spec: ClassSpec, units: dict[str, UnitState]) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -28,6 +29,7 @@ from fleet import lock
 from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
+from fleet.wire import block, clipped, frames, mark
 
 KEEP_BACKUPS = 5
 OWNER = "root:root"  # every managed file and directory
@@ -88,6 +90,12 @@ def managed_paths(spec: ClassSpec) -> list[str]:
     """Everything a rollout replaces and a rollback puts back: the service's files, secrets
     included, then the header file and the spec record (which change with them but restart nothing)."""
     return [*service_files(spec), spec.auth_header_file, deployed_spec_file(spec)]
+
+
+def watched_files(spec: ClassSpec) -> list[str]:
+    """The files preflight reads and begin checks are still as read: the managed ones, and the
+    deploy records (a rollout that ended meanwhile appended one, whatever else it changed)."""
+    return [*managed_paths(spec), records_file(spec)]
 
 
 def desired_files(spec: ClassSpec, group: str, secrets: Secrets, journal_filter: bool) -> list[ManagedFile]:
@@ -154,7 +162,35 @@ def backup_command(spec: ClassSpec, stamp: str) -> str:
     )
 
 
-BEGUN_MARK, CHANGED_MARK = "@@begun", "@@changed="
+BEGUN_MARK = "@@begun"
+CHANGED, UNIT_CHANGED = "changed", "unit-changed"  # begin's records of a file, a unit not as preflight read it
+
+
+@dataclass(frozen=True)
+class UnitSeen:
+    """A unit as preflight read it, for begin to check again (fleet.plan.units_as_read): its
+    UnitFileState exactly, and of its ActiveState only whether it is one of `alike`: the states
+    the plan and the rollback treat as one (serving, or running)."""
+
+    unit: str
+    enabled: str  # UnitFileState ('': no unit file)
+    active: str  # ActiveState
+    alike: tuple[str, ...]
+
+    @property
+    def inside(self) -> bool:
+        return self.active in self.alike
+
+
+def _unit_check(u: UnitSeen, release: str) -> str:
+    """Its states now, compared as UnitSeen says; a difference prints UNIT_CHANGED with them as its data."""
+    def show(prop: str) -> str:
+        return f"$(systemctl show -p {prop} --value -- {_q(u.unit)} 2>/dev/null)"
+
+    now = block(UNIT_CHANGED, "printf '%s\\n%s\\n' \"$a\" \"$e\"", u.unit)
+    return (f"a={show('ActiveState')}; e={show('UnitFileState')}; "
+            f"case \"$a\" in {'|'.join(_q(s) for s in u.alike)}) like=yes;; *) like=no;; esac; "
+            f"[ $like = {'yes' if u.inside else 'no'} ] && [ \"$e\" = {_q(u.enabled)} ] || {{ {now}; {release}; exit 1; }}")
 
 
 def begin_command(
@@ -166,29 +202,85 @@ def begin_command(
     pending: dict,
     secret_uploads: list[str],
     copies: dict[str, str] | None = None,
+    units: Sequence[UnitSeen] = (),
 ) -> str:
-    """Before the first change: take the lock, check the files are still what preflight read,
-    fix the directories, stage the files a rollback copies (path -> its backup, before this
-    run's backup can prune that one), back up, write the pending-rollout record. Prints
-    BEGUN_MARK at the end, or CHANGED_MARK and the path that changed.
-    Whatever fails after the lock is taken releases it and changes nothing else."""
+    """Before the first change: take the lock, check that the files (watched_files) and the units'
+    states are still what preflight read, fix the directories, stage the files a rollback copies
+    (path -> its backup, before this run's backup can prune that one), back up, write the
+    pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
+    that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
+    (none given: none checked). Whatever fails after the lock is taken releases it and changes
+    nothing else: a backup set this command took is removed again."""
     release = lock.release_command(spec)
-    fail = f"{{ {_drop_staged(spec)}; {release}; exit 1; }}"
+    undo = [_drop_staged(spec), release]
+
+    def fail() -> str:
+        return f"{{ {'; '.join(undo)}; exit 1; }}"
+
     steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
     for path, sha1 in files_seen.items():
-        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ printf '%s\\n' {_q(CHANGED_MARK + path)}; {release}; exit 1; }}")
+        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ {mark(CHANGED, path)}; {release}; exit 1; }}")
+    steps += [_unit_check(u, release) for u in units]
     for d in managed_dirs(spec):
-        steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail}")
+        steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail()}")
     steps.append(_drop_staged(spec))
     for path, source in (copies or {}).items():
-        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {fail}")
+        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {fail()}")
     if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail}")
-    steps.append(f"{_write_json(pending_file(spec), pending)} || {fail}")
+        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail()}")
+        # a set without its pending record would pass for an interrupted rollout's (fleet.history)
+        undo.insert(0, f"rm -rf {_q(f'{backups_dir(spec)}/{backup_stamp}')}")
+    steps.append(f"{_write_json(pending_file(spec), pending)} || {fail()}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
-        steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail}")
+        steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail()}")
     steps.append(f"echo {BEGUN_MARK}")
     return "; ".join(steps)
+
+
+@dataclass(frozen=True)
+class BeginAnswer:
+    """What begin_command said: begun, or refused because the lock or the host changed since preflight."""
+
+    begun: bool = False
+    lock_taken: str | None = None  # another deploy took the lock since preflight: the lock's text ('' gone again)
+    changed: str = ""  # what is no longer as preflight read it, in words ('' if nothing)
+
+
+def read_begin(answer: str, spec: ClassSpec, units: Sequence[UnitSeen] = ()) -> BeginAnswer:
+    """begin_command's answer; units: those it was given, to say what they were."""
+    said = frames(answer)
+    if any(f.marker == BEGUN_MARK for f in said):
+        return BeginAnswer(begun=True)
+    refused = next((f for f in said if f.marker == lock.REFUSED_MARK), None)
+    if refused is not None:
+        return BeginAnswer(lock_taken=(refused.text or "").strip())
+    seen = {u.unit: u for u in units}
+    for f in said:
+        if f.key == CHANGED and f.value == records_file(spec):
+            return BeginAnswer(changed=f"the deploy records ({f.value}) changed since preflight (another deploy "
+                                       "ended meanwhile, or a hand edit)")
+        if f.key == CHANGED:
+            return BeginAnswer(changed=f"{f.value} changed since preflight (another deploy, or a hand edit)")
+        if f.key == UNIT_CHANGED and f.value in seen:
+            return BeginAnswer(changed=_unit_change(seen[f.value], f.text))
+    return BeginAnswer()
+
+
+def _unit_change(u: UnitSeen, text: str | None) -> str:
+    """'U became X since preflight (it was Y: ...)', X and Y what differs: ActiveState, UnitFileState or both."""
+    if text is None:
+        return f"{u.unit}'s state changed since preflight (its answer could not be read)"
+    active, _, rest = text.partition("\n")
+    active, enabled = clipped(active, 40), clipped(rest.partition("\n")[0], 40)
+    became, was = [], []
+    if (active in u.alike) != u.inside:
+        became.append(active or "(no answer from systemctl)")
+        was.append(u.active or "(no answer from systemctl)")
+    if enabled != u.enabled:
+        became.append(enabled or "without a unit file")
+        was.append(u.enabled or "without a unit file")
+    return (f"{u.unit} became {' and '.join(became)} since preflight (it was {' and '.join(was)}: "
+            "another deploy, or a hand change)")
 
 
 def apply_command(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -26,8 +25,10 @@ from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
 from fleet.wire import excerpt
 
-# make rollback: the backup stamp to put back (fleet.history.PREVIOUS: the newest), for the hosts of --limit
-ROLLBACK_ENV = "SGLANG_FLEET_ROLLBACK"
+# make rollback: `--data sglang_fleet_rollback=STAMP` on that one pyinfra run's command line, the backup
+# set to put back on the hosts of its --limit (fleet.history.PREVIOUS: the set before the last successful
+# change). Read from the command line only: no environment variable or data file makes a deploy a rollback.
+ROLLBACK_DATA = "sglang_fleet_rollback"
 
 
 @dataclass
@@ -67,10 +68,16 @@ def contained(report, stage: str, work):
                                 f"({type(e).__name__}: {excerpt(str(e), 300)})"])
 
 
+def requested_rollback(command_line_data: dict) -> str | None:
+    """The backup set this run puts back, from pyinfra's --data (its inventory's override data); None: a deploy."""
+    to = command_line_data.get(ROLLBACK_DATA)
+    return None if to is None else str(to)  # pyinfra reads a --data value as JSON where it can
+
+
 def _check(report, group_dir: str) -> Preflight | None:
     classes = [g for g in host.groups if g in class_files(Path(group_dir))]
     report.gpu_class = ",".join(classes) or "-"
-    rollback_to = os.environ.get(ROLLBACK_ENV)
+    rollback_to = requested_rollback(host.inventory.get_override_data())
     rollback = None
     try:
         if len(classes) != 1:
@@ -78,8 +85,8 @@ def _check(report, group_dir: str) -> Preflight | None:
         group = classes[0]
         spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
-        secrets = Secrets() if rollback_to else resolve(spec, f"{group_dir}/{group}.py")
-        if rollback_to:  # make rollback: the files of a backup set, and the spec they came from
+        secrets = Secrets() if rollback_to is not None else resolve(spec, f"{group_dir}/{group}.py")
+        if rollback_to is not None:  # make rollback: the files of a backup set, and the spec they came from
             rollback = _rollback_target(spec, rollback_to)
             spec, group = rollback.spec, rollback.group
     except (SpecError, SecretError) as e:
@@ -132,8 +139,8 @@ class Rollback:
 
 
 def _rollback_target(declared: ClassSpec, to: str) -> Rollback:
-    """The backup set `to` names (PREVIOUS: the newest), read from the host, or SpecError saying
-    why there is none to put back (listing those there are)."""
+    """The backup set `to` names (PREVIOUS: the set before the last successful change), read from
+    the host, or SpecError saying why there is none to put back (listing those there are)."""
     history = host.get_fact(DeployHistory, records_file=rollout.records_file(declared),
                             backups_dir=rollout.backups_dir(declared))
     backup, problem = choose_backup(history, to)

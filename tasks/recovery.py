@@ -1,7 +1,9 @@
 """What makes a rollout recoverable: its beginning, and what happens when it cannot end normally.
 
-- begin: one command takes the deploy lock (compare-and-replace), checks the files are
-  still what preflight read, backs them up and writes the pending-rollout record.
+- begin: one command takes the deploy lock (compare-and-replace), checks that everything the
+  plan and its rollback were made from is still what preflight read (the files, the deploy
+  records, the service's and workloads' states), backs the files up and writes the
+  pending-rollout record; anything changed refuses the host with nothing done.
 - a pyinfra operation that fails on a host after that (an upload, a workload that will not
   stop) rolls the host back at once (a state callback), and frees the lock.
 - an interrupt (Ctrl-C, SIGTERM) stops at once: no command runs on a host after it. Each
@@ -22,8 +24,8 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import python
 
 from fleet import lock, rollout
+from fleet.plan import units_as_read
 from fleet.report import RUN
-from fleet.wire import frames
 from tasks import activate
 from tasks.common import BEGUN, Begun, fail, run
 from tasks.preflight import Preflight
@@ -38,30 +40,30 @@ def begin(pf: Preflight) -> None:
 
 def _begin(state, host, pf: Preflight) -> bool:
     spec, p = pf.spec, pf.plan
+    units = units_as_read(spec, pf.facts)
     _, out = run(host, rollout.begin_command(
         spec,
         lock.owner(),
         pf.facts.deployed.lock,
-        {path: pf.facts.deployed.sha1(path) for path in rollout.managed_paths(spec)},
+        {path: pf.facts.deployed.sha1(path) for path in rollout.watched_files(spec)},
         p.before.backup if p.backup else None,
         p.record.to_json(),
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={f.path: f.copied_from for f in p.swap if f.copied_from},
+        units=units,
     ))
-    said = {f.marker: f for f in frames(out)}
-    if rollout.BEGUN_MARK in said:
+    said = rollout.read_begin(out, spec, units)
+    if said.begun:
         BEGUN[host.name] = Begun(pf)
         return True
-    if lock.REFUSED_MARK in said:
+    if said.lock_taken is not None or said.changed:
         RUN.host(host.name).action = "none"
-        holder = (said[lock.REFUSED_MARK].text or "").strip()
+    if said.lock_taken is not None:
+        holder = lock.describe(said.lock_taken) if said.lock_taken else "it has let it go again"
         return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
-                          f"since preflight: {lock.describe(holder) if holder else 'it has let it go again'}",
-                    verdict="REFUSED")
-    changed = [m.removeprefix(rollout.CHANGED_MARK) for m in said if m.startswith(rollout.CHANGED_MARK)]
-    if changed:
-        return fail(host, f"{host.name}: {changed[0]} changed since preflight (another deploy, or a hand edit); "
-                          "nothing was done: run again", verdict="REFUSED")
+                          f"since preflight: {holder}", verdict="REFUSED")
+    if said.changed:
+        return fail(host, f"{host.name}: {said.changed}; nothing was done: run again", verdict="REFUSED")
     words = "\n".join(line for line in out.split("\n") if not line.startswith("@@")).strip()
     return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {words[-300:]}")
 

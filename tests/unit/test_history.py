@@ -87,16 +87,62 @@ def test_a_backup_without_a_readable_spec_says_why(text, problem):
     assert spec is None and why.startswith(problem)
 
 
-HISTORY = History([], [Backup("20261129T080000Z", {}, ""), Backup("20261130T120000Z", {}, "")])
+S1, S2, S3, S4, S5 = (f"2026113{i}T120000Z" for i in range(5))
 
 
-def test_choose_backup():
-    assert choose_backup(HISTORY, PREVIOUS)[0].stamp == "20261130T120000Z"  # the newest: before the last change
-    assert choose_backup(HISTORY, "20261129T080000Z")[0].stamp == "20261129T080000Z"
-    assert choose_backup(HISTORY, "20250101T000000Z") == (None, (
-        "backups/20250101T000000Z does not exist; the backups there are: 20261129T080000Z, 20261130T120000Z "
-        "(newest last)"))
-    assert choose_backup(History(), PREVIOUS) == (None, "no backup on the host: nothing was ever replaced there")
+def rec(stamp: str, result: str = "ok", kind: str = "deploy") -> Record:
+    return Record(time=0, by="alice@laptop", result=result, kind=kind, stamp=stamp)
+
+
+def sets(*stamps: str) -> list[Backup]:
+    return [Backup(s, {}, "") for s in stamps]
+
+
+def previous(records: list[Record], backups: list[Backup]) -> str:
+    backup, problem = choose_backup(History(records, backups), PREVIOUS)
+    return backup.stamp if backup else problem
+
+
+def test_previous_is_the_set_from_before_the_last_successful_change():
+    # S1 installed (nothing to back up), S2 replaced S1's files (set S2)
+    assert previous([rec(S1), rec(S2)], sets(S2)) == S2
+    # then S3 failed and was rolled back: its set holds the live files, putting it back would change nothing
+    assert previous([rec(S1), rec(S2), rec(S3, "rolled-back")], sets(S2, S3)) == S2
+    assert previous([rec(S1), rec(S2), rec(S3, "failed")], sets(S2, S3)) == S2
+    # a successful rollout that replaced no file (a restart, a repair) took no set: the change before it counts
+    assert previous([rec(S1), rec(S2), rec(S3)], sets(S2)) == S2
+    # a successful rollback is a change too: previous undoes it
+    assert previous([rec(S1), rec(S2), rec(S3, kind="rollback")], sets(S2, S3)) == S3
+
+
+def test_previous_of_a_rollout_that_took_over_an_interrupted_one_is_the_set_that_one_took():
+    # S3 was interrupted after its backup (no record of its own); S4 took it over, kept S3's set, and succeeded
+    assert previous([rec(S1), rec(S2), rec(S4)], sets(S2, S3)) == S3
+    # ... and a failed one after the set it took over is passed over like any other
+    assert previous([rec(S1), rec(S2), rec(S4), rec(S5, "rolled-back")], sets(S2, S3, S5)) == S3
+    # a set older than the record before the rollout was not this rollout's
+    assert previous([rec(S1), rec(S3, "rolled-back"), rec(S4)], sets(S2)).startswith("no rollout on record")
+
+
+def test_without_a_set_from_a_successful_change_previous_names_none():
+    why = ("no rollout on record that succeeded left a backup set here (only the last 5 are kept): name the set to "
+           f"put back with TO=<stamp> (make history shows what each holds); the backups there are: {S2}, {S3} "
+           "(newest last)")
+    assert previous([rec(S1), rec(S2, "rolled-back"), rec(S3, "rolled-back")], sets(S2, S3)) == why  # all failed
+    assert previous([], sets(S2, S3)) == why  # no records (deploys.jsonl removed)
+    assert previous([rec(S1)] + [rec(s, "failed") for s in (S2, S3)], sets(S2, S3)) == why  # S1 installed: no set
+    # the good change's set pruned by KEEP_BACKUPS failed ones after it: nothing older is left either
+    stamps = [f"202612{d:02d}T120000Z" for d in range(1, 8)]
+    assert previous([rec(stamps[0]), *(rec(s, "failed") for s in stamps[1:])], sets(*stamps[2:])).startswith(
+        "no rollout on record that succeeded left a backup set here (only the last 5 are kept)")
+    assert previous([rec(S1)], []) == "no backup on the host: nothing was ever replaced there"
+
+
+def test_choose_backup_by_stamp():
+    history = History([], sets(S1, S2))
+    assert choose_backup(history, S1)[0].stamp == S1
+    assert choose_backup(history, "20250101T000000Z") == (None, (
+        f"backups/20250101T000000Z does not exist; the backups there are: {S1}, {S2} (newest last)"))
 
 
 def test_a_rollback_copies_the_backed_up_files_on_the_host_and_removes_those_it_lacks():

@@ -2,25 +2,50 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from pyinfra.api import Inventory
+
+from tasks.preflight import ROLLBACK_DATA, requested_rollback
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not shutil.which("make"), reason="no make here")  # allowed: CI runs make test
+OLD_VARIABLE = {"SGLANG_FLEET_ROLLBACK": "previous"}  # how make rollback chose a rollback before: left exported
 
 
-def dry(*args: str) -> str:
-    p = subprocess.run(["make", "-n", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+def dry(*args: str, env: dict | None = None) -> str:
+    p = subprocess.run(["make", "-n", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **(env or {})})
     return p.stdout + p.stderr
 
 
 def test_rollback_names_the_stamp_and_limits_the_deploy_to_the_host():
     out = dry("rollback", "HOST=ops-a", "TO=20261130T120000Z", "INVENTORY=.lab/inventory.py")
-    assert "SGLANG_FLEET_ROLLBACK=20261130T120000Z .venv/bin/pyinfra -y --limit ops-a  .lab/inventory.py deploy.py" in out
-    assert "SGLANG_FLEET_ROLLBACK=previous " in dry("rollback", "HOST=ops-a")
+    assert (".venv/bin/pyinfra -y --limit ops-a --data 'sglang_fleet_rollback=20261130T120000Z'  .lab/inventory.py "
+            "deploy.py") in out
+    assert ".venv/bin/pyinfra -y --limit ops-a --data 'sglang_fleet_rollback=previous'  inventory.py deploy.py" in dry(
+        "rollback", "HOST=ops-a")
+    assert "SGLANG_FLEET_ROLLBACK" not in out  # an argument of that one run, nothing in the environment
+
+
+def test_a_deploy_with_the_old_rollback_variable_exported_is_a_plain_deploy(monkeypatch):
+    out = dry("deploy", "ARGS=--limit h1", env=OLD_VARIABLE)
+    assert ".venv/bin/pyinfra -y --limit h1 inventory.py deploy.py" in out and "--data" not in out
+    for name, value in OLD_VARIABLE.items():
+        monkeypatch.setenv(name, value)
+    # preflight asks pyinfra's command-line data only: not the environment, not the inventory's data (all
+    # hosts', a group's, a host's)
+    data = {ROLLBACK_DATA: "previous"}
+    from_files = Inventory(([("h1", data)], data), pro6000=(["h1"], data))
+    assert from_files.get_host("h1").data.get(ROLLBACK_DATA) == "previous"
+    assert requested_rollback(from_files.get_override_data()) is None
+    given = Inventory((["h1"], {}), override_data={ROLLBACK_DATA: "20261130T120000Z"})
+    assert requested_rollback(given.get_override_data()) == "20261130T120000Z"
+    assert requested_rollback({ROLLBACK_DATA: 20261130}) == "20261130"  # pyinfra reads digits as a number
 
 
 def test_status_history_and_deploy_pass_their_arguments():

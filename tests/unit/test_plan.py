@@ -12,6 +12,8 @@ from fleet.parse import FileState, ServiceRuntime
 from fleet.plan import (
     ROLLING_BACK,
     ROLLING_OUT,
+    RUNNING_STATES,
+    SERVING_STATES,
     Before,
     Pending,
     UnitBefore,
@@ -20,8 +22,9 @@ from fleet.plan import (
     plan,
     read_pending,
     target_of,
+    units_as_read,
 )
-from fleet.rollout import managed_paths, sha1
+from fleet.rollout import UnitSeen, managed_paths, sha1
 
 UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file
 RECORD = "/var/lib/sglang-fleet/sglang/spec.json"
@@ -233,6 +236,18 @@ def test_the_before_state_is_the_host_as_preflight_read_it():
     )
     assert p.before.serving
     assert p.action() == "stop dflash-train.service, update sglang.service, spec.json, restart"
+
+
+def test_begin_checks_the_units_as_preflight_read_them_not_as_an_interrupted_run_recorded_them():
+    """The service is judged serving or not, a workload running or not: what the plan and the rollback ask."""
+    facts = with_unit(converged(), "dflash-train.service", active_state="activating", unit_file_state="enabled")
+    assert units_as_read(SPEC, facts) == [UnitSeen("sglang.service", "enabled", "active", SERVING_STATES),
+                                          UnitSeen("dflash-train.service", "enabled", "activating", RUNNING_STATES)]
+    assert units_as_read(SPEC, facts)[1].inside and units_as_read(SPEC, converged())[1].inside is False
+    assert SERVING_STATES == ("active",) and Before({}, None, UnitBefore("enabled", "activating"), {}).serving is False
+    # a taken-over rollout returns to the state its record holds, but begin compares with the host now
+    assert plan_for(facts, interrupted=interrupted()).before == BEFORE
+    assert units_as_read(SPEC, facts)[1].active == "activating"
 
 
 # --- an interrupted rollout ---------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 The commands are run for real with `sh` (pyinfra's shell; dash on Debian) and bash in a tmp
 dir: the command string built from the spec is taken as is, and only its absolute prefixes
-(/etc/, /var/lib/, /run/) are moved under tmp. systemctl is a stand-in that logs its calls;
-chown and install take no owner (the tests need not run as root).
+(/etc/, /var/lib/, /run/) are moved under tmp. systemctl is a stand-in that logs its calls
+and answers `show -p ActiveState|UnitFileState --value -- U` with the states a test gave U
+(Host.unit; inactive and no unit file otherwise); chown and install take no owner (the tests
+need not run as root).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from pathlib import Path
 import pytest
 
 from fleet import lock
+from fleet.plan import RUNNING_STATES, SERVING_STATES
 from fleet.report import HostReport, RunReport, describe_gpus, table
 from fleet.rollout import (
     BEGUN_MARK,
     KEEP_BACKUPS,
     RESTORED,
+    BeginAnswer,
     ManagedFile,
+    UnitSeen,
     apply_command,
     backup_command,
     backups_dir,
@@ -34,12 +39,15 @@ from fleet.rollout import (
     managed_dirs,
     managed_paths,
     pending_file,
+    read_begin,
     record_command,
+    records_file,
     restore_command,
     service_files,
     spec_record,
     staged_path,
     state_dir,
+    watched_files,
 )
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
@@ -75,7 +83,10 @@ class Host:
         self.bin = root / "bin"
         self.bin.mkdir()
         self.log = root / "systemctl.log"
-        self._stand_in("systemctl", f'echo "$*" >> {self.log}')
+        self.units = root / "units"  # U.ActiveState, U.UnitFileState: what `systemctl show` answers
+        self.units.mkdir()
+        self._stand_in("systemctl", f'if [ "$1" = show ]; then cat "{self.units}/$6.$3" 2>/dev/null || '
+                                    f'{{ [ "$3" != ActiveState ] || echo inactive; }}; exit 0; fi; echo "$*" >> {self.log}')
         self._stand_in("chown", "exit 0")
         self._stand_in("install", 'args=""; while [ $# -gt 0 ]; do case "$1" in -o|-g) shift 2;; '
                                   '*) args="$args $1"; shift;; esac; done; exec /usr/bin/install $args')
@@ -117,11 +128,20 @@ class Host:
     def systemctl(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
-    def sha1s(self) -> dict[str, str | None]:
+    def sha1s(self, paths: list[str] | None = None) -> dict[str, str | None]:
+        """The managed files' sha1 (or those of `paths`), None where absent."""
         import hashlib
 
         return {p: (hashlib.sha1(self.path(p).read_bytes()).hexdigest() if self.path(p).exists() else None)
-                for p in managed_paths(SPEC)}
+                for p in (managed_paths(SPEC) if paths is None else paths)}
+
+    def unit(self, name: str, active: str, enabled: str) -> None:
+        (self.units / f"{name}.ActiveState").write_text(active + "\n")
+        (self.units / f"{name}.UnitFileState").write_text(enabled + "\n")
+
+    def said(self, r: subprocess.CompletedProcess, units=()) -> BeginAnswer:
+        """begin's answer as read_begin reads it, the tmp root taken out of the paths it names."""
+        return read_begin(r.stdout.replace(str(self.root), ""), SPEC, units)
 
 
 @pytest.fixture(params=SHELLS)
@@ -202,15 +222,17 @@ def test_a_failed_copy_fails_the_backup_and_leaves_no_partial_set(host):
 
 # --- begin ----------------------------------------------------------------------------
 
-def begin(host, seen=lock.LockFacts(), files=None, stamp="s1", secret_uploads=(), check=True):
-    return host.run(begin_command(SPEC, WHO, seen, host.sha1s() if files is None else files, stamp, PENDING,
-                                  list(secret_uploads)), check=check)
+def begin(host, seen=lock.LockFacts(), files=None, stamp="s1", secret_uploads=(), units=(), check=True):
+    """files: the sha1s preflight read (default: those there now, of every watched file)."""
+    files = host.sha1s(watched_files(SPEC)) if files is None else files
+    return host.run(begin_command(SPEC, WHO, seen, files, stamp, PENDING, list(secret_uploads), units=units),
+                    check=check)
 
 
 def test_begin_takes_the_lock_backs_up_and_writes_the_pending_record(host):
     host.write(UNIT, "unit v1\n")
     r = begin(host, secret_uploads=[CONFIG, AUTH])
-    assert r.stdout.strip().endswith(BEGUN_MARK)
+    assert r.stdout.strip().endswith(BEGUN_MARK) and host.said(r) == BeginAnswer(begun=True)
     owner = json.loads(host.read(lock.lock_file(SPEC)))
     assert owner == {**WHO, "session": None, "session_start": None}  # no sshd above a local shell
     assert json.loads(host.read(pending_file(SPEC))) == PENDING and host.mode(pending_file(SPEC)) == 0o600
@@ -224,8 +246,7 @@ def test_begin_is_refused_when_another_deploy_holds_the_lock_and_changes_nothing
     host.write(lock.lock_file(SPEC), json.dumps({"holder": "bob@desk", "pid": 1, "since": 2}) + "\n")
     r = begin(host, check=False)
     assert r.returncode == lock.REFUSED_EXIT
-    said = {f.marker: f.text for f in frames(r.stdout)}
-    assert "bob@desk" in said[lock.REFUSED_MARK]
+    assert "bob@desk" in host.said(r).lock_taken and not host.said(r).begun
     assert BEGUN_MARK not in r.stdout and host.read(pending_file(SPEC)) is None and host.backups(SPEC) == []
     assert "bob@desk" in host.read(lock.lock_file(SPEC))
 
@@ -247,11 +268,82 @@ def test_two_deploys_that_judged_the_same_lock_stale_cannot_both_take_it(host):
 
 
 def test_begin_refuses_files_changed_since_preflight_and_frees_the_lock(host):
-    seen = host.sha1s()
+    seen = host.sha1s(watched_files(SPEC))
     host.write(UNIT, "edited meanwhile\n")
     r = begin(host, files=seen, check=False)
     assert r.returncode == 1 and f"@@changed={host.root}{UNIT}" in r.stdout
+    assert host.said(r).changed == f"{UNIT} changed since preflight (another deploy, or a hand edit)"
     assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+
+
+def test_begin_refuses_a_deploy_record_written_since_preflight(host):
+    """A rollout that ran and ended between this one's preflight and its begin leaves the lock
+    as it was; its record does not."""
+    host.write(UNIT, "unit v1\n")
+    host.write(records_file(SPEC), '{"result": "ok"}\n')
+    seen = host.sha1s(watched_files(SPEC))
+    host.run(record_command(SPEC, {"result": "ok", "by": "bob@desk"}))
+    r = begin(host, files=seen, check=False)
+    assert host.said(r).changed == (f"the deploy records ({records_file(SPEC)}) changed since preflight "
+                                    "(another deploy ended meanwhile, or a hand edit)")
+    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.backups(SPEC) == [] and host.read(UNIT) == "unit v1\n"
+
+
+TRAIN = "dflash-train.service"
+
+
+def test_begin_refuses_a_workload_started_since_preflight_and_changes_nothing(host):
+    """The stale "before" of issue 18: preflight saw the training stopped, so the plan stops
+    nothing and a rollback would start nothing; meanwhile it was started."""
+    host.write(UNIT, "unit v1\n")
+    host.unit(SPEC.service_unit, "active", "enabled")
+    host.unit(TRAIN, "inactive", "disabled")
+    units = [UnitSeen(SPEC.service_unit, "enabled", "active", SERVING_STATES),
+             UnitSeen(TRAIN, "disabled", "inactive", RUNNING_STATES)]
+    seen = host.sha1s()
+    host.unit(TRAIN, "active", "disabled")  # systemctl start dflash-train, by hand or by another deploy
+    r = begin(host, units=units, check=False)
+    assert r.returncode == 1 and BEGUN_MARK not in r.stdout
+    assert host.said(r, units).changed == (
+        "dflash-train.service became active since preflight (it was inactive: another deploy, or a hand change)")
+    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.backups(SPEC) == [] and host.sha1s() == seen and host.systemctl() == []
+    assert not list(host.path("/etc/systemd/system").glob(".*"))  # nothing staged
+
+
+# What counts as the same: the question the plan and the rollback ask of the state (fleet.plan.units_as_read).
+@pytest.mark.parametrize("unit, alike, then, now, changed", [
+    (TRAIN, RUNNING_STATES, ("activating", "enabled"), ("active", "enabled"), None),  # still starting then: running
+    (TRAIN, RUNNING_STATES, ("inactive", "disabled"), ("failed", "disabled"), None),  # stopped either way
+    (TRAIN, RUNNING_STATES, ("active", "enabled"), ("deactivating", "enabled"),
+     "dflash-train.service became deactivating since preflight (it was active: another deploy, or a hand change)"),
+    (TRAIN, RUNNING_STATES, ("inactive", "enabled"), ("inactive", "disabled"),
+     "dflash-train.service became disabled since preflight (it was enabled: another deploy, or a hand change)"),
+    ("sglang.service", SERVING_STATES, ("inactive", "enabled"), ("failed", "enabled"), None),
+    ("sglang.service", SERVING_STATES, ("activating", "enabled"), ("active", "enabled"),  # a rollback would stop it
+     "sglang.service became active since preflight (it was activating: another deploy, or a hand change)"),
+    ("sglang.service", SERVING_STATES, ("inactive", ""), ("active", "enabled"),
+     "sglang.service became active and enabled since preflight (it was inactive and without a unit file: another "
+     "deploy, or a hand change)"),
+    ("train\\x2d1.service", RUNNING_STATES, ("inactive", "disabled"), ("active", "disabled"),  # an escaped name
+     "train\\x2d1.service became active since preflight (it was inactive: another deploy, or a hand change)"),
+])
+def test_begin_compares_unit_states_as_the_rollback_reads_them(host, unit, alike, then, now, changed):
+    units = [UnitSeen(unit, then[1], then[0], alike)]
+    host.unit(unit, *now)
+    r = begin(host, units=units, check=False)
+    assert host.said(r, units) == (BeginAnswer(begun=True) if changed is None else BeginAnswer(changed=changed))
+    assert (host.read(lock.lock_file(SPEC)) is None) == (changed is not None)
+
+
+def test_a_failure_after_the_backup_removes_the_set_it_took(host):
+    """A set without its pending record would pass for an interrupted rollout's (fleet.history)."""
+    host.write(UNIT, "unit\n")
+    host.path(pending_file(SPEC) + ".tmp").mkdir(parents=True)  # the pending record cannot be written
+    r = begin(host, check=False)
+    assert r.returncode == 1 and BEGUN_MARK not in r.stdout
+    assert host.backups(SPEC) == [] and host.read(lock.lock_file(SPEC)) is None
 
 
 def test_a_failed_backup_frees_the_lock_and_writes_no_pending_record(host):
