@@ -95,7 +95,8 @@ def describe_history(name: str, history: History) -> str:
                    + (f"; {r.action}" if r.action else "") + (f"; {r.reason}" if r.reason else ""))
     if history.unreadable:
         out.append(f"  ({history.unreadable} unreadable record lines)")
-    out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default the newest)")
+    out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default: previous, the set "
+               "before the last successful change)")
     for b in reversed(history.backups):
         out.append(f"  {b.stamp}  {b.summary()}  [{', '.join(sorted(b.files))}]")
     if not history.backups:
