@@ -299,17 +299,15 @@ def parse_gpu_inventory(answer: str | list[str]) -> GpuList:
 
 def unit_of_cgroup(lines: list[str]) -> str | None:
     """The systemd service or scope a process runs in, from /proc/PID/cgroup (v2 `0::` or v1
-    `name=systemd`): the first unit below the slices, as systemd itself names a process's unit. Below
-    it is another manager's (a user's systemd under user@UID.service, a container's under its scope),
-    which the host's systemctl cannot stop. None: no service or scope (the root cgroup, a bad name)."""
+    `name=systemd`): the first service or scope of its path, as the host's systemd names a process's
+    unit. Below it is another manager's (a user's systemd under user@UID.service, a container's
+    under its scope), which the host's systemctl cannot stop; above it, slices, or the directories
+    of a container's own cgroup where it has no cgroup namespace. None: neither (the root cgroup)."""
     for line in lines:
         parts = line.strip().split(":", 2)
         if len(parts) == 3 and parts[1] in ("", "name=systemd"):
-            first = next((c for c in parts[2].split("/") if c and not c.endswith(".slice")), "")
-            kind = first.rpartition(".")[2]
-            if kind in ("service", "scope") and len(first) <= UNIT_NAME_MAX and UNIT_NAME.match(first):
-                return first
-            return None
+            return next((c for c in parts[2].split("/") if c.rpartition(".")[2] in ("service", "scope")
+                         and len(c) <= UNIT_NAME_MAX and UNIT_NAME.match(c)), None)
     return None
 
 

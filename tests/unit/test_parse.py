@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.groupdata import load_class_specs
 from fleet.guards import rendered_flags
@@ -16,6 +18,7 @@ from fleet.parse import (
     GpuList,
     GpuProcess,
     ModelDir,
+    command_line_of,
     parse_algorithms,
     parse_config,
     parse_engine,
@@ -24,6 +27,7 @@ from fleet.parse import (
     parse_gpu_processes,
     parse_model_dirs,
     parse_unit_states,
+    start_of_stat,
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
@@ -173,6 +177,18 @@ def test_a_command_line_is_bounded_and_unknown_when_unread():
     assert first.command_line == long[:COMMAND_LINE_LIMIT] and second.command_line is None
 
 
+@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@given(text=st.one_of(st.text(), st.lists(st.sampled_from(["0::", "1:name=systemd:", "/", "x.scope", "a.service",
+                                                           ".slice", ")", " ", "\ufffd", "7"])).map("".join)))
+def test_a_hosts_cgroup_cmdline_or_stat_reads_as_its_type_or_as_unknown(text):
+    unit = unit_of_cgroup(text.split("\n"))
+    assert unit is None or (unit.endswith((".service", ".scope")) and len(unit) <= 255 and "/" not in unit)
+    line = command_line_of(text)
+    assert line is None or len(line) <= COMMAND_LINE_LIMIT
+    start = start_of_stat(text)
+    assert start is None or 0 <= start < 1 << 62
+
+
 def test_no_process_is_ok_and_empty():
     procs = parse_gpu_processes(smi(0, ""))
     assert procs.status == "ok" and procs.processes == ()
@@ -212,9 +228,11 @@ def test_process_failures_are_answers():
         (["0::/system.slice/docker-0123abcd.scope/system.slice/train.service"], "docker-0123abcd.scope"),
         (["0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0"], "slurmstepd.scope"),  # a Slurm step
         (["0::/init.scope"], "init.scope"),
+        # a container's processes without a cgroup namespace: its own directories come first
+        (["1:name=systemd:/sgllab/held-1/payload/system.slice/trainer.scope"], "trainer.scope"),
         (["0::/system.slice/-bad.scope"], None), (["0::/system.slice/x y.service"], None),  # no unit name
         ([f"0::/system.slice/{'a' * 250}.scope"], None),  # longer than systemd's 255
-        (["0::/system.slice/x.mount"], None), (["0::/system.slice/payload/x.service"], None),
+        (["0::/system.slice/x.mount"], None),
         (["4:memory:/system.slice/sglang.service"], None),  # not systemd's hierarchy
         # this machine's own (cgroup v1 + v2, nothing below the root)
         (["9:name=systemd:/", "4:memory:/process_api/09777b54c04c599cfbcf205f738345ae", "0::/"], None),
