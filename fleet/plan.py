@@ -315,10 +315,10 @@ def _unit_before(unit: UnitState | None) -> UnitBefore:
 
 
 def workload_of(spec: ClassSpec, process: GpuProcess) -> str | None:
-    """The declared workload a GPU process is of (its name), None if none: never for the service's own;
-    a service workload by its unit, before the others; then the first scope or process workload that
-    matches it, in declared order."""
-    if process.unit == spec.service_unit:
+    """The declared workload a GPU process is of (its name), None if none: never for the service's own,
+    nor for one without a pid (nvidia-smi's [N/A]: nothing to stop it by); a service workload by its
+    unit, before the others; then the first scope or process workload that matches it, in declared order."""
+    if process.unit == spec.service_unit or process.pid is None:
         return None
     if process.unit in spec.service_workloads:
         return process.unit
@@ -327,8 +327,9 @@ def workload_of(spec: ClassSpec, process: GpuProcess) -> str | None:
 
 
 def found_workloads(spec: ClassSpec, processes: GpuProcessList) -> dict[str, Held]:
-    """The scope and process workloads holding GPUs now, each with its scopes or processes (a process
-    whose start time could not be read is left out: it cannot be told from a later one of its pid)."""
+    """The scope and process workloads holding GPUs now, each with its scopes or processes. Left out, so
+    never signalled (and still holding its GPU after the stop, which then fails): a process whose start
+    time could not be read (it cannot be told from a later one of its pid), and pid 1, the host's init."""
     scopes: dict[str, dict[str, None]] = {}
     found: dict[str, dict[int, FoundProcess]] = {}
     for p in processes.processes:
@@ -336,7 +337,7 @@ def found_workloads(spec: ClassSpec, processes: GpuProcessList) -> dict[str, Hel
         w = spec.workload(name) if name else None
         if isinstance(w, ScopeWorkload):
             scopes.setdefault(name, {})[p.unit] = None
-        elif isinstance(w, ProcessWorkload) and p.pid is not None and p.start is not None:
+        elif isinstance(w, ProcessWorkload) and p.pid is not None and p.pid > 1 and p.start is not None:
             found.setdefault(name, {})[p.pid] = FoundProcess(p.pid, p.start, p.command_line or "")
     return {w.name: Held(tuple(scopes.get(w.name, ())), tuple(found.get(w.name, {}).values()),
                          given_back=w.give_back is not False)

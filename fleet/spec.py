@@ -850,10 +850,17 @@ class ClassSpec(Strict):
         "the host rolls back. Each one is a service, a scope or processes. A service is its unit name (e.g. "
         "'dflash-train'; a name without `.service` gets it; " + UNIT_RULE + ", `@` only as in name@instance): "
         "stopped and disabled, given back enabled and started as it was. A scope (a container, a Slurm step) is a "
-        "table `{'name': 'trainer', 'scope': 'docker-*.scope', 'give_back': [...] or False}`; processes are "
-        "`{'name': 'torchrun', 'command_line': '*torchrun*', 'give_back': False}` (or `process_name`, and "
-        "`kill_after_s`, default 30): see their tables. A GPU process is the first workload's that matches it, "
-        "services first; the service's own are never a workload's.",
+        "table `{'name': 'trainer', 'scope': 'docker-*.scope', 'give_back': ...}`: stopped with `systemctl stop`; "
+        "processes are `{'name': 'torchrun', 'command_line': '*torchrun*', 'give_back': False}` or match "
+        "`process_name` (nvidia-smi's) instead: sent SIGTERM, SIGKILL after `kill_after_s` (default 30, 1..600). "
+        "`name`: how the summary calls it (letters, digits, - and _); patterns: " + GLOB_RULE + "; the command line "
+        "is /proc's, its arguments joined by spaces. `give_back`, required: `False` (not given back: the summary "
+        "says `<name> was not restarted (declared so)`) or the command that starts it again, an argv list from an "
+        "absolute path (`['/usr/bin/docker', 'start', 'trainer']`), run as root only after this run stopped it, "
+        "each element quoted, no shell, bounded by readiness.workload_release_timeout_s (ScopeWorkload and "
+        "ProcessWorkload in fleet/spec.py say all). A GPU process is the first workload's that matches it, "
+        "services first; the service's own are never a workload's, nor one nvidia-smi lists without a pid ([N/A] "
+        "where it runs in a container): it keeps its host refused as GPUs busy.",
     )
     readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
     smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")

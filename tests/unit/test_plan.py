@@ -250,11 +250,18 @@ def test_the_workload_a_gpu_process_is_of(unit, command_line, workload):
     assert workload_of(HELD, gpu_process(9, unit, command_line)) == workload
 
 
+def test_a_gpu_process_without_a_pid_is_no_workloads():
+    by_name = make_spec(workloads=[{"name": "any", "process_name": "*N/A*", "give_back": False}])
+    assert workload_of(by_name, GpuProcess(None, "[N/A]", None, "GPU-0", None)) is None
+    assert workload_of(by_name, GpuProcess(9, "[N/A]", None, "GPU-0", None)) == "any"
+
+
 def test_scopes_and_processes_found_holding_gpus_are_stopped_and_recorded():
     facts = held_facts(gpu_process(10, "docker-ab.scope"), gpu_process(11, "docker-ab.scope"),
                        gpu_process(12, "docker-cd.scope"), gpu_process(20, "session-1.scope", "torchrun a", 7),
                        gpu_process(20, "session-1.scope", "torchrun a", 7),  # on a second GPU: one process
-                       gpu_process(21, "session-1.scope", "torchrun b", None))  # no start time: not to be signalled
+                       gpu_process(21, "session-1.scope", "torchrun b", None),  # no start time: not to be signalled
+                       gpu_process(1, "init.scope", "torchrun c", 1))  # nor the host's init
     p = plan_for(facts, HELD)
     found = {"trainer": Held(scopes=("docker-ab.scope", "docker-cd.scope")),
              "torchrun": Held(processes=(FoundProcess(20, 7, "torchrun a"),), given_back=False)}
