@@ -12,12 +12,15 @@ GPU_QUERY = ("--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id
              "--format=csv,noheader,nounits")
 PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits"
 
-# For each pid nvidia-smi listed ($out): its cgroup file, to tell which systemd service it runs in.
-# A process may end in between: its record stays empty, and the fact must still exit 0.
+# For each pid nvidia-smi listed ($out): its cgroup file (which systemd service or scope it runs in),
+# its command line and its stat (its start time): what a workload is matched by, and what tells the
+# process from a later one given the same pid. A process may end in between: its records stay empty,
+# and the fact must still exit 0.
 CGROUPS = (
     "printf '%s\\n' \"$out\" | while IFS=', ' read -r pid rest; do "
     "case \"$pid\" in ''|*[!0-9]*) continue;; esac; "
-    f"printf '@@cgroup=%s\\n' \"$pid\"; {data('cat /proc/$pid/cgroup')}; done"
+    + "; ".join(f"printf '@@{f}=%s\\n' \"$pid\"; {data(f'cat /proc/$pid/{f}')}" for f in ("cgroup", "cmdline", "stat"))
+    + "; done"
 )
 
 
@@ -39,7 +42,8 @@ class GpuInventory(FactBase[GpuList]):
 
 
 class GpuProcesses(FactBase[GpuProcessList]):
-    """Every compute process on a GPU: pid, name, memory (MiB), GPU uuid and its systemd service."""
+    """Every compute process on a GPU: pid, name, memory (MiB), GPU uuid, its systemd service or scope,
+    command line and start time."""
 
     def command(self, timeout_s: float = 0) -> str:
         return nvidia_smi(PROCESS_QUERY, timeout_s, then=CGROUPS)

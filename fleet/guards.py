@@ -6,14 +6,13 @@ SGLang's or systemd's own words, so an operator can act without rerunning anythi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
-from fleet.plan import read_pending
+from fleet.plan import read_pending, workload_of
 from fleet.render import MODULE, server_argv
 from fleet.rollout import pending_file
-from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
+from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, HeldWorkload, ScopeWorkload
 
 DFLASH_ARCHITECTURE = "DFlashDraftModel"
 
@@ -176,23 +175,31 @@ def _mib(value: int | None) -> str:
 
 
 def _describe(p: GpuProcess) -> str:
-    return f"pid {p.pid} {p.name} ({_mib(p.used_memory_mib)} on {p.gpu_uuid}) in {p.unit or 'no systemd service'}"
+    return f"pid {p.pid} {p.name} ({_mib(p.used_memory_mib)} on {p.gpu_uuid}) in {p.unit or 'no systemd unit'}"
 
 
-def busy_gpus(
-    host: str, spec: ClassSpec, processes: GpuProcessList, ignore_units: Iterable[str] = ()
-) -> list[Violation]:
-    """GPU processes that are neither the service's own nor in ignore_units (the workloads
-    about to be stopped, in preflight; none once they are stopped). A shared class allows any."""
+def describe_workload(w: str | HeldWorkload) -> str:
+    """A workload as a message names it, with what its processes are known by."""
+    if isinstance(w, str):
+        return w
+    if isinstance(w, ScopeWorkload):
+        return f"{w.name} (scopes {w.scope})"
+    by = f"name {w.process_name!r}" if w.process_name is not None else f"command line {w.command_line!r}"
+    return f"{w.name} (processes of {by})"
+
+
+def busy_gpus(host: str, spec: ClassSpec, processes: GpuProcessList, workloads: bool = True) -> list[Violation]:
+    """GPU processes that are neither the service's own nor, with `workloads`, a declared workload's
+    (preflight: those are stopped next; after their stop, none may be left). A shared class allows any."""
     if spec.gpu_class.shared:
         return []
     if processes.status != "ok":
         return [Violation(host, "GPU processes", "nvidia-smi to list the GPU processes", processes.message)]
     own = spec.service_unit
-    ignored = list(ignore_units)
-    allowed = {own, *ignored}
-    expected = f"GPUs free of processes outside {own}" + (f" and {', '.join(ignored)}" if ignored else "")
-    return [Violation(host, "GPUs busy", expected, _describe(p)) for p in processes.processes if p.unit not in allowed]
+    allowed = [describe_workload(w) for w in spec.workloads] if workloads else []
+    expected = f"GPUs free of processes outside {own}" + (f" and {', '.join(allowed)}" if allowed else "")
+    return [Violation(host, "GPUs busy", expected, _describe(p)) for p in processes.processes
+            if p.unit != own and not (workloads and workload_of(spec, p))]
 
 
 def unit_violations(host: str, spec: ClassSpec, units: dict[str, UnitState]) -> list[Violation]:
@@ -258,7 +265,7 @@ def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
         *engine_violations(host, spec, facts.engine),
         *model_violations(host, spec, facts.models),
         # the declared workloads are stopped next; a failed nvidia-smi is reported once, above
-        *(busy_gpus(host, spec, facts.gpu_processes, spec.workloads) if facts.gpus.status == "ok" else []),
+        *(busy_gpus(host, spec, facts.gpu_processes) if facts.gpus.status == "ok" else []),
         *unit_violations(host, spec, facts.units),
         *drift_violations(host, spec, facts),
     ]

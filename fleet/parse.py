@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fleet.lock import LockFacts
+from fleet.spec import UNIT_NAME, UNIT_NAME_MAX
 from fleet.wire import Frame, Unreadable, ascii_int, clipped, excerpt, frames, load_json
 
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
@@ -70,7 +71,9 @@ class GpuProcess:
     name: str
     used_memory_mib: int | None
     gpu_uuid: str
-    unit: str | None  # the systemd service it runs in, from /proc/PID/cgroup; None: none or unknown
+    unit: str | None  # the systemd service or scope it runs in, from /proc/PID/cgroup; None: none or unknown
+    command_line: str | None = None  # /proc/PID/cmdline, arguments joined by spaces; None: unknown
+    start: int | None = None  # when it started (clock ticks after boot, /proc/PID/stat): a reused pid is not it
 
 
 @dataclass(frozen=True)
@@ -295,22 +298,46 @@ def parse_gpu_inventory(answer: str | list[str]) -> GpuList:
 
 
 def unit_of_cgroup(lines: list[str]) -> str | None:
-    """The systemd service a process runs in, from /proc/PID/cgroup (v2 `0::` or v1 `name=systemd`)."""
+    """The systemd service or scope a process runs in, from /proc/PID/cgroup (v2 `0::` or v1
+    `name=systemd`): the first service or scope of its path, as the host's systemd names a process's
+    unit. Below it is another manager's (a user's systemd under user@UID.service, a container's
+    under its scope), which the host's systemctl cannot stop; above it, slices, or the directories
+    of a container's own cgroup where it has no cgroup namespace. None: neither (the root cgroup)."""
     for line in lines:
         parts = line.strip().split(":", 2)
         if len(parts) == 3 and parts[1] in ("", "name=systemd"):
-            services = [c for c in parts[2].split("/") if c.endswith(".service") and len(c) <= FIELD_LIMIT]
-            if services:
-                return services[-1]
+            return next((c for c in parts[2].split("/") if c.rpartition(".")[2] in ("service", "scope")
+                         and len(c) <= UNIT_NAME_MAX and UNIT_NAME.match(c)), None)
     return None
 
 
+COMMAND_LINE_LIMIT = 8192  # characters of a command line kept: what a process pattern is matched against
+
+
+def command_line_of(text: str | None) -> str | None:
+    """/proc/PID/cmdline as text (fleet.wire shows its NULs as U+FFFD) -> its arguments joined by spaces,
+    at most COMMAND_LINE_LIMIT characters; None: not read (the process ended, a kernel thread)."""
+    if not text:
+        return None
+    return " ".join(text.removesuffix("\ufffd").split("\ufffd"))[:COMMAND_LINE_LIMIT]
+
+
+def start_of_stat(text: str | None) -> int | None:
+    """/proc/PID/stat -> its starttime (field 22, counted after the name in parentheses, which may hold
+    spaces and parentheses itself); None if unreadable."""
+    fields = (text or "").rpartition(")")[2].split()
+    return ascii_int(fields[19], 0, 1 << 62) if len(fields) > 19 else None
+
+
 def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
-    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID` records."""
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID`,
+    `@@cmdline=PID` and `@@stat=PID` records."""
     status, message, rows, _, rest = _nvidia_smi_rows(answer)
     if status != "ok":
         return GpuProcessList(status, message=message)
     units = {f.value: unit_of_cgroup((f.text or "").split("\n")) for f in rest if f.key == "cgroup"}
+    command_lines = {f.value: command_line_of(f.text) for f in rest if f.key == "cmdline"}
+    starts = {f.value: start_of_stat(f.text) for f in rest if f.key == "stat"}
     processes = []
     for line in rows:
         try:
@@ -322,7 +349,7 @@ def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
             return GpuProcessList("nvidia-smi failed", message=f"unexpected line {excerpt(line)}")
         pid = pid.strip()
         processes.append(GpuProcess(ascii_int(pid, 1, 1 << 32), name, ascii_int(memory, 0, 1 << 40), uuid,
-                                    units.get(pid)))
+                                    units.get(pid), command_lines.get(pid), starts.get(pid)))
     return GpuProcessList("ok", tuple(processes))
 
 

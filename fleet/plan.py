@@ -6,7 +6,8 @@ unit state and running process all match the spec AND its service answers /healt
 Anything else is work, named in the operator's words ("sglang.secret mode 644, want 600").
 
 Before its first change a rollout writes a pending-rollout record on the host: what the host
-looked like (files, backup, the service's and each workload's enabled/active state). A
+looked like (files, backup, the service's and each service workload's enabled/active state, the
+scopes and processes found holding GPUs for the other workloads). A
 record found at preflight means an earlier run was interrupted: this run takes it over, so
 its rollback target stays the state from before the interrupted run, and it ends with the
 gate and smoke test passed, or with that state restored. An interrupted rollback of the
@@ -17,21 +18,29 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleet.gate import base_url
-from fleet.parse import HostFacts, UnitState
+from fleet.parse import COMMAND_LINE_LIMIT, GpuProcess, GpuProcessList, HostFacts, UnitState
 from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, UnitSeen, desired_files, managed_dirs, managed_paths
 from fleet.secrets import Secrets
-from fleet.spec import SECRET_FLAGS, ClassSpec
+from fleet.spec import (
+    SECRET_FLAGS,
+    UNIT_NAME,
+    UNIT_NAME_MAX,
+    ClassSpec,
+    ProcessWorkload,
+    ScopeWorkload,
+    workload_name,
+)
 from fleet.wire import Unreadable, excerpt, load_json
 
-PENDING_VERSION = 1
+PENDING_VERSION = 2  # 2: scope and process workloads (what was found of them); 1 is read still
 ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
 RUNNING_STATES = ("active", "activating", "reloading")  # a workload runs (it holds or will hold GPUs)
 SERVING_STATES = ("active",)  # the service serves: a rollback returns to a serving one
@@ -42,6 +51,33 @@ class UnitBefore:
     enabled: str  # systemd's UnitFileState: enabled, disabled, "" (no unit file) ...
     active: str  # ActiveState: active, inactive, failed, activating ...
 
+    given_back = True  # a service is always given back as it was
+
+    @property
+    def ran(self) -> bool:
+        """Running, or enabled (it would come back at boot)."""
+        return self.enabled == "enabled" or self.active in RUNNING_STATES
+
+
+@dataclass(frozen=True)
+class FoundProcess:
+    pid: int
+    start: int  # its start time (clock ticks after boot): a later process given the same pid is not it
+    command_line: str
+
+
+@dataclass(frozen=True)
+class Held:
+    """A scope or process workload as found holding GPUs: the scopes' full names, or its processes."""
+
+    scopes: tuple[str, ...] = ()
+    processes: tuple[FoundProcess, ...] = ()
+    given_back: bool = True  # group_data declares how to start it again (the spec's word, not the record's)
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.scopes or self.processes)
+
 
 @dataclass(frozen=True)
 class Before:
@@ -50,15 +86,26 @@ class Before:
     files: dict[str, str | None]  # managed path -> sha1 (None: absent)
     backup: str | None  # backups/STAMP holding those files; None: no file changed, or none existed
     service: UnitBefore
-    workloads: dict[str, UnitBefore]
+    workloads: dict[str, UnitBefore | Held]  # every service workload; the others found holding GPUs
 
     @property
     def serving(self) -> bool:
         return self.service.active in SERVING_STATES
 
     @property
-    def workloads_to_give_back(self) -> dict[str, UnitBefore]:
-        return {w: u for w, u in self.workloads.items() if u.enabled == "enabled" or u.active in RUNNING_STATES}
+    def workloads_to_give_back(self) -> dict[str, UnitBefore | Held]:
+        return {w: u for w, u in self.workloads.items() if u.ran and u.given_back}
+
+    @property
+    def workloads_not_given_back(self) -> list[str]:
+        """Those that ran and group_data declares are not given back (give_back: false)."""
+        return sorted(w for w, u in self.workloads.items() if u.ran and not u.given_back)
+
+
+def _workload_json(u: UnitBefore | Held) -> dict:
+    if isinstance(u, UnitBefore):
+        return {"enabled": u.enabled, "active": u.active}
+    return {"scopes": list(u.scopes)} if u.scopes else {"processes": [asdict(p) for p in u.processes]}
 
 
 @dataclass(frozen=True)
@@ -74,7 +121,9 @@ class Pending:
     before: Before
 
     def to_json(self) -> dict:
-        return {"version": PENDING_VERSION, **asdict(self)}
+        data = {"version": PENDING_VERSION, **asdict(self)}
+        data["before"]["workloads"] = {w: _workload_json(u) for w, u in self.before.workloads.items()}
+        return data
 
     def rolling_back(self, reason: str) -> Pending:
         return Pending(ROLLING_BACK, self.since, self.by, self.target, self.restart, reason, self.before)
@@ -91,20 +140,43 @@ UnitWord = Annotated[str, StringConstraints(pattern=r"^[a-z-]{0,32}$")]  # UnitF
 Stamp = Annotated[str, StringConstraints(pattern=r"^[0-9]{8}T[0-9]{6}Z$")]
 
 
+def _scope_name(v: str) -> str:
+    if not (v.endswith(".scope") and len(v) <= UNIT_NAME_MAX and UNIT_NAME.match(v)):
+        raise ValueError("a scope's unit name")
+    return v
+
+
 class _UnitRecord(_Record):
     enabled: UnitWord
     active: UnitWord
+
+
+FOUND_MAX = 1024  # scopes or processes of one workload in a record: 16 GPUs, many processes each
+
+
+class _ScopesRecord(_Record):
+    scopes: Annotated[list[Annotated[str, AfterValidator(_scope_name)]], Field(min_length=1, max_length=FOUND_MAX)]
+
+
+class _ProcessRecord(_Record):
+    pid: Annotated[int, Field(ge=1, lt=1 << 32)]
+    start: Annotated[int, Field(ge=0, lt=1 << 62)]
+    command_line: Annotated[str, StringConstraints(max_length=COMMAND_LINE_LIMIT)]
+
+
+class _ProcessesRecord(_Record):
+    processes: Annotated[list[_ProcessRecord], Field(min_length=1, max_length=FOUND_MAX)]
 
 
 class _BeforeRecord(_Record):
     files: dict[str, Sha1 | None]
     backup: Stamp | None
     service: _UnitRecord
-    workloads: dict[str, _UnitRecord]
+    workloads: dict[str, _UnitRecord | _ScopesRecord | _ProcessesRecord]
 
 
 class _PendingRecord(_Record):
-    version: Literal[PENDING_VERSION]  # type: ignore[valid-type]
+    version: Literal[1, 2]  # 1: services only
     phase: Literal["rolling-out", "rolling-back"]
     since: Annotated[int, Field(ge=0, lt=1 << 40)]
     by: Annotated[str, StringConstraints(max_length=256)]
@@ -130,14 +202,34 @@ def read_pending(text: str, spec: ClassSpec) -> Pending:
     if outside:
         raise ValueError(f"the pending-rollout record names files that are not {spec.service_unit}'s: "
                          f"{', '.join(excerpt(p, 80) for p in outside[:3])}")
-    undeclared = sorted(set(r.before.workloads) - set(spec.workloads))
+    declared = {workload_name(w): w for w in spec.workloads}
+    undeclared = sorted(set(r.before.workloads) - set(declared))
     if undeclared:
         raise ValueError(f"the pending-rollout record names workloads group_data does not declare: "
                          f"{', '.join(excerpt(w, 80) for w in undeclared[:3])}")
+    for w, u in sorted(r.before.workloads.items()):
+        kind = type(declared[w])
+        expected = _UnitRecord if kind is str else _ScopesRecord if kind is ScopeWorkload else _ProcessesRecord
+        if type(u) is not expected or (r.version == 1 and kind is not str):
+            raise ValueError(f"the pending-rollout record holds {w} as {_RECORD_KINDS[type(u)]}; group_data declares "
+                             f"{_RECORD_KINDS[expected]}")
     b = r.before
     before = Before(dict(b.files), b.backup, UnitBefore(b.service.enabled, b.service.active),
-                    {w: UnitBefore(u.enabled, u.active) for w, u in b.workloads.items()})
+                    {w: _before_of_record(u, declared[w]) for w, u in b.workloads.items()})
     return Pending(r.phase, r.since, r.by, r.target, r.restart, r.reason, before)
+
+
+_RECORD_KINDS = {_UnitRecord: "a service", _ScopesRecord: "a scope workload", _ProcessesRecord: "a process workload"}
+
+
+def _before_of_record(u: _UnitRecord | _ScopesRecord | _ProcessesRecord, declared) -> UnitBefore | Held:
+    if isinstance(u, _UnitRecord):
+        return UnitBefore(u.enabled, u.active)
+    given_back = declared.give_back is not False
+    if isinstance(u, _ScopesRecord):
+        return Held(scopes=tuple(u.scopes), given_back=given_back)
+    return Held(processes=tuple(FoundProcess(p.pid, p.start, p.command_line) for p in u.processes),
+                given_back=given_back)
 
 
 def target_of(files: list[ManagedFile]) -> str:
@@ -166,7 +258,9 @@ class Plan:
     swap: tuple[ManagedFile, ...] = ()  # content differs: staged, then renamed into place
     repairs: tuple[ManagedFile, ...] = ()  # content right, mode or owner wrong
     dirs: tuple[str, ...] = ()  # managed directories with the wrong mode or owner (begin fixes them)
-    stop_workloads: tuple[str, ...] = ()
+    stop_workloads: tuple[str, ...] = ()  # the workloads this run stops (their names)
+    found: dict[str, Held] = field(default_factory=dict)  # the scope and process workloads' GPU holders now:
+    #                                                       what their stop acts on
     daemon_reload: bool = False
     enable: bool = False
     restart: bool = False
@@ -221,34 +315,65 @@ def _unit_before(unit: UnitState | None) -> UnitBefore:
     return UnitBefore(unit.unit_file_state if unit else "", unit.active_state if unit else "")
 
 
+def workload_of(spec: ClassSpec, process: GpuProcess) -> str | None:
+    """The declared workload a GPU process is of (its name), None if none: never for the service's own,
+    nor for one without a pid (nvidia-smi's [N/A]: nothing to stop it by); a service workload by its
+    unit, before the others; then the first scope or process workload that matches it, in declared order."""
+    if process.unit == spec.service_unit or process.pid is None:
+        return None
+    if process.unit in spec.service_workloads:
+        return process.unit
+    return next((w.name for w in spec.held_workloads
+                 if w.matches(process.unit, process.name, process.command_line)), None)
+
+
+def found_workloads(spec: ClassSpec, processes: GpuProcessList) -> dict[str, Held]:
+    """The scope and process workloads holding GPUs now, each with its scopes or processes. Left out, so
+    never signalled (and still holding its GPU after the stop, which then fails): a process whose start
+    time could not be read (it cannot be told from a later one of its pid), and pid 1, the host's init."""
+    scopes: dict[str, dict[str, None]] = {}
+    found: dict[str, dict[int, FoundProcess]] = {}
+    for p in processes.processes:
+        name = workload_of(spec, p)
+        w = spec.workload(name) if name else None
+        if isinstance(w, ScopeWorkload):
+            scopes.setdefault(name, {})[p.unit] = None
+        elif isinstance(w, ProcessWorkload) and p.pid is not None and p.pid > 1 and p.start is not None:
+            found.setdefault(name, {})[p.pid] = FoundProcess(p.pid, p.start, p.command_line or "")
+    return {w.name: Held(tuple(scopes.get(w.name, ())), tuple(found.get(w.name, {}).values()),
+                         given_back=w.give_back is not False)
+            for w in spec.held_workloads if w.name in scopes or w.name in found}
+
+
 def before_of(spec: ClassSpec, facts: HostFacts) -> Before:
     """The host as preflight read it (no backup yet)."""
     return Before(
         files={p: facts.deployed.sha1(p) for p in managed_paths(spec)},
         backup=None,
         service=_unit_before(facts.units.get(spec.service_unit)),
-        workloads={w: _unit_before(facts.units.get(w)) for w in spec.workloads},
+        workloads={**{w: _unit_before(facts.units.get(w)) for w in spec.service_workloads},
+                   **found_workloads(spec, facts.gpu_processes)},
     )
 
 
 def units_as_read(spec: ClassSpec, facts: HostFacts) -> list[UnitSeen]:
-    """The service's and each workload's state as preflight read it, for begin to check again.
-    UnitFileState must be the same word. Of ActiveState only what the plan and the rollback ask
-    counts: of the service, serving or not (SERVING_STATES); of a workload, running or not
-    (RUNNING_STATES). So a training job that was activating and is active now is the same, one
-    deactivating now is not; a service that was activating (loading) and serves now is not: a
-    rollback would have left it stopped."""
+    """The service's and each service workload's state as preflight read it, for begin to check
+    again (a scope or a process has no unit state to compare). UnitFileState must be the same word.
+    Of ActiveState only what the plan and the rollback ask counts: of the service, serving or not
+    (SERVING_STATES); of a workload, running or not (RUNNING_STATES). So a training job that was
+    activating and is active now is the same, one deactivating now is not; a service that was
+    activating (loading) and serves now is not: a rollback would have left it stopped."""
     seen = before_of(spec, facts)
     return [UnitSeen(spec.service_unit, seen.service.enabled, seen.service.active, SERVING_STATES),
-            *(UnitSeen(w, u.enabled, u.active, RUNNING_STATES) for w, u in seen.workloads.items())]
+            *(UnitSeen(w, u.enabled, u.active, RUNNING_STATES) for w, u in seen.workloads.items()
+              if isinstance(u, UnitBefore))]
 
 
-def running_workloads(spec: ClassSpec, units: dict[str, UnitState]) -> list[str]:
-    """Declared workloads that are running, or enabled (they would come back at boot)."""
-    return [
-        w for w in spec.workloads
-        if w in units and (units[w].active_state in RUNNING_STATES or units[w].unit_file_state == "enabled")
-    ]
+def running_workloads(spec: ClassSpec, units: dict[str, UnitState], found: dict[str, Held]) -> list[str]:
+    """Declared workloads that are running (or, a service, enabled: it would come back at boot), in
+    declared order; found: found_workloads()."""
+    return [workload_name(w) for w in spec.workloads
+            if ((w in units and _unit_before(units[w]).ran) if isinstance(w, str) else w.name in found)]
 
 
 def declared_files(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secrets) -> list[ManagedFile]:
@@ -301,6 +426,7 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
                    f"{runtime.health or 'no answer'} at {base_url(spec)}")
     wait = restart or runtime.health != 200 or interrupted is not None
 
+    found = found_workloads(spec, facts.gpu_processes)
     recorded = interrupted.before if interrupted else before_of(spec, facts)
     live = {p: deployed.sha1(p) for p in recorded.files}
     # back up once per rollout, while the files are still the ones from before it
@@ -318,7 +444,8 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         swap=swap,
         repairs=tuple(repairs),
         dirs=tuple(dirs),
-        stop_workloads=tuple(running_workloads(spec, facts.units)),
+        stop_workloads=tuple(running_workloads(spec, facts.units, found)),
+        found=found,
         daemon_reload=spec.unit_file in [f.path for f in swap] or stale_unit,
         enable=enable,
         restart=restart,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -323,15 +324,55 @@ def stop_and_disable_command(spec: ClassSpec) -> str:
     return f"systemctl stop -- {unit}; systemctl disable --quiet -- {unit}"
 
 
-def stop_workloads_command(units: list[str]) -> str:
-    """Stopped and disabled too: a reboot must not hand the GPUs back to the training job."""
-    return "systemctl disable --now -- " + " ".join(_q(u) for u in units)
+TICK_S = 0.2  # how often a process stop looks whether its processes are gone
 
 
-def give_back_command(enable: list[str], start: list[str]) -> str:
-    """Workloads as they were before the rollout: these enabled, those started."""
-    commands = [f"systemctl enable --quiet -- {_q(w)}" for w in enable] + [f"systemctl start -- {_q(w)}" for w in start]
-    return " && ".join(commands) or "true"
+def _signal_processes(processes: list[tuple[int, int, float]]) -> str:
+    """SIGTERM to each (pid, start, kill_after_s), then SIGKILL to one still running after its
+    kill_after_s. Each signal only while the pid is still that process: its start time (field 22 of
+    /proc/PID/stat, after the name in parentheses) unchanged and not a zombie."""
+    alive = ("alive() { s=$(sed 's/^.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f1,20); "
+             "[ \"${s#* }\" = \"$2\" ] && [ \"${s%% *}\" != Z ]; }")
+    term = [f"alive {pid} {start} && kill -TERM {pid} 2>/dev/null" for pid, start, _ in processes]
+    checks = [f"if alive {pid} {start}; then if [ $i -ge {math.ceil(after / TICK_S)} ]; then kill -KILL {pid} "
+              f"2>/dev/null; else left=yes; fi; fi" for pid, start, after in processes]
+    return "; ".join([alive, *term, "i=0", f"while :; do left=no; {'; '.join(checks)}; [ $left = no ] && break; "
+                      f"sleep {TICK_S}; i=$((i + 1)); done"])
+
+
+def stop_workloads_command(services: list[str], scopes: list[str] = (),
+                           processes: list[tuple[int, int, float]] = ()) -> str:
+    """Services stopped and disabled too: a reboot must not hand the GPUs back to the training job.
+    Scopes stopped (a transient unit: nothing to disable; one gone meanwhile is stopped). Processes
+    (pid, start time, kill_after_s) signalled (_signal_processes). Fails if a service or a scope did
+    not stop; whether the GPUs are free, the caller reads from nvidia-smi."""
+    steps = ["ok=yes"]
+    if services:
+        steps.append("systemctl disable --now -- " + " ".join(_q(u) for u in services) + " || ok=no")
+    steps += [f"{{ systemctl stop -- {_q(s)} || ! systemctl is-active --quiet -- {_q(s)}; }} || ok=no" for s in scopes]
+    if processes:
+        steps.append(_signal_processes(list(processes)))
+    return "; ".join([*steps, "[ $ok = yes ]"])
+
+
+def give_back_log(spec: ClassSpec, name: str) -> str:
+    """Where a give-back command's output goes (kept: a child it leaves may write on)."""
+    return f"{state_dir(spec)}/give-back.{name}.log"
+
+
+def give_back_command(spec: ClassSpec, enable: list[str], start: list[str], commands: list[str] = ()) -> str:
+    """Workloads as they were before the rollout: these services enabled, those started, and the scope
+    or process workloads named in `commands` started by their declared give_back command (an argv from
+    group_data, each element quoted, run directly with stdin from /dev/null, its output to its log,
+    killed after readiness.workload_release_timeout_s). Stops at the first that fails, saying which."""
+    timeout = math.ceil(spec.readiness.workload_release_timeout_s)
+    steps = [f"systemctl enable --quiet -- {_q(w)}" for w in enable] + [f"systemctl start -- {_q(w)}" for w in start]
+    for name in commands:
+        argv, log = " ".join(_q(a) for a in spec.workload(name).give_back), _q(give_back_log(spec, name))
+        steps.append(f"( umask 077; timeout -k 5 {timeout} {argv} < /dev/null > {log} 2>&1 || {{ rc=$?; "
+                     f"printf '%s exited %s: ' {_q('the give-back command of ' + name)} $rc; head -c 2000 {log}; "
+                     "exit 1; } )")
+    return " && ".join(steps) or "true"
 
 
 RESTORED = "@@restored="

@@ -19,6 +19,7 @@ DEFAULT_SUBNET = "10.203.0.0/24"
 FIRST_HOST = 11  # host addresses are .11, .12, ... in file order
 
 HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}\Z")  # a scope's and a unit's name, the job's --name
 LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 ALGO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # A gateway host has no GPU and runs no SGLang (smg comes with the deploy): only these keys mean anything on it.
@@ -109,6 +110,12 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         bad = [u for u in v if not UNIT_NAME.match(u) or (u.endswith(".service") is False and "." in u)]
         return f"bad unit name(s) {bad}" if bad else None
 
+    def job_names(v):
+        if not _str_list(v):
+            return "not a list of strings"
+        bad = [n for n in v if not JOB_NAME.match(n)]
+        return f"bad name(s) {bad}" if bad else None
+
     def paths(v):
         if not _str_list(v):
             return "not a list of strings"
@@ -144,6 +151,10 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "sglang_algorithms": (False, list(SGLANG_0523_ALGORITHMS), algos,
                               "a list of algorithm names, e.g. " + repr(list(SGLANG_0523_ALGORITHMS) + ["DDTREE"])),
         "workloads": (False, [], units, "a list of systemd unit names, e.g. ['dflash-train']"),
+        "scope_workloads": (False, [], job_names, "a list of names, e.g. ['trainer']: each a training job in the "
+                            "scope NAME.scope, as a container runs, started by lab-scope-NAME.service"),
+        "process_workloads": (False, [], job_names, "a list of names, e.g. ['torch']: each a training job left "
+                              "running by lab-proc-NAME.service, a bare process"),
         "preinstalled": (False, None, table, "a table of spec overrides over the group's spec"),
         "load": (False, "ok", *enum("ok", "crash", "hang")),
         "load_seconds": (False, 3.0, seconds, "a number of seconds 0..3600"),

@@ -46,6 +46,47 @@ Restart=no
 WantedBy=multi-user.target
 """
 
+# A training job in a scope of its own, as a container runtime runs one (docker-<id>.scope): the
+# oneshot starts it with systemd-run --scope and ends once the scope runs, leaving it outside its
+# own cgroup; `systemctl start lab-scope-NAME` starts it again (a give-back command, as `docker start`).
+SCOPE_START = """#!/bin/sh
+# lab: lab-gpu-job NAME in the transient scope NAME.scope; returns once the scope runs
+name=$1 mib=$2
+systemd-run --scope --collect --unit="$name" --description="lab training job $name (a scope, like a container)" \\
+    /usr/local/bin/lab-gpu-job --name "$name" --memory-mib "$mib" --gpus all </dev/null >/dev/null 2>&1 &
+i=0
+until systemctl is-active --quiet "$name.scope"; do
+    i=$((i + 1)); [ $i -le 100 ] || exit 1; sleep 0.1
+done
+"""
+
+SCOPE_UNIT = """[Unit]
+Description=lab: starts the training job {name} in the scope {name}.scope (as a container runtime does)
+After=network.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/lab-scope-start {name} {mib}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# A bare process: the oneshot's KillMode=process leaves the job running in its cgroup when it ends, a
+# process no unit runs (as one started by hand in tmux or with nohup).
+PROCESS_UNIT = """[Unit]
+Description=lab: leaves the training job {name} running as a bare process
+After=network.target
+
+[Service]
+Type=oneshot
+KillMode=process
+ExecStart=/bin/sh -c 'setsid /usr/local/bin/lab-gpu-job --name {name} --memory-mib {mib} --gpus all </dev/null >/dev/null 2>&1 &'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 
 def deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
@@ -281,14 +322,21 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
     job = DOUBLES / "lab-gpu-job"
     if job.is_file():
         write(root, "/usr/local/bin/lab-gpu-job", job.read_bytes(), 0o755)
-    elif entry["workloads"]:
+    elif entry["workloads"] or entry["scope_workloads"] or entry["process_workloads"]:
         warnings.append(f"{name}: lab/doubles/lab-gpu-job not there yet; workload units will fail")
 
-    # workloads
+    # workloads: services, jobs in scopes, bare processes
     mib = int(entry["gpu_memory_mib"] * WORKLOAD_MEMORY_SHARE)
     for w in entry["workloads"]:
         write(root, f"/etc/systemd/system/{w}.service", WORKLOAD_UNIT.format(name=w, mib=mib))
         enable(root, f"{w}.service")
+    if entry["scope_workloads"]:
+        write(root, "/usr/local/bin/lab-scope-start", SCOPE_START, 0o755)
+    for unit, text, names in (("lab-scope-{}.service", SCOPE_UNIT, entry["scope_workloads"]),
+                              ("lab-proc-{}.service", PROCESS_UNIT, entry["process_workloads"])):
+        for w in names:
+            write(root, f"/etc/systemd/system/{unit.format(w)}", text.format(name=w, mib=mib))
+            enable(root, unit.format(w))
 
     # models
     missing = set(p.rstrip("/") for p in entry["missing_models"])
@@ -329,6 +377,8 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         "engine_import_seconds": float(entry["engine_import_seconds"]),
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
+        "scope_workloads": list(entry["scope_workloads"]),
+        "process_workloads": list(entry["process_workloads"]),
         "missing_models": list(entry["missing_models"]),
         "draft_vocab_size": entry.get("draft_vocab_size"),
         "preinstalled": entry.get("preinstalled"),

@@ -11,11 +11,9 @@ import time
 from pyinfra import host
 from pyinfra.operations import python
 
-from facts.gpu import GpuProcesses
 from fleet import activation, gate, lock, rollout
 from fleet.history import new_record
-from fleet.parse import parse_gpu_processes
-from fleet.plan import RUNNING_STATES
+from fleet.plan import RUNNING_STATES, workload_of
 from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
@@ -117,26 +115,32 @@ class HostSteps:
     def stop_and_disable(self) -> None:
         run(self.host, rollout.stop_and_disable_command(self.spec))
 
-    def give_back(self, workloads: list[str]) -> list[str]:
-        """Enable and start the workloads as they were, then wait until each holds GPU memory."""
-        before = self.pf.plan.before.workloads
-        running = [w for w in workloads if before[w].active in RUNNING_STATES]
-        enabled = [w for w in workloads if before[w].enabled == "enabled"]
-        ok, out = run(self.host, rollout.give_back_command(enabled, running))
+    def give_back(self, names: list[str]) -> list[str]:
+        """Enable and start the service workloads as they were, start the scope and process ones by their
+        declared command, then wait until each that ran holds GPU memory. A scope or process workload
+        that holds GPUs already is not started again (its stop may never have come: its command, unlike
+        `systemctl start`, may start a second one)."""
+        spec, before = self.spec, self.pf.plan.before.workloads
+        services = [w for w in names if w in spec.service_workloads]
+        held = [w for w in names if w not in services]
+        holding = {workload_of(spec, p) for p in workloads.gpu_processes(self.host, spec).processes} if held else set()
+        start = [w for w in services if before[w].active in RUNNING_STATES]
+        enabled = [w for w in services if before[w].enabled == "enabled"]
+        ok, out = run(self.host, rollout.give_back_command(spec, enabled, start, [w for w in held if w not in holding]))
         if not ok:
-            return [f"could not start {', '.join(workloads)} again: {out.strip()}"]
-        deadline = time.monotonic() + self.spec.readiness.workload_release_timeout_s
+            return [f"could not start {', '.join(names)} again: {out.strip()}"]
+        running = start + held
+        deadline = time.monotonic() + spec.readiness.workload_release_timeout_s
         while running:
-            holding = {p.unit for p in parse_gpu_processes(run(self.host, GpuProcesses().command(
-                self.spec.readiness.command_timeout_s))[1]).processes}
+            holding = {workload_of(spec, p) for p in workloads.gpu_processes(self.host, spec).processes}
             running = [w for w in running if w not in holding]
             if not running:
                 break
             if time.monotonic() > deadline:
                 return [f"{w} runs again but holds no GPU memory after "
-                        f"{self.spec.readiness.workload_release_timeout_s:g}s" for w in running]
+                        f"{spec.readiness.workload_release_timeout_s:g}s" for w in running]
             time.sleep(1)
-        self.log(f"gave back {', '.join(workloads)}: running and holding the GPUs as before", "yellow")
+        self.log(f"gave back {', '.join(names)}: running and holding the GPUs as before", "yellow")
         return []
 
     def finish(self, record: dict) -> None:

@@ -173,6 +173,11 @@ def test_gpu_processes_with_their_units(bin_dir):
     procs = GpuProcesses().process(run(GpuProcesses().command(), bin_dir)).processes
     mine = unit_of_cgroup(Path(f"/proc/{me}/cgroup").read_text().splitlines())
     assert [(p.pid, p.unit) for p in procs] == [(me, mine), (None, None), (2147483646, None)]
+    # what a workload is matched by and a process told from a later one of its pid: as /proc has them
+    args = Path(f"/proc/{me}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    assert procs[0].command_line == " ".join(a.decode() for a in args)
+    assert procs[0].start == int(Path(f"/proc/{me}/stat").read_text().rpartition(")")[2].split()[19])
+    assert (procs[2].command_line, procs[2].start) == (None, None)
 
 
 def test_gpu_processes_when_nvidia_smi_fails(bin_dir):

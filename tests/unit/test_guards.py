@@ -319,11 +319,11 @@ def test_no_speculation_needs_only_the_target():
 
 
 def test_own_service_and_workloads_being_stopped_are_not_busy():
-    assert busy_gpus("gpu1", SPEC, good_facts().gpu_processes, ignore_units=SPEC.workloads) == []
+    assert busy_gpus("gpu1", SPEC, good_facts().gpu_processes) == []
 
 
 def test_workloads_still_there_after_the_stop():
-    (v,) = busy_gpus("gpu1", SPEC, good_facts().gpu_processes, ignore_units=())
+    (v,) = busy_gpus("gpu1", SPEC, good_facts().gpu_processes, workloads=False)
     assert str(v) == (
         "gpu1: GPUs busy: expected GPUs free of processes outside sglang.service, "
         "found pid 4242 python (30512 MiB on GPU-0) in dflash-train.service"
@@ -333,12 +333,38 @@ def test_workloads_still_there_after_the_stop():
 def test_undeclared_processes_refuse_the_host():
     procs = GpuProcessList("ok", (process(77, "sglang.service"), process(5, "jupyter.service", 2048, "python3"),
                                   process(None, None, None, "[Insufficient Permissions]")))
-    found = busy_gpus("gpu1", SPEC, procs, ignore_units=SPEC.workloads)
+    found = busy_gpus("gpu1", SPEC, procs)
     assert [v.found for v in found] == [
         "pid 5 python3 (2048 MiB on GPU-0) in jupyter.service",
-        "pid None [Insufficient Permissions] (memory unknown on GPU-0) in no systemd service",
+        "pid None [Insufficient Permissions] (memory unknown on GPU-0) in no systemd unit",
     ]
     assert found[0].expected == "GPUs free of processes outside sglang.service and dflash-train.service"
+
+
+HELD = make_spec(workloads=["dflash-train", {"name": "trainer", "scope": "docker-*.scope", "give_back": False},
+                            {"name": "torchrun", "command_line": "*torchrun*", "give_back": False},
+                            {"name": "smi", "process_name": "/opt/job/bin/python", "give_back": False}])
+
+
+def held_process(pid, unit, command_line=None, name="python"):
+    return replace(process(pid, unit, name=name), command_line=command_line)
+
+
+def test_a_declared_scope_or_process_workload_is_not_busy_an_undeclared_one_is():
+    procs = GpuProcessList("ok", (
+        held_process(1, "docker-0123.scope"), held_process(2, "session-3.scope", "/usr/bin/torchrun train.py"),
+        held_process(3, "session-3.scope", None, "/opt/job/bin/python"), held_process(4, "sglang.service"),
+        held_process(5, "libpod-0123.scope"), held_process(6, "session-3.scope", "python serve.py"),
+        held_process(7, None, None)))
+    found = busy_gpus("gpu1", HELD, procs)
+    assert [v.found for v in found] == ["pid 5 python (30512 MiB on GPU-0) in libpod-0123.scope",
+                                        "pid 6 python (30512 MiB on GPU-0) in session-3.scope",
+                                        "pid 7 python (30512 MiB on GPU-0) in no systemd unit"]
+    assert found[0].expected == (
+        "GPUs free of processes outside sglang.service and dflash-train.service, trainer (scopes docker-*.scope), "
+        "torchrun (processes of command line '*torchrun*'), smi (processes of name '/opt/job/bin/python')")
+    # after the stop, none of them may be left
+    assert [v.found.split()[1] for v in busy_gpus("gpu1", HELD, procs, workloads=False)] == ["1", "2", "3", "5", "6", "7"]
 
 
 def test_shared_class_allows_anything():
@@ -358,6 +384,10 @@ def test_preflight_ignores_the_declared_workloads_only():
     foreign = GpuProcessList("ok", (process(4242, "dflash-train.service"), process(9, "other-train.service")))
     assert [v.found for v in preflight("gpu1", SPEC, good_facts(gpu_processes=foreign))] == [
         "pid 9 python (30512 MiB on GPU-0) in other-train.service"
+    ]
+    held = GpuProcessList("ok", (held_process(4242, "docker-1.scope"), held_process(9, "batch-job.scope")))
+    assert [v.found for v in preflight("gpu1", HELD, good_facts(gpu_processes=held))] == [
+        "pid 9 python (30512 MiB on GPU-0) in batch-job.scope"
     ]
 
 

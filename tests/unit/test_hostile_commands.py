@@ -29,8 +29,8 @@ from facts.status import StatusSnapshot
 from fleet import gate, lock, rollout
 from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
 from fleet.groupdata import SpecError, validate_class
-from fleet.plan import Before, Pending, UnitBefore
-from fleet.spec import ClassSpec
+from fleet.plan import Before, FoundProcess, Held, Pending, UnitBefore
+from fleet.spec import ClassSpec, ScopeWorkload
 from fleet.wire import printable
 from tasks.gateway import install_command
 
@@ -41,7 +41,8 @@ PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}; ", f"
             f"x\\$(touch {CANARY})", "a b", "\u00e9\u4e2d"]
 PROGRAMS = ("systemctl", "journalctl", "curl", "nvidia-smi", "sha1sum", "stat", "cat", "cut", "sed", "tr", "head",
             "base64", "mktemp", "rm", "timeout", "env", "grep", "mkdir", "mv", "ls", "tail", "xargs", "flock",
-            "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname", "awk")
+            "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname", "awk",
+            "kill")  # kill too: a stub, so the workloads' stop never signals a process of this machine
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=12,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                           HealthCheck.function_scoped_fixture])
@@ -106,6 +107,10 @@ FIELDS = {
     "service.model_path": lambda v: f"/root/models/{v}", "speculative.draft_model_path": lambda v: f"/d/{v}x",
     "service.launcher": lambda v: f"/opt/{v}/bin/python", "service.served_model_name": lambda v: f"m{v}",
     "service.unit": lambda v: f"sglang{v}", "workloads": lambda v: [f"train{v}"],
+    # a scope or process workload: its patterns and its give-back command (run as declared, token for token)
+    "workloads:scope": lambda v: [{"name": "trainer", "scope": f"docker-{v}*.scope", "give_back": [f"/opt/{v}", v]}],
+    "workloads:process": lambda v: [{"name": "torchrun", "command_line": f"*{v}*", "give_back": ["/bin/x", v, "-" + v]},
+                                    {"name": "bare", "process_name": v, "give_back": False}],
     "service.environment": lambda v: {"CUDA_HOME": v, f"X{v}": "1"}, "smoke.prompt": lambda v: f"hi {v}",
     "gpu_class.accepted_models": lambda v: [f"NVIDIA {v}"],
 }
@@ -113,7 +118,7 @@ FIELDS = {
 
 def spec_with(field: str, value) -> ClassSpec:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
-    top, _, key = field.partition(".")
+    top, _, key = field.split(":")[0].partition(".")
     if key:
         data[top] = {**data.get(top, {}), key: value}
     else:
@@ -128,11 +133,13 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
     """Every command a rollout, a preflight and make status build for this spec."""
     seen = lock.LockFacts(True, lock_text, "")
     files = {p: None for p in rollout.managed_paths(spec)}
+    # a host's text in what the record keeps of a process (its command line)
+    held = {w.name: Held(processes=(FoundProcess(4242, 1, lock_text),)) for w in spec.held_workloads}
     before = Before(files, "20260101T000000Z", UnitBefore("enabled", "active"),
-                    {w: UnitBefore("enabled", "active") for w in spec.workloads})
+                    {**{w: UnitBefore("enabled", "active") for w in spec.service_workloads}, **held})
     pending = Pending("rolling-out", 1, lock_text, "a" * 40, True, lock_text, before).to_json()
     want = rollout.desired_files(spec, "pro6000", secrets_of(spec), journal_filter=True)
-    workloads = list(spec.workloads)
+    services, commands = spec.service_workloads, [w.name for w in spec.held_workloads if w.give_back is not False]
     return [
         HostSnapshot().command(**snapshot_args(spec)),
         StatusSnapshot().command(snapshot_args(spec), rollout.records_file(spec), rollout.backups_dir(spec),
@@ -146,11 +153,22 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
                                 pending),
         rollout.finish_command(spec, {"by": lock_text, "reason": lock_text}),
         rollout.journal_command(spec), rollout.stop_and_disable_command(spec), rollout.restart_command(spec),
-        rollout.give_back_command(workloads, workloads), rollout.stop_workloads_command(workloads),
+        rollout.give_back_command(spec, services, services, commands),
+        rollout.stop_workloads_command(services, found_scopes(spec), [(4242, 1, 30)]),
         gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
         gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
         lock.release_command(spec), GpuProcesses().command(1),
     ]
+
+
+def found_scopes(spec: ClassSpec) -> list[str]:
+    """A scope each scope workload's pattern matches, as a host's cgroup would name it."""
+    return [w.scope.replace("*", "x").replace("?", "y") for w in spec.held_workloads if isinstance(w, ScopeWorkload)]
+
+
+def units_of(spec: ClassSpec) -> set[str]:
+    """The units a systemctl call may name: the service's, its service workloads', the scopes found."""
+    return {spec.service_unit, *spec.service_workloads, *found_scopes(spec)}
 
 
 def check(commands: list[str], path: Path, units: set[str]) -> None:
@@ -166,7 +184,7 @@ def check(commands: list[str], path: Path, units: set[str]) -> None:
 @given(value=hostile, lock_text=hostile.map(printable))  # a host's text arrives printable (fleet.wire)
 def test_no_group_data_value_or_lock_text_runs_a_command(field, value, lock_text, path):
     spec = spec_with(field, FIELDS[field](value))
-    check(commands(spec, lock_text), path, {spec.service_unit, *spec.workloads})
+    check(commands(spec, lock_text), path, units_of(spec))
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -174,7 +192,7 @@ def test_every_payload_in_every_field_it_may_stand_in_at_once(payload, path):
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
     laid = []
     for field, lay in FIELDS.items():  # each field that takes it
-        top, _, key = field.partition(".")
+        top, _, key = field.split(":")[0].partition(".")
         trial = {**data, top: {**data.get(top, {}), key: lay(payload)} if key else lay(payload)}
         try:
             validate_class("group_data/x.py", trial)
@@ -182,8 +200,21 @@ def test_every_payload_in_every_field_it_may_stand_in_at_once(payload, path):
             continue
         data, laid = trial, laid + [field]
     spec = validate_class("group_data/x.py", data)
-    check(commands(spec, payload), path, {spec.service_unit, *spec.workloads})
+    check(commands(spec, payload), path, units_of(spec))
     assert laid, "no field takes this payload: it tests nothing"
+
+
+@PROFILE
+@given(value=hostile)
+def test_a_give_back_command_runs_as_declared_token_for_token(value, path):
+    """The declared argv reaches the program that runs it (timeout, which execs it) whole: no token split,
+    globbed or expanded, none lost."""
+    spec = spec_with("workloads:process", FIELDS["workloads:process"](value))
+    log = Path(rollout.give_back_log(spec, "torchrun"))
+    (path.parent / log.parent.relative_to("/")).mkdir(parents=True, exist_ok=True)  # begin made it on a host
+    command = rollout.give_back_command(spec, [], [], ["torchrun"]).replace(str(log), f"{path.parent}{log}")
+    (timeout,) = [p for _, p in ran([command], path) if p[0] == "timeout"]
+    assert timeout[1:] == ["-k", "5", "120", "/bin/x", value, "-" + value]
 
 
 GATEWAY_FIELDS = {"install_dir": lambda v: f"/opt/{v}", "python": lambda v: f"/usr/{v}/python3",

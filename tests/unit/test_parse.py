@@ -7,14 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.groupdata import load_class_specs
 from fleet.guards import rendered_flags
 from fleet.parse import (
+    COMMAND_LINE_LIMIT,
     Gpu,
     GpuList,
     GpuProcess,
     ModelDir,
+    command_line_of,
     parse_algorithms,
     parse_config,
     parse_engine,
@@ -23,6 +27,7 @@ from fleet.parse import (
     parse_gpu_processes,
     parse_model_dirs,
     parse_unit_states,
+    start_of_stat,
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
@@ -143,6 +148,47 @@ def test_processes_with_their_units():
     )
 
 
+def test_processes_with_their_command_lines_and_start_times():
+    stat = "4242 (pt_main_thread) S 1 4242 4242 0 -1 4194560 1 0 0 0 7 2 0 0 20 0 9 0 8855 1 2 3"
+    text = smi(0, "4242, python, 30512, GPU-aaa") + answer(
+        record("cgroup", "0::/system.slice/docker-ab.scope\n", value="4242"),
+        record("cmdline", b"/usr/bin/python3\0-m\0torch.distributed.run\0train.py\0", value="4242"),
+        record("stat", stat + "\n", value="4242"))
+    assert parse_gpu_processes(text).processes == (
+        GpuProcess(4242, "python", 30512, "GPU-aaa", "docker-ab.scope",
+                   "/usr/bin/python3 -m torch.distributed.run train.py", 8855),)
+
+
+@pytest.mark.parametrize("stat, start", [
+    ("9 (a b) c) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 1", 77),  # a name with spaces and parentheses
+    ("9 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 \u0667\u0667", None),  # Unicode digits
+    ("9 (x) S 1 1", None), ("", None), ("garbage", None),
+])
+def test_a_start_time_is_read_after_the_name_or_not_at_all(stat, start):
+    text = smi(0, "9, x, 1, GPU-a") + answer(record("stat", stat, value="9"))
+    assert parse_gpu_processes(text).processes[0].start == start
+
+
+def test_a_command_line_is_bounded_and_unknown_when_unread():
+    long = "a" * 20000
+    text = smi(0, "9, x, 1, GPU-a", "10, y, 1, GPU-a") + answer(
+        record("cmdline", long.encode() + b"\0", value="9"), record("cmdline", "", value="10"))
+    first, second = parse_gpu_processes(text).processes
+    assert first.command_line == long[:COMMAND_LINE_LIMIT] and second.command_line is None
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@given(text=st.one_of(st.text(), st.lists(st.sampled_from(["0::", "1:name=systemd:", "/", "x.scope", "a.service",
+                                                           ".slice", ")", " ", "\ufffd", "7"])).map("".join)))
+def test_a_hosts_cgroup_cmdline_or_stat_reads_as_its_type_or_as_unknown(text):
+    unit = unit_of_cgroup(text.split("\n"))
+    assert unit is None or (unit.endswith((".service", ".scope")) and len(unit) <= 255 and "/" not in unit)
+    line = command_line_of(text)
+    assert line is None or len(line) <= COMMAND_LINE_LIMIT
+    start = start_of_stat(text)
+    assert start is None or 0 <= start < 1 << 62
+
+
 def test_no_process_is_ok_and_empty():
     procs = parse_gpu_processes(smi(0, ""))
     assert procs.status == "ok" and procs.processes == ()
@@ -172,9 +218,21 @@ def test_process_failures_are_answers():
         (["0::/system.slice/dflash-train.service"], "dflash-train.service"),
         (["1:name=systemd:/system.slice/sglang.service"], "sglang.service"),
         (["0::/system.slice/sglang.service/payload"], "sglang.service"),  # Delegate=yes subgroup
-        (["0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"], "jupyter.service"),
-        (["0::/user.slice/user-0.slice/session-3.scope"], None),  # a login shell
-        (["0::/system.slice/docker-0123abcd.scope"], None),  # a container
+        # below user@.service is the user's own systemd: its units are not the host's systemctl's to stop
+        (["0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"], "user@1000.service"),
+        (["0::/user.slice/user-1000.slice/user@1000.service/tmux-spawn-1a2b.scope"], "user@1000.service"),
+        (["0::/user.slice/user-0.slice/session-3.scope"], "session-3.scope"),  # a login shell
+        (["0::/system.slice/docker-0123abcd.scope"], "docker-0123abcd.scope"),  # a container
+        (["1:name=systemd:/system.slice/libpod-0123abcd.scope/container"], "libpod-0123abcd.scope"),
+        # a container running its own systemd: the host's unit is the container's scope
+        (["0::/system.slice/docker-0123abcd.scope/system.slice/train.service"], "docker-0123abcd.scope"),
+        (["0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0"], "slurmstepd.scope"),  # a Slurm step
+        (["0::/init.scope"], "init.scope"),
+        # a container's processes without a cgroup namespace: its own directories come first
+        (["1:name=systemd:/sgllab/held-1/payload/system.slice/trainer.scope"], "trainer.scope"),
+        (["0::/system.slice/-bad.scope"], None), (["0::/system.slice/x y.service"], None),  # no unit name
+        ([f"0::/system.slice/{'a' * 250}.scope"], None),  # longer than systemd's 255
+        (["0::/system.slice/x.mount"], None),
         (["4:memory:/system.slice/sglang.service"], None),  # not systemd's hierarchy
         # this machine's own (cgroup v1 + v2, nothing below the root)
         (["9:name=systemd:/", "4:memory:/process_api/09777b54c04c599cfbcf205f738345ae", "0::/"], None),

@@ -8,13 +8,15 @@ from dataclasses import replace
 import pytest
 from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 
-from fleet.parse import FileState, ServiceRuntime
+from fleet.parse import FileState, GpuProcess, GpuProcessList, ServiceRuntime
 from fleet.plan import (
     ROLLING_BACK,
     ROLLING_OUT,
     RUNNING_STATES,
     SERVING_STATES,
     Before,
+    FoundProcess,
+    Held,
     Pending,
     UnitBefore,
     declared_files,
@@ -23,6 +25,7 @@ from fleet.plan import (
     read_pending,
     target_of,
     units_as_read,
+    workload_of,
 )
 from fleet.rollout import UnitSeen, managed_paths, sha1
 
@@ -225,6 +228,109 @@ def test_workloads_that_run_or_would_come_back_at_boot_are_stopped(active, enabl
     assert p.before.workloads_to_give_back == ({"dflash-train.service": UnitBefore(enabled, active)} if stopped else {})
 
 
+SCOPE = {"name": "trainer", "scope": "docker-*.scope", "give_back": ["/usr/bin/docker", "start", "trainer"]}
+TORCHRUN = {"name": "torchrun", "command_line": "*torchrun*", "give_back": False}
+HELD = make_spec(workloads=["dflash-train", SCOPE, TORCHRUN])
+
+
+def gpu_process(pid, unit, command_line=None, start=100):
+    return GpuProcess(pid, "python", 1024, "GPU-0", unit, command_line, start)
+
+
+def held_facts(*processes, spec=HELD):
+    return replace(converged(spec), gpu_processes=GpuProcessList("ok", (gpu_process(4242, "sglang.service"),
+                                                                        *processes)))
+
+
+@pytest.mark.parametrize("unit, command_line, workload", [
+    ("sglang.service", "torchrun x", None),  # the service's own, whatever matches it
+    ("dflash-train.service", "torchrun x", "dflash-train.service"),  # a service workload before the patterns
+    ("docker-ab.scope", "torchrun x", "trainer"),  # the first that matches, in declared order
+    ("session-1.scope", "torchrun x", "torchrun"), ("session-1.scope", "python x", None),
+    ("docker-ab.service", None, None), (None, None, None), ("other.service", None, None),
+])
+def test_the_workload_a_gpu_process_is_of(unit, command_line, workload):
+    assert workload_of(HELD, gpu_process(9, unit, command_line)) == workload
+
+
+def test_a_gpu_process_without_a_pid_is_no_workloads():
+    by_name = make_spec(workloads=[{"name": "any", "process_name": "*N/A*", "give_back": False}])
+    assert workload_of(by_name, GpuProcess(None, "[N/A]", None, "GPU-0", None)) is None
+    assert workload_of(by_name, GpuProcess(9, "[N/A]", None, "GPU-0", None)) == "any"
+
+
+def test_scopes_and_processes_found_holding_gpus_are_stopped_and_recorded():
+    facts = held_facts(gpu_process(10, "docker-ab.scope"), gpu_process(11, "docker-ab.scope"),
+                       gpu_process(12, "docker-cd.scope"), gpu_process(20, "session-1.scope", "torchrun a", 7),
+                       gpu_process(20, "session-1.scope", "torchrun a", 7),  # on a second GPU: one process
+                       gpu_process(21, "session-1.scope", "torchrun b", None),  # no start time: not to be signalled
+                       gpu_process(1, "init.scope", "torchrun c", 1))  # nor the host's init
+    p = plan_for(facts, HELD)
+    found = {"trainer": Held(scopes=("docker-ab.scope", "docker-cd.scope")),
+             "torchrun": Held(processes=(FoundProcess(20, 7, "torchrun a"),), given_back=False)}
+    assert p.stop_workloads == ("trainer", "torchrun") and p.found == found
+    assert p.before.workloads == {"dflash-train.service": UnitBefore("disabled", "inactive"), **found}
+    assert p.before.workloads_to_give_back == {"trainer": found["trainer"]}
+    assert p.before.workloads_not_given_back == ["torchrun"]
+    assert p.action() == "stop trainer, torchrun"
+    # what the record keeps of them is read back as it was
+    record = json.loads(json.dumps(p.record.to_json()))
+    assert record["before"]["workloads"] == {
+        "dflash-train.service": {"enabled": "disabled", "active": "inactive"},
+        "trainer": {"scopes": ["docker-ab.scope", "docker-cd.scope"]},
+        "torchrun": {"processes": [{"pid": 20, "start": 7, "command_line": "torchrun a"}]}}
+    assert read_pending(json.dumps(record), HELD) == p.record
+
+
+def test_a_declared_scope_or_process_workload_not_running_is_neither_stopped_nor_recorded():
+    p = plan_for(held_facts(), HELD)
+    assert p.stop_workloads == () and p.found == {} and not p.has_work
+    assert p.before.workloads == {"dflash-train.service": UnitBefore("disabled", "inactive")}
+
+
+def test_whether_a_recorded_workload_is_given_back_is_group_datas_word_now():
+    """A record of an interrupted run names what was found; the spec read now says how it comes back."""
+    text = json.dumps(plan_for(held_facts(gpu_process(10, "docker-ab.scope")), HELD).record.to_json())
+    kept = make_spec(workloads=["dflash-train", {**SCOPE, "give_back": False}, TORCHRUN])
+    assert read_pending(text, HELD).before.workloads_to_give_back == {"trainer": Held(scopes=("docker-ab.scope",))}
+    assert read_pending(text, kept).before.workloads_to_give_back == {}
+    assert read_pending(text, kept).before.workloads_not_given_back == ["trainer"]
+
+
+@pytest.mark.parametrize("name, record, needle", [
+    ("dflash-train.service", {"scopes": ["x.scope"]}, "holds dflash-train.service as a scope workload; group_data "
+                                                      "declares a service"),
+    ("trainer", {"enabled": "enabled", "active": "active"}, "holds trainer as a service; group_data declares a "
+                                                            "scope workload"),
+    ("torchrun", {"scopes": ["x.scope"]}, "holds torchrun as a scope workload; group_data declares a process workload"),
+])
+def test_a_record_holding_a_workload_as_another_kind_is_refused(name, record, needle):
+    data = plan_for(held_facts(), HELD).record.to_json()
+    data["before"]["workloads"][name] = record
+    with pytest.raises(ValueError, match=needle):
+        read_pending(json.dumps(data), HELD)
+
+
+@pytest.mark.parametrize("record", [
+    {"scopes": []}, {"scopes": ["-H.scope"]}, {"scopes": ["x.service"]}, {"scopes": ["a" * 250 + ".scope"]},
+    {"scopes": ["x.scope"] * 1025}, {"processes": []}, {"processes": [{"pid": 0, "start": 1, "command_line": ""}]},
+    {"processes": [{"pid": 1, "start": -1, "command_line": ""}]},
+    {"processes": [{"pid": 1, "start": 1, "command_line": "x" * 8193}]},
+    {"processes": [{"pid": "1", "start": 1, "command_line": ""}]}, {"scopes": ["x.scope"], "processes": []},
+])
+def test_a_record_of_scopes_or_processes_of_other_types_is_refused(record):
+    data = plan_for(held_facts(), HELD).record.to_json()
+    data["before"]["workloads"]["trainer"] = record
+    with pytest.raises(ValueError, match="unreadable pending-rollout record|holds trainer as"):
+        read_pending(json.dumps(data), HELD)
+
+
+def test_a_version_1_record_holds_services_only():
+    data = plan_for(held_facts(gpu_process(10, "docker-ab.scope")), HELD).record.to_json()
+    with pytest.raises(ValueError, match="holds trainer as a scope workload"):
+        read_pending(json.dumps({**data, "version": 1}), HELD)
+
+
 def test_the_before_state_is_the_host_as_preflight_read_it():
     facts = with_unit(converged(), "dflash-train.service", active_state="active", unit_file_state="enabled")
     p = plan_for(facts, spec=CHANGED)
@@ -294,7 +400,12 @@ def test_a_taken_over_rollout_without_a_backup_backs_up_while_the_files_are_stil
 def test_the_pending_record_round_trips_through_json():
     it = interrupted(ROLLING_BACK)
     assert read_pending(json.dumps(it.to_json()), SPEC) == it
-    assert it.to_json()["version"] == 1 and it.rolling_back("x").reason == "x"
+    assert it.to_json()["version"] == 2 and it.rolling_back("x").reason == "x"
+
+
+def test_a_version_1_record_of_an_earlier_deploy_is_read():
+    data = interrupted(ROLLING_BACK).to_json()
+    assert read_pending(json.dumps({**data, "version": 1}), SPEC) == interrupted(ROLLING_BACK)
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"phase": "rolling-out"}', '{"before": 1, "phase": "x", "since": 1, '
@@ -319,7 +430,7 @@ UNIT_FILE = "/etc/systemd/system/sglang.service"
 
 
 @pytest.mark.parametrize("change", [
-    ("since", float("nan")), ("since", 1e20), ("since", "1700000000"), ("restart", 1), ("version", 2),
+    ("since", float("nan")), ("since", 1e20), ("since", "1700000000"), ("restart", 1), ("version", 3),
     ("phase", "rolling-sideways"), ("target", "t"), ("by", 5), ("reason", "x" * 5000),
     ("before", "backup", "../../etc"), ("before", "backup", 20261129), ("before", "files", UNIT_FILE, "nothex"),
     ("before", "service", "enabled", "enabled; rm -rf /"), ("before", "service", {"enabled": "enabled"}),

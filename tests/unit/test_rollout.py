@@ -1,4 +1,6 @@
-"""fleet.rollout's shell (begin, apply, restore, finish, backups, records) and fleet.report, no hosts.
+"""fleet.rollout's shell (begin, apply, restore, finish, backups, records, the workloads' stop and
+give-back) and fleet.report, no hosts; the workloads' tasks (tasks/workloads.py, HostSteps.give_back)
+over a scripted host.
 
 The commands are run for real with `sh` (pyinfra's shell; dash on Debian) and bash in a tmp
 dir: the command string built from the spec is taken as is, and only its absolute prefixes
@@ -10,11 +12,15 @@ need not run as root).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,6 +41,8 @@ from fleet.rollout import (
     deployed_spec_file,
     desired_files,
     finish_command,
+    give_back_command,
+    give_back_log,
     journal_command,
     managed_dirs,
     managed_paths,
@@ -47,11 +55,16 @@ from fleet.rollout import (
     spec_record,
     staged_path,
     state_dir,
+    stop_workloads_command,
     watched_files,
 )
+from fleet.parse import start_of_stat
+from fleet.plan import Before, FoundProcess, Held, UnitBefore
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
 from fleet.wire import frames
+from tasks import activate as tasks_activate
+from tasks import workloads as tasks_workloads
 
 KEY = "sk-Fleet0123456789abcdef"
 SHELLS = ["sh", "bash"]
@@ -481,6 +494,227 @@ def test_spec_record_names_where_secrets_come_from_never_their_values():
     data = json.loads(text)
     assert data["group"] == "pro6000"
     assert data["spec"]["service"]["api_key"] == {"env": "SGLANG_API_KEY_TEST", "file": None}
+
+
+# --- the workloads' stop and give-back ----------------------------------------------------
+
+STUCK = 'case "$1" in stop) [ "$3" != stuck.scope ];; is-active) [ "$4" = stuck.scope ];; *) true;; esac'
+
+
+def test_the_stop_disables_services_and_stops_scopes_each_with_its_verb(host):
+    host._stand_in("systemctl", f'echo "$*" >> {host.log}; {STUCK}')
+    host.run(stop_workloads_command(["dflash-train.service", "b.service"], ["docker-ab.scope", "gone.scope"]))
+    assert host.systemctl() == ["disable --now -- dflash-train.service b.service", "stop -- docker-ab.scope",
+                                "stop -- gone.scope"]
+    # a scope that would not stop fails the command; the others are stopped all the same
+    r = host.run(stop_workloads_command([], ["stuck.scope", "after.scope"]), check=False)
+    assert r.returncode != 0 and host.systemctl()[-3:] == ["stop -- stuck.scope", "is-active --quiet -- stuck.scope",
+                                                           "stop -- after.scope"]
+
+
+def test_a_scope_that_ended_before_its_stop_is_stopped(host):
+    # systemctl stop of a scope gone meanwhile fails ("not loaded"); it is not active: fine
+    host._stand_in("systemctl", f'echo "$*" >> {host.log}; case "$1" in stop) exit 5;; *) exit 3;; esac')
+    host.run(stop_workloads_command([], ["gone.scope"]))
+
+
+def test_a_service_that_will_not_stop_fails_the_command(host):
+    host._stand_in("systemctl", "exit 1")
+    assert host.run(stop_workloads_command(["dflash-train.service"]), check=False).returncode != 0
+
+
+def _started(*argv: str) -> tuple[subprocess.Popen, int]:
+    """A real process and its start time, once it runs what it was given."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while "sleep" not in Path(f"/proc/{p.pid}/cmdline").read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return p, start_of_stat(Path(f"/proc/{p.pid}/stat").read_text())
+
+
+def test_processes_get_sigterm_then_sigkill_after_their_bound_and_a_reused_pid_is_left_alone(host):
+    polite, polite_start = _started("sleep", "30")
+    stubborn, stubborn_start = _started("sh", "-c", "trap '' TERM; sleep 30; :")
+    other, other_start = _started("sleep", "30")  # as if its pid had been another process's: a start of its own
+    try:
+        t = time.monotonic()
+        host.run(stop_workloads_command([], [], [(polite.pid, polite_start, 30), (stubborn.pid, stubborn_start, 1),
+                                                 (other.pid, other_start + 1, 1)]))
+        took = time.monotonic() - t
+        assert polite.wait(5) == -signal.SIGTERM and stubborn.wait(5) == -signal.SIGKILL
+        assert 1 <= took < 5, took  # the stubborn one had its second; the polite one's 30 s were not waited for
+        assert other.poll() is None
+    finally:
+        for p in (polite, stubborn, other):
+            p.kill()
+            p.wait()
+
+
+def test_a_process_gone_before_its_stop_is_stopped_at_once(host):
+    gone, start = _started("sleep", "30")
+    gone.kill()
+    gone.wait()
+    t = time.monotonic()
+    host.run(stop_workloads_command([], [], [(gone.pid, start, 30)]))
+    assert time.monotonic() - t < 5
+
+
+def give_back_spec(*argv: str) -> ClassSpec:
+    return ClassSpec.model_validate({
+        "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+        "service": {"model_path": "/root/models/Qwen3.6-27B", "served_model_name": "qwen3.6-27b"},
+        "readiness": {"workload_release_timeout_s": 2},
+        "workloads": ["dflash-train", {"name": "trainer", "scope": "docker-*.scope", "give_back": list(argv)}]})
+
+
+def test_the_give_back_enables_and_starts_services_and_runs_a_declared_command_quoted(host):
+    job = host.bin / "job"
+    job.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "[%s]" "$a"; done > {host.root}/args; '
+                   f'cat > {host.root}/stdin\necho its output\n')
+    job.chmod(0o755)
+    spec = give_back_spec(str(job), "start", "a b", "$HOME", "'")
+    host.path(state_dir(spec)).mkdir(parents=True)
+    host.run(give_back_command(spec, ["dflash-train.service"], ["dflash-train.service"], ["trainer"]))
+    assert host.systemctl() == ["enable --quiet -- dflash-train.service", "start -- dflash-train.service"]
+    assert (host.root / "args").read_text() == "[start][a b][$HOME][']" and (host.root / "stdin").read_text() == ""
+    log = host.path(give_back_log(spec, "trainer"))
+    assert log.read_text() == "its output\n" and stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert give_back_command(spec, [], []) == "true"
+
+
+def test_a_give_back_command_that_fails_says_so_with_its_output(host):
+    spec = give_back_spec("/bin/sh", "-c", "echo no such container >&2; exit 3")
+    host.path(state_dir(spec)).mkdir(parents=True)
+    r = host.run(give_back_command(spec, [], [], ["trainer"]), check=False)
+    assert r.returncode != 0 and r.stdout == "the give-back command of trainer exited 3: no such container\n"
+
+
+def test_a_give_back_command_is_bounded_and_a_child_it_leaves_holds_nothing_up(host):
+    spec = give_back_spec("/bin/sh", "-c", "sleep 30 & echo started")  # a job that forks and returns
+    host.path(state_dir(spec)).mkdir(parents=True)
+    t = time.monotonic()
+    host.run(give_back_command(spec, [], [], ["trainer"]))
+    assert time.monotonic() - t < 5
+    hung = give_back_spec("/bin/sleep", "30")  # killed after readiness.workload_release_timeout_s (2 s)
+    r = host.run(give_back_command(hung, [], [], ["trainer"]), check=False)
+    assert r.returncode != 0 and "exited 124" in r.stdout and time.monotonic() - t < 15
+
+
+# ... as the tasks run them: the stop's verbs from the plan, the waits on nvidia-smi (a scripted host)
+
+TASK_SPEC = ClassSpec.model_validate({
+    "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+    "service": {"model_path": "/root/models/Qwen3.6-27B", "served_model_name": "qwen3.6-27b"},
+    "readiness": {"workload_release_timeout_s": 3},
+    "workloads": ["dflash-train", {"name": "trainer", "scope": "docker-*.scope", "give_back": ["/usr/bin/docker",
+                                                                                              "start", "trainer"]},
+                  {"name": "torchrun", "command_line": "*torchrun*", "kill_after_s": 5, "give_back": False}]})
+
+
+def smi_answer(*rows: tuple[int, str, str]) -> str:
+    """nvidia-smi's process list and the cgroup and cmdline records of (pid, cgroup path, command line)."""
+    text = "\n".join(f"{pid}, python, 1024, GPU-0" for pid, _, _ in rows)
+    records = [f"@@nvidia-smi=0\n{base64.b64encode(text.encode()).decode()}"]
+    for pid, cgroup, command_line in rows:
+        for key, content in (("cgroup", f"0::{cgroup}\n"), ("cmdline", command_line.replace(" ", "\0"))):
+            records.append(f"@@{key}={pid}\n{base64.b64encode(content.encode()).decode()}")
+    return "\n".join(records) + "\n"
+
+
+class ScriptedHost:
+    """A host whose GPU process lists are scripted, one a read (the last one again when they run out);
+    every other command succeeds. The clock moves 1 s a sleep."""
+
+    name = "h1"
+
+    def __init__(self, *lists: str):
+        self.lists, self.commands, self.now = list(lists), [], 0.0
+
+    def run(self, host, command: str, timeout=None) -> tuple[bool, str]:
+        if "--query-compute-apps" in command:
+            return True, self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        self.commands.append(command)
+        return True, ""
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def log(self, message: str) -> None:
+        pass
+
+    def log_styled(self, message: str, **style) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    def make(*lists: str) -> ScriptedHost:
+        host = ScriptedHost(*lists)
+        for module in (tasks_workloads, tasks_activate):
+            monkeypatch.setattr(module, "run", host.run)
+        monkeypatch.setattr(tasks_workloads, "time", host)
+        monkeypatch.setattr(tasks_activate, "time", host)
+        return host
+    return make
+
+
+FOUND = {"trainer": Held(scopes=("docker-ab.scope",)),
+         "torchrun": Held(processes=(FoundProcess(20, 7, "torchrun a"),), given_back=False)}
+STOPPING = SimpleNamespace(spec=TASK_SPEC, plan=SimpleNamespace(
+    stop_workloads=("dflash-train.service", "trainer", "torchrun"), found=FOUND))
+
+
+def test_the_stop_acts_on_what_the_plan_found_and_waits_until_no_workload_holds_a_gpu(scripted):
+    host = scripted(smi_answer((10, "/system.slice/docker-ab.scope", "python train.py")),
+                    smi_answer((20, "/user.slice/user-0.slice/session-1.scope", "torchrun a")), smi_answer())
+    assert tasks_workloads.stop_and_wait(host, STOPPING) == []
+    assert host.commands == [stop_workloads_command(["dflash-train.service"], ["docker-ab.scope"], [(20, 7, 5)])]
+    assert host.now == 2  # two reads found a workload's process still there
+
+
+def test_a_workload_that_holds_its_gpu_past_the_release_timeout_is_named(scripted):
+    host = scripted(smi_answer((10, "/system.slice/docker-ab.scope", "python train.py")))
+    assert tasks_workloads.stop_and_wait(host, STOPPING) == [
+        "h1: workloads: expected trainer to release GPU memory within 3s, found pid 10 (in docker-ab.scope) still "
+        "holding 1024 MiB"]
+
+
+def test_what_else_holds_a_gpu_once_the_workloads_are_gone_fails_the_stop(scripted):
+    host = scripted(smi_answer((30, "/system.slice/batch.scope", "python x.py")))
+    (problem,) = tasks_workloads.stop_and_wait(host, STOPPING)
+    assert problem.startswith("h1: GPUs busy: expected GPUs free of processes outside sglang.service, found pid 30")
+
+
+def steps_giving_back(host: ScriptedHost) -> tasks_activate.HostSteps:
+    before = Before({}, None, UnitBefore("enabled", "active"), {"dflash-train.service": UnitBefore("enabled", "active"),
+                                                                **FOUND})
+    pf = SimpleNamespace(spec=TASK_SPEC, plan=SimpleNamespace(before=before))
+    return tasks_activate.HostSteps(host, SimpleNamespace(pf=pf))
+
+
+def test_the_give_back_starts_a_scope_workload_by_its_command_and_waits_until_it_holds_its_gpu(scripted):
+    trainer = (11, "/system.slice/docker-ab.scope", "python train.py")
+    service = (12, "/system.slice/dflash-train.service", "python dflash.py")
+    host = scripted(smi_answer(), smi_answer(service), smi_answer(service, trainer))
+    assert steps_giving_back(host).give_back(["dflash-train.service", "trainer"]) == []
+    assert host.commands == [give_back_command(TASK_SPEC, ["dflash-train.service"], ["dflash-train.service"],
+                                               ["trainer"])]
+    assert host.now == 1
+
+
+def test_a_scope_workload_that_holds_its_gpu_already_is_not_started_twice(scripted):
+    host = scripted(smi_answer((11, "/system.slice/docker-ab.scope", "python train.py")))
+    assert steps_giving_back(host).give_back(["trainer"]) == []
+    assert host.commands == [give_back_command(TASK_SPEC, [], [], [])]
+
+
+def test_a_workload_given_back_that_holds_no_gpu_is_reported(scripted):
+    host = scripted(smi_answer())
+    assert steps_giving_back(host).give_back(["trainer"]) == [
+        "trainer runs again but holds no GPU memory after 3s"]
 
 
 def test_journal_command():

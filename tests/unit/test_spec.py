@@ -33,6 +33,9 @@ from fleet.spec import (
     NAME_MAX,
     NoSpeculation,
     PROMPT_MAX,
+    ProcessWorkload,
+    ScopeWorkload,
+    glob_matches,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -604,7 +607,9 @@ def test_service_unit_names_systemd_takes(unit):
 
 
 @pytest.mark.parametrize("workload, needle", [
-    ("backup.timer", "a .service unit; found a .timer: only services are stopped and started again"),
+    ("backup.timer", "a .service unit; found a .timer: a name here is a service's (a scope is a table"),
+    ("docker-ab.scope", "found a .scope: a name here is a service's (a scope is a table with name, scope and "
+                        "give_back)"),
     ("data.mount", "found a .mount"),
     ("-H", "not starting with - or ."),
     ("..", "not starting with - or ."),
@@ -620,7 +625,103 @@ def test_workloads_systemd_would_not_take(workload, needle):
 
 def test_a_workload_listed_twice_is_refused():
     p = one_problem(data(workloads=["train", "train.service"]))
-    assert p == f"{SRC}: workloads = ['train', 'train.service']: each unit once; found train.service more than once"
+    assert p == f"{SRC}: workloads = ['train', 'train.service']: each workload once; found train.service more than once"
+
+
+# --- workloads that are not services: scopes and processes ------------------------------------
+
+SCOPE = {"name": "trainer", "scope": "docker-*.scope", "give_back": ["/usr/bin/docker", "start", "trainer"]}
+PROCESS = {"name": "torchrun", "command_line": "*torchrun*train.py*", "give_back": False}
+
+
+def test_a_workload_is_a_service_a_scope_or_processes():
+    spec = validate_class(SRC, data(workloads=["dflash-train", SCOPE, PROCESS,
+                                               {"name": "smi", "process_name": "/usr/bin/python3", "give_back": False,
+                                                "kill_after_s": 5}]))
+    scope, process, by_name = spec.held_workloads
+    assert spec.workloads[0] == "dflash-train.service" and spec.service_workloads == ["dflash-train.service"]
+    assert (scope.name, scope.scope, scope.give_back) == ("trainer", "docker-*.scope", tuple(SCOPE["give_back"]))
+    assert (process.name, process.command_line, process.process_name, process.kill_after_s, process.give_back) == (
+        "torchrun", "*torchrun*train.py*", None, 30, False)
+    assert (by_name.process_name, by_name.kill_after_s) == ("/usr/bin/python3", 5)
+    assert spec.watched_units == ["sglang.service", "dflash-train.service"]  # systemd knows the services only
+    assert spec.workload("trainer") is scope and spec.workload("dflash-train.service") == "dflash-train.service"
+    # what spec.json records is read back as the same spec (make rollback validates it again)
+    assert ClassSpec.model_validate(json.loads(spec.model_dump_json())) == spec == ClassSpec.model_validate(spec)
+
+
+def test_what_a_scope_or_process_workload_matches():
+    scope = validate_class(SRC, data(workloads=[SCOPE, PROCESS])).held_workloads
+    assert scope[0].matches("docker-0123abcd.scope", "python", None)
+    assert not scope[0].matches("docker-0123abcd.service", "python", None)  # a scope pattern names scopes only
+    assert not scope[0].matches("libpod-0123.scope", "python", None) and not scope[0].matches(None, "x", None)
+    assert scope[1].matches("session-3.scope", "python", "/usr/bin/python3 /usr/bin/torchrun train.py --lr 1")
+    assert not scope[1].matches("session-3.scope", "torchrun train.py", None)  # its command line unknown
+
+
+@pytest.mark.parametrize("pattern, text, matches", [
+    ("docker-*.scope", "docker-.scope", True), ("a?c", "abc", True), ("a?c", "ac", False), ("*", "", True),
+    ("*a*b", "xaybzb", True), ("*a*b", "xaybz", False), ("a[1]", "a[1]", True), ("a[1]", "a1", False),
+    ("a.c", "abc", False), ("a*", "a\nb", True), ("*x", "ab", False), ("ab", "abc", False), ("a**", "a", True),
+])
+def test_a_pattern_is_a_glob_of_star_and_question_mark_only(pattern, text, matches):
+    assert glob_matches(pattern, text) is matches
+
+
+def test_a_pattern_against_a_long_hostile_text_costs_at_most_pattern_times_text():
+    assert glob_matches("*a*a*a*a*a*a*a*a*b", "a" * 8192) is False  # a regex of .* would backtrack for ages
+
+
+@pytest.mark.parametrize("workload, where, needle", [
+    ({"name": "x"}, "workloads.0 = ", "expected a service's unit name (e.g. 'dflash-train'), or a table with `scope`"),
+    (5, "workloads.0 = 5", "expected a service's unit name"),
+    ({**SCOPE, "give_back": None}, "workloads.0.scope.give_back.command = None", "false (it is not given back) or "
+     "the command that starts it again, an argv list such as ['/usr/bin/docker', 'start', 'trainer']"),
+    ({k: v for k, v in SCOPE.items() if k != "give_back"}, "workloads.0.scope.give_back", "required, not given"),
+    ({**SCOPE, "give_back": True}, "workloads.0.scope.give_back.command = True", "false (it is not given back)"),
+    ({**SCOPE, "give_back": 0}, "workloads.0.scope.give_back.command = 0", "false (it is not given back)"),
+    ({**SCOPE, "give_back": "false"}, "workloads.0.scope.give_back.command = 'false'", "an argv list"),
+    ({**SCOPE, "give_back": []}, "workloads.0.scope.give_back.command = []", "at least 1 item"),
+    ({**SCOPE, "give_back": ["docker", "start"]}, "workloads.0.scope.give_back.command = ['docker', 'start']",
+     "its first element, the program, as an absolute path in normal form"),
+    ({**SCOPE, "give_back": ["/bin/x"] * 65}, "workloads.0.scope.give_back.command = ", "at most 64 items"),
+    ({**SCOPE, "give_back": ["/bin/x", "a\nb"]}, "workloads.0.scope.give_back.command.1 = 'a\\nb'",
+     "found a control character (U+000A)"),
+    ({**SCOPE, "name": "train er"}, "workloads.0.scope.name = 'train er'", "a name of ASCII letters, digits, - and _"),
+    ({**SCOPE, "name": "t.service"}, "workloads.0.scope.name = 't.service'", "a name of ASCII letters"),
+    ({**SCOPE, "name": "x" * 65}, "workloads.0.scope.name = ", "at most 64 characters"),
+    ({**SCOPE, "scope": "docker-*"}, "workloads.0.scope.scope = 'docker-*'", "a scope's unit name ending in .scope"),
+    ({**SCOPE, "scope": "-H*.scope"}, "workloads.0.scope.scope = '-H*.scope'", "not starting with - or ."),
+    ({**SCOPE, "scope": "docker *.scope"}, "workloads.0.scope.scope = ", "a scope's unit name"),
+    ({**SCOPE, "scope": "*.scope"}, "workloads.0.scope.scope = '*.scope'", "matches every scope, ssh logins' "
+     "session-N.scope too"),
+    ({**SCOPE, "scope": "?*.scope"}, "workloads.0.scope.scope = ", "matches every scope"),
+    ({**SCOPE, "scope": "x" * 250 + ".scope"}, "workloads.0.scope.scope = ", "at most 255 characters"),
+    ({**SCOPE, "kill_after_s": 5}, "workloads.0.scope.kill_after_s", "unknown key"),
+    ({**PROCESS, "process_name": "python"}, "workloads.0.process = ", "exactly one of process_name"),
+    ({"name": "x", "give_back": False, "command_line": None}, "workloads.0.process = ", "exactly one of"),
+    ({**PROCESS, "command_line": "*?*"}, "workloads.0.process.command_line = '*?*'", "matches every process"),
+    ({**PROCESS, "command_line": "a" * 1025}, "workloads.0.process.command_line = ", "at most 1024 characters"),
+    ({**PROCESS, "command_line": "a\tb"}, "workloads.0.process.command_line = ", "a control character"),
+    ({**PROCESS, "kill_after_s": 0}, "workloads.0.process.kill_after_s = 0", "greater than or equal to 1"),
+    ({**PROCESS, "kill_after_s": 601}, "workloads.0.process.kill_after_s = 601", "less than or equal to 600"),
+    ({**PROCESS, "kill_after_s": float("nan")}, "workloads.0.process.kill_after_s = nan", "finite number"),
+])
+def test_a_scope_or_process_workload_of_the_wrong_shape_is_refused_naming_the_field(workload, where, needle):
+    p = one_problem(data(workloads=[workload]))
+    assert p.startswith(f"{SRC}: {where}") and needle in p, p
+
+
+def test_every_workload_name_once_whatever_its_kind():
+    p = one_problem(data(workloads=[SCOPE, {**PROCESS, "name": "trainer"}]))
+    assert p.startswith(f"{SRC}: workloads = ") and p.endswith("each workload once; found trainer more than once")
+
+
+def test_the_workload_fields_hold_no_name_that_masks_a_secret():
+    from fleet.groupdata import may_hold_a_secret
+
+    names = set(ScopeWorkload.model_fields) | set(ProcessWorkload.model_fields)
+    assert not {n for n in names if may_hold_a_secret(n)}
 
 
 # --- text: no control characters, separators or lone surrogates anywhere a string goes -------
