@@ -127,11 +127,14 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
                            "so there is no earlier service to return to")
     else:
         out = Outcome("FAILED (service untouched)", [reason], left=f"{unit} as it was: this run did not restart it")
-    give_back = sorted(before.workloads_to_give_back) if workloads_stopped or plan.interrupted else []
+    may_have_stopped = workloads_stopped or plan.interrupted is not None
+    give_back = sorted(before.workloads_to_give_back) if may_have_stopped else []
     if give_back:
         problems = steps.give_back(give_back)
         out.left += f"; {', '.join(give_back)} given back" + (f" ({'; '.join(problems)})" if problems else "")
         out.reasons += problems
+    if may_have_stopped:  # group_data says how each is given back, or that it is not
+        out.left += "".join(f"; {w} was not restarted (declared so)" for w in before.workloads_not_given_back)
     out.next = _next(out, unit)
     out.ready = ready
     steps.finish({**record, "result": "rolled-back" if out.verdict == "FAILED (rolled back)" else "failed",

@@ -65,6 +65,8 @@ def test_a_crash_stops_the_declared_jobs_in_the_hosts_turn_and_gives_back_the_sc
     assert sh(lab, "held-1", TORCH_RUNNING) == ""  # declared not given back: no process of it at all
     record = records(lab, "held-1")[-1]
     assert record["result"] == "rolled-back" and "trainer given back" in record["left"], record
+    assert "torch was not restarted (declared so)" in record["left"] and \
+        "torch was not restarted (declared so)" in run.out.rsplit("SGLang fleet rollout summary", 1)[-1]
     # an undeclared scope: refused as GPUs busy, naming it; nothing of the host changed
     assert "REFUSED" in summary_row(run.out, "held-2"), run.out
     assert "held-2: GPUs busy: expected GPUs free of processes outside sglang.service and trainer (scopes " \

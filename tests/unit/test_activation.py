@@ -231,3 +231,15 @@ def test_nothing_to_give_back_asks_nothing():
     activate(make_plan(before=replace(NOTHING, workloads={"w.service": UnitBefore("disabled", "inactive")})), steps,
              UNIT, RECORD)
     assert "give_back" not in steps.names
+
+
+def test_a_workload_declared_not_given_back_is_said_so_not_restarted():
+    from fleet.plan import FoundProcess, Held
+
+    torch = Held(processes=(FoundProcess(77, 123, "torchrun train.py"),), given_back=False)
+    before = replace(SERVING, workloads={**TRAIN, "torch": torch})
+    steps = Steps(ready=(CRASHED, READY))
+    out = activate(make_plan(before=before), steps, UNIT, RECORD)
+    assert ("give_back", ["dflash-train.service"]) in steps.calls  # only what group_data says how to start
+    assert out.left.endswith("dflash-train.service given back; torch was not restarted (declared so)")
+    assert steps.records[-1]["left"] == out.left

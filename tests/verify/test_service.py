@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from facts.gpu import GpuInventory
+from facts.gpu import GpuInventory, GpuProcesses
 from facts.systemd import SystemdVersion
 from fleet import guards
 from fleet.gate import CURL, auth_option, url
 from fleet.lock import lock_file
-from fleet.parse import parse_gpu_inventory, parse_systemd_version
+from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
+from fleet.plan import workload_of
 from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv
 from fleet.rollout import OWNER, desired_files, pending_file
 from fleet.secrets import unread
@@ -86,8 +87,14 @@ def test_no_secret_in_the_server_arguments(node, target):
 
 
 def test_declared_workloads_stopped(node, target):
-    for unit in target.spec.workloads:
+    spec = target.spec
+    for unit in spec.service_workloads:
         assert not node.service(unit).is_running, f"workload {unit} is still running"
+    if spec.held_workloads:  # scopes and processes: by the GPU processes that are theirs
+        processes = parse_gpu_processes(node.run(GpuProcesses().command(spec.readiness.command_timeout_s)).stdout)
+        held = [f"{workload_of(spec, p)} (pid {p.pid}, {p.used_memory_mib} MiB)" for p in processes.processes
+                if workload_of(spec, p) in {w.name for w in spec.held_workloads}]
+        assert not held, f"workloads still hold GPUs: {', '.join(held)}"
 
 
 def test_files_have_their_modes_and_owners(node, target):
