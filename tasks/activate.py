@@ -175,11 +175,16 @@ def _report(host, outcome: activation.Outcome) -> bool:
 def _activate(state, host, pf: Preflight) -> bool:
     begun = BEGUN[host.name]
     steps, unit, record = HostSteps(host, begun), pf.spec.service_unit, _record(pf)
-    outcome = _or_lost(host, begun, lambda: rolling.take_turn(  # given up in a gateway's drain, before `go`
-        host, pf, steps,
-        go=lambda: _or_lost(host, begun, lambda: activation.activate(pf.plan, steps, unit, record)),
-        leave=lambda reason: _or_lost(host, begun, lambda: activation.roll_back(
-            pf.plan, steps, unit, record, reason, started=False, workloads_stopped=False))))
+
+    def go() -> activation.Outcome:
+        return _or_lost(host, begun, lambda: activation.activate(pf.plan, steps, unit, record))
+
+    def leave(reason: str) -> activation.Outcome:
+        return _or_lost(host, begun, lambda: activation.roll_back(pf.plan, steps, unit, record, reason,
+                                                                  started=False, workloads_stopped=False))
+
+    # given up in its activation, in its leave, or behind a gateway in its drain before either
+    outcome = _or_lost(host, begun, lambda: rolling.take_turn(host, pf, steps, go=go, leave=leave))
     if outcome.ok and pf.rollback:
         outcome.left = (f"backups/{pf.rollback.stamp} serving; the host now differs from group_data: the next "
                         "make deploy brings it back to the declared spec (make dry shows the difference)")

@@ -19,7 +19,8 @@ from pyinfra.api import Config, Inventory, State
 from fleet import lock
 from fleet.bounds import Bound
 from fleet.spec import ClassSpec
-from tasks import common
+from fleet.report import RunReport
+from tasks import activate, common
 from tasks.common import LOST, HostLost, Lease, run
 from tasks.inventory import Keepalive
 
@@ -98,6 +99,26 @@ def test_a_connection_that_breaks_gives_the_host_up_naming_the_command(raises, f
     assert lost.value.why.startswith("gpu-1: the restart of sglang.service: expected an answer")
     assert lost.value.why.endswith(found)
     assert host.logged == [lost.value.why]
+
+
+def test_a_failed_operation_over_a_lost_link_rolls_nothing_back_and_reports_lost(monkeypatch):
+    """An upload that failed because the link went: no rollback tried over it; the row says LOST,
+    at what, and what the next run does."""
+    report = RunReport("test")
+    report._registered = True  # no summary printed at the end of the tests
+    monkeypatch.setattr(activate, "RUN", report)
+    host, ran = Broken(), []
+    host.run_shell_command = lambda *args, **kwargs: ran.append(args)
+    begun = common.Begun(pf=SimpleNamespace(spec=SPEC))
+    monkeypatch.setitem(common.BEGUN, host.name, begun)
+    activate.after_failure(host, begun, "'Upload the new files beside the live ones' failed")
+    row = report.hosts["gpu-1"]
+    assert row.verdict == "LOST" and ran == [] and host.name not in common.BEGUN
+    assert row.reasons[:2] == ["gpu-1: link lost: expected its connection up, found it closed",
+                               "gpu-1: given up at: 'Upload the new files beside the live ones' failed"]
+    assert row.reasons[-1] == ("next: once it answers again, make deploy (from any machine: the lock's lease runs "
+                               "out 12s after its last renewal) finishes this rollout or rolls it back to the state "
+                               "recorded before it")
 
 
 # --- the lease ---------------------------------------------------------------------------
