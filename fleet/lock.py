@@ -3,18 +3,29 @@ takes it atomically. Plain functions; the task files only run the commands.
 
 The lock is a file, /run/sglang-fleet/<unit>.lock, holding its owner as JSON. Besides who and
 since when, the owner names the SSH session its deploy runs in (the sshd process on the host
-and its start time): a controller that is killed or loses its link ends that session, so
-any later deploy, from any machine, sees at once that the lock is stale. A lock without
-that session (written by hand, or over a connector without sshd) goes stale by age.
+and its start time): a controller that is killed or exits ends that session, so any later
+deploy, from any machine, sees at once that the lock is stale. A lock without that session
+(written by hand, or over a connector without sshd) goes stale by age.
+
+A link that drops silently ends no session: sshd without ClientAliveInterval keeps it for hours.
+So the lock has a lease beside it, /run/sglang-fleet/<unit>.lease: the host time until which its
+deploy promises to renew it (readiness.link_timeout_s from each renewal). The deploy renews it
+every quarter of that while the host's rollout runs (tasks.common.Lease) and gives the host up
+after half of it without an answer; preflight reads the lease against the host's own clock in
+the same command, and a lease that ran out makes the lock stale whatever its session.
 
 Taking it is compare-and-replace under flock(1): the deploy says what it saw at preflight
 (no lock, or the stale owner it judged), and the lock is taken only if that is still there.
-Two operators who both judge a lock stale cannot both get it.
+Two operators who both judge a lock stale cannot both get it. Renewing and releasing it touch
+only one's own: the lock must name the SSH session of the command that renews or releases it,
+compared under the same flock, so a run whose lock was taken over never removes the new owner's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import shlex
 import socket
@@ -30,6 +41,11 @@ from fleet.wire import Unreadable, block, excerpt, load_json, mark, printable
 LOCK_ROOT = "/run/sglang-fleet"
 REFUSED_EXIT = 75  # the lock is not what preflight saw: another deploy got there first
 TAKEN_MARK, REFUSED_MARK = "@@lock=taken", "@@lock=refused"
+RENEWED_MARK, NOT_OURS_MARK = "@@lease=renewed", "@@lease=not-ours"
+FLOCK_WAIT_S = 30  # how long taking, renewing or releasing the lock waits for another of them
+# What the preflight snapshot prints as the session's start time when the lock's lease has run
+# out: no process starts at the boot's first clock tick, so no session's start time is "0".
+LEASE_RAN_OUT = "0"
 
 # The sshd process a command runs under (walking up from the shell) and its start time
 # (field 22 of /proc/PID/stat), so a reused pid is never mistaken for the session.
@@ -45,8 +61,26 @@ def lock_file(spec: ClassSpec) -> str:
     return f"{LOCK_ROOT}/{spec.service.unit}.lock"
 
 
+def lease_file(lock_path: str) -> str:
+    """The lease beside a lock: the host time (seconds since the epoch) until which it holds."""
+    return lock_path.removesuffix(".lock") + ".lease"
+
+
+def renew_every_s(spec: ClassSpec) -> float:
+    """How often a deploy renews the lease of a host whose rollout runs."""
+    return spec.readiness.link_timeout_s / 4
+
+
+def lost_after_s(spec: ClassSpec) -> float:
+    """How long without an answer to a renewal before the deploy gives the host up: half the lease,
+    so it stops well before the host's lease runs out and another deploy may take the lock."""
+    return spec.readiness.link_timeout_s / 2
+
+
+@functools.cache
 def owner() -> dict:
-    """Who this deploy is, as written into the host's lock (the host adds the session)."""
+    """Who this deploy is, as written into the host's lock (the host adds the session): one answer
+    for the whole run, since when it first asked."""
     return {
         "holder": f"{os.environ.get('USER', 'root')}@{socket.gethostname()}",
         "pid": os.getpid(),
@@ -111,6 +145,9 @@ def judge(facts: LockFacts, path: str, now: float, stale_after_s: float) -> Lock
             f"if no deploy is running on this host, clear it with: rm -rf {path}",
         )
     session, session_start, held = o.session, o.session_start, describe(facts.text)
+    if facts.session_start_now == LEASE_RAN_OUT:
+        return LockState("stale", f"stale deploy lock {held}: its lease ran out (not renewed within "
+                                  "readiness.link_timeout_s by the host's clock: its deploy lost the link or was killed)")
     if session is not None:
         if facts.session_start_now and facts.session_start_now == str(session_start):
             return LockState("held", f"another deploy is running: lock {held} (its SSH session, sshd pid {session}, is alive)")
@@ -134,25 +171,55 @@ def take_command(spec: ClassSpec, who: dict, expected: LockFacts) -> str:
     seen = ("present:" + expected.text.strip()) if expected.present else "absent"
     fields = ", ".join(f'"{k}": %s' for k in ("holder", "pid", "since", "session", "session_start"))
     return (
-        f"mkdir -p {LOCK_ROOT} && ( flock -w 30 9 || exit {REFUSED_EXIT}; "
+        f"mkdir -p {LOCK_ROOT} && ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; "
         f"if [ -e {path} ]; then now=\"present:$(cat {path} 2>/dev/null)\"; else now=absent; fi; "
         f"if [ \"$now\" != {shlex.quote(seen)} ]; then {block('lock', f'cat {path}', 'refused')}; exit {REFUSED_EXIT}; fi; "
         f"{_SESSION}; "
         f"printf '{{{fields}}}\\n' {shlex.quote(json.dumps(who['holder']))} {int(who['pid'])} {int(who['since'])} "
-        f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} "
+        f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} && {_lease(spec)} "
         f") 9<{LOCK_ROOT} || exit $?; echo {TAKEN_MARK}"
     )
 
 
+def _lease(spec: ClassSpec) -> str:
+    """Shell writing the lease: now, by the host's clock, plus readiness.link_timeout_s."""
+    lease = shlex.quote(lease_file(lock_file(spec)))
+    return (f"printf '%s\\n' $(( $(date +%s) + {math.ceil(spec.readiness.link_timeout_s)} )) > {lease}.new "
+            f"&& mv -f {lease}.new {lease}")
+
+
+def _if_ours(spec: ClassSpec, then: str, otherwise: str) -> str:
+    """Under the lock's flock: `then` if the lock names the SSH session this command runs in (the
+    one whose deploy took it), else `otherwise`; fails with REFUSED_EXIT if the flock is not had.
+    (Over a connector without sshd every lock's session is null: there, any such lock is one's own.)"""
+    path = shlex.quote(lock_file(spec))
+    ours = '*"\\"session\\": $session, \\"session_start\\": $session_start}"*'
+    return (f"if [ -d {LOCK_ROOT} ]; then ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; {_SESSION}; "
+            f"case \"$(cat {path} 2>/dev/null)\" in {ours}) {then};; *) {otherwise};; esac ) 9<{LOCK_ROOT}; "
+            f"else {otherwise}; fi")
+
+
+def renew_command(spec: ClassSpec) -> str:
+    """Renew the lease of this run's lock: prints RENEWED_MARK, or NOT_OURS_MARK where the lock is
+    gone or another deploy's (taken over: this run must not touch the host any more)."""
+    return _if_ours(spec, f"{_lease(spec)} && echo {RENEWED_MARK}", f"echo {NOT_OURS_MARK}")
+
+
 def release_command(spec: ClassSpec) -> str:
-    return f"rm -f {shlex.quote(lock_file(spec))}"
+    """Remove the lock and its lease if they are this run's; another deploy's stay."""
+    path = lock_file(spec)
+    return _if_ours(spec, f"rm -f {shlex.quote(path)} {shlex.quote(lease_file(path))}", "true")
 
 
 def facts_command(lock_path: str) -> str:
     """For the preflight snapshot: `@@lock=present` (its text) or `@@lock=absent`, then
-    `@@lock-session`: the start time of whatever process has the recorded session pid now."""
-    path = shlex.quote(lock_path)
-    start = (f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} | head -n 1); "
-             "[ -n \"$sp\" ] && sed 's/.*) //' /proc/$sp/stat | cut -d' ' -f20")
+    `@@lock-session`: the start time of whatever process has the recorded session pid now, or
+    LEASE_RAN_OUT where the lock's lease is past by the host's clock (a lease that is not a
+    plain number is none: the session alone judges)."""
+    path, lease = shlex.quote(lock_path), shlex.quote(lease_file(lock_path))
+    start = (f"expires=$(sed -n '1{{/^[0-9]\\{{1,18\\}}$/p;}}' {lease} 2>/dev/null); "
+             f"if [ -n \"$expires\" ] && [ \"$(date +%s)\" -gt \"$expires\" ]; then echo {LEASE_RAN_OUT}; else "
+             f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} | head -n 1); "
+             "[ -n \"$sp\" ] && sed 's/.*) //' /proc/$sp/stat | cut -d' ' -f20; fi")
     return (f"if [ -e {path} ]; then {block('lock', f'cat {path}', 'present')}; {block('lock-session', start)}; "
             f"else {mark('lock', 'absent')}; fi")

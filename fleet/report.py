@@ -79,7 +79,7 @@ class RunReport:
         for name in self.failed_hosts():
             # An operation pyinfra ran failed on its own (an upload, a systemctl): say so here too.
             r = self.hosts.get(name)
-            if r is not None and r.verdict not in ("REFUSED", "UNREACHABLE") and not r.verdict.startswith(("FAILED", "NOT ROLLED")):
+            if r is not None and r.verdict not in ("REFUSED", "UNREACHABLE", "LOST") and not r.verdict.startswith(("FAILED", "NOT ROLLED")):
                 r.verdict = "FAILED"
                 r.reasons.append(f"{name}: an operation failed: see its error above")
         if self.hosts:

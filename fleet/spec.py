@@ -639,6 +639,17 @@ class Readiness(Strict):
         "import) may run, 1..600 s: a GPU fallen off the bus makes nvidia-smi hang for good. Past it the host is "
         "refused, naming the command; the other hosts go on.",
     )
+    link_timeout_s: float = Field(
+        60, ge=4, le=3600, description="How long a host may answer nothing (a link that drops silently: a "
+        "switch, a VPN) before the rollout gives it up, 4..3600 s. While its rollout runs the deploy renews its "
+        "lock's lease every quarter of this and gives the host up after half of it without an answer: its row "
+        "says LOST, nothing more runs on it (no rollback over a dead link), it keeps its pending-rollout record, "
+        "and its class stops as after any failure. A lease not renewed for this long (by the host's clock) is "
+        "stale: the next run, from any machine, takes the lock over and finishes or rolls back that rollout. SSH "
+        "keepalives go every quarter of it, and the controller's kernel drops a connection whose data stays "
+        "unacknowledged this long (Linux), for make status and make verify too (a host of no class, the "
+        "gateway: this default).",
+    )
 
 
 class Smoke(Strict):

@@ -3,6 +3,7 @@ network namespace on a private bridge, described by a TOML lab file.
 
     .venv/bin/python -m lab.lab up [--lab lab/default.toml]
     .venv/bin/python -m lab.lab status
+    .venv/bin/python -m lab.lab link HOST down|up     # a link that drops silently, and its return
     .venv/bin/python -m lab.lab down
 
 State lives in .lab/ (git-ignored): the lab file used (lab.toml + state.json), one dir a
@@ -695,6 +696,22 @@ def _down_locked(st: dict[str, Any]) -> None:
     log(f"lab {lab_name!r} down ({len(hosts)} hosts) in {time.monotonic() - t0:.1f} s")
 
 
+# --- a host's link -------------------------------------------------------------------------
+
+def link(name: str, up: bool) -> None:
+    """Drop a host's link (or bring it back) inside its own network namespace: its eth0 down. Nothing
+    answers, and nothing refuses either (no reset, no ICMP): a link that drops silently, a switch or
+    a VPN. Its sshd and whatever it runs go on; the connections come back with the link if their
+    ends have not given up."""
+    st = _read_state()
+    if not st:
+        raise LabError("no lab is up")
+    host = next((h for h in st["hosts"] if h["name"] == name), None)
+    if host is None:
+        raise LabError(f"no host {name!r} in lab {st['lab_name']!r} (hosts: {', '.join(h['name'] for h in st['hosts'])})")
+    run("ip", "-n", host["netns"], "link", "set", "eth0", "up" if up else "down")
+
+
 # --- status -------------------------------------------------------------------------------
 
 def status(check_ssh: bool = True) -> list[dict[str, Any]]:
@@ -741,8 +758,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="hosts, addresses, groups, running, ssh")
     p_check = sub.add_parser("check", help="validate a lab file only")
     p_check.add_argument("--lab", type=Path, default=DEFAULT_LAB)
+    p_link = sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)")
+    p_link.add_argument("host")
+    p_link.add_argument("state", choices=("down", "up"))
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
     holder = _session_holder() if args.cmd in ("up", "down") else None
@@ -759,6 +779,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "check":
             lab = load_lab(args.lab)
             print(f"{args.lab}: ok ({len(lab.hosts)} hosts)")
+            return 0
+        if args.cmd == "link":
+            link(args.host, args.state == "up")
+            print(f"{args.host}: link {args.state}")
             return 0
         return _print_status()
     except LabFileError as e:

@@ -19,7 +19,7 @@ from pyinfra_cli.inventory import make_inventory
 from fleet.gateway import Gateway
 from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
 from fleet.spec import ClassSpec
-from tasks.inventory import UnreachableInSummary
+from tasks.inventory import Keepalive, UnreachableInSummary
 
 GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in
 
@@ -33,9 +33,13 @@ class Fleet:
         inv = make_inventory(inventory, cwd=self.state.cwd)
         ctx_inventory.set(inv)
         self.state.init(inv, Config())
-        # the inventory's footer arms the rollout summary for unreachable hosts: no rollout here
+        # the inventory's footer arms the rollout summary for unreachable hosts: no rollout here;
+        # its keepalive stays, and an inventory without the footer gets one: a lost link must not
+        # hang make status or make verify
         self.state.callback_handlers = [h for h in self.state.callback_handlers
                                         if not isinstance(h, UnreachableInSummary)]
+        if not any(isinstance(h, Keepalive) for h in self.state.callback_handlers):
+            self.state.add_callback_handler(Keepalive())
         self.hosts = [h for h in self.state.inventory if not limit or h.name in limit]
         unknown = sorted(set(limit or []) - {h.name for h in self.hosts})
         if unknown:

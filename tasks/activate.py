@@ -11,13 +11,13 @@ import time
 from pyinfra import host
 from pyinfra.operations import python
 
-from fleet import activation, gate, lock, rollout
+from fleet import activation, bounds, gate, lock, rollout
 from fleet.history import new_record
 from fleet.plan import RUNNING_STATES, workload_of
 from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
-from tasks.common import BEGUN, Begun, repo_state, run
+from tasks.common import BEGUN, LOST, Begun, HostLost, connected, give_up, repo_state, run
 from tasks.preflight import Preflight
 
 def service(pf: Preflight) -> None:
@@ -35,7 +35,8 @@ def wait_ready(host, spec: ClassSpec, first: str | None = None) -> gate.Verdict:
     first: an observation already made (the restart command prints one)."""
     r = spec.readiness
     started = time.monotonic()
-    out = first if first is not None else run(host, gate.observe_command(spec))[1]
+    out = first if first is not None else run(host, gate.observe_command(spec), bounds.reading(
+        spec, f"the observation of {spec.service_unit}"))[1]
     start = gate.parse_observation(out)
     while True:
         now = gate.parse_observation(out)
@@ -46,7 +47,7 @@ def wait_ready(host, spec: ClassSpec, first: str | None = None) -> gate.Verdict:
         if elapsed >= r.progress_every_s:
             host.log(f"waiting for /health: {elapsed:.0f}s of {r.load_timeout_s:g}s, {now.describe()}")
         budget = min(r.progress_every_s, max(0.0, r.load_timeout_s - elapsed))
-        out = run(host, gate.wait_command(spec, gate.observation_text(out), budget), timeout=budget + 30)[1]
+        out = run(host, gate.wait_command(spec, gate.observation_text(out), budget), bounds.waiting(spec, budget))[1]
 
 
 class HostSteps:
@@ -76,7 +77,8 @@ class HostSteps:
             action = "restart" if p.restart else "check"
             self.log(f"{action} {self.spec.service_unit}: waiting for /health (not 'active', not /v1/models)")
         self.begun.applied = True  # from here a failure may have started the new service
-        ok, out = run(self.host, f"{command}; {gate.observe_command(self.spec)}")
+        what = "putting the files live" + (f" and restarting {self.spec.service_unit}" if p.restart else "")
+        ok, out = run(self.host, f"{command}; {gate.observe_command(self.spec)}", bounds.stopping(self.spec, what))
         self.first = out if ok else None
         return ok, out.strip()
 
@@ -85,11 +87,11 @@ class HostSteps:
         return wait_ready(self.host, self.spec, first)
 
     def smoke(self) -> gate.SmokeResult:
-        _, out = run(self.host, gate.smoke_command(self.spec), timeout=self.spec.smoke.timeout_s + 15)
+        _, out = run(self.host, gate.smoke_command(self.spec), bounds.smoke(self.spec))
         return gate.parse_smoke(out)
 
     def show_journal(self) -> None:
-        _, out = run(self.host, rollout.journal_command(self.spec))
+        _, out = run(self.host, rollout.journal_command(self.spec), bounds.reading(self.spec, "the journal"))
         self.host.log_styled(f"last journal lines of {self.spec.service_unit}:", fg="yellow")
         for line in self.pf.secrets.redact(out).splitlines():
             self.host.log(f"  | {line}")
@@ -98,7 +100,7 @@ class HostSteps:
         p = self.pf.plan
         ok, out = run(self.host, rollout.restore_command(
             self.spec, p.before.files, p.before.backup, stop, p.before.service.enabled,
-            p.record.rolling_back(reason).to_json()))
+            p.record.rolling_back(reason).to_json()), bounds.stopping(self.spec, "the rollback's restore of the files"))
         restored = out.rsplit(rollout.RESTORED, 1)[-1].split() if ok else []
         if restored:
             self.log(f"restored {', '.join(restored)}" + (f" from backups/{p.before.backup}" if p.before.backup else ""),
@@ -106,14 +108,16 @@ class HostSteps:
         return ok, any(path in rollout.service_files(self.spec) for path in restored), out.strip()
 
     def restart(self) -> bool:
-        ok, out = run(self.host, f"{rollout.restart_command(self.spec)}; {gate.observe_command(self.spec)}")
+        ok, out = run(self.host, f"{rollout.restart_command(self.spec)}; {gate.observe_command(self.spec)}",
+                      bounds.stopping(self.spec, f"the restart of the previous {self.spec.service_unit}"))
         self.first = out if ok else None
         if not ok:
             self.log(f"systemctl could not start {self.spec.service_unit}: {out.strip()}", "red")
         return ok
 
     def stop_and_disable(self) -> None:
-        run(self.host, rollout.stop_and_disable_command(self.spec))
+        run(self.host, rollout.stop_and_disable_command(self.spec),
+            bounds.stopping(self.spec, f"the stop of {self.spec.service_unit}"))
 
     def give_back(self, names: list[str]) -> list[str]:
         """Enable and start the service workloads as they were, start the scope and process ones by their
@@ -126,7 +130,8 @@ class HostSteps:
         holding = {workload_of(spec, p) for p in workloads.gpu_processes(self.host, spec).processes} if held else set()
         start = [w for w in services if before[w].active in RUNNING_STATES]
         enabled = [w for w in services if before[w].enabled == "enabled"]
-        ok, out = run(self.host, rollout.give_back_command(spec, enabled, start, [w for w in held if w not in holding]))
+        ok, out = run(self.host, rollout.give_back_command(spec, enabled, start, [w for w in held if w not in holding]),
+                      bounds.workloads(spec, f"the start of {', '.join(names)} again"))
         if not ok:
             return [f"could not start {', '.join(names)} again: {out.strip()}"]
         running = start + held
@@ -144,7 +149,8 @@ class HostSteps:
         return []
 
     def finish(self, record: dict) -> None:
-        run(self.host, rollout.finish_command(self.spec, record))
+        self.begun.end()  # no renewal after its release: it would find the lock gone
+        run(self.host, rollout.finish_command(self.spec, record), bounds.finish(self.spec))
         BEGUN.pop(self.host.name, None)
 
 
@@ -170,28 +176,61 @@ def _report(host, outcome: activation.Outcome) -> bool:
 
 
 def _activate(state, host, pf: Preflight) -> bool:
-    steps, unit, record = HostSteps(host, BEGUN[host.name]), pf.spec.service_unit, _record(pf)
-    outcome = rolling.take_turn(
-        host, pf, steps,
-        go=lambda: activation.activate(pf.plan, steps, unit, record),
-        leave=lambda reason: activation.roll_back(pf.plan, steps, unit, record, reason, started=False,
-                                                  workloads_stopped=False))
+    begun = BEGUN[host.name]
+    steps, unit, record = HostSteps(host, begun), pf.spec.service_unit, _record(pf)
+
+    def go() -> activation.Outcome:
+        return _or_lost(host, begun, lambda: activation.activate(pf.plan, steps, unit, record))
+
+    def leave(reason: str) -> activation.Outcome:
+        return _or_lost(host, begun, lambda: activation.roll_back(pf.plan, steps, unit, record, reason,
+                                                                  started=False, workloads_stopped=False))
+
+    # given up in its activation, in its leave, or behind a gateway in its drain before either
+    outcome = _or_lost(host, begun, lambda: rolling.take_turn(host, pf, steps, go=go, leave=leave))
     if outcome.ok and pf.rollback:
         outcome.left = (f"backups/{pf.rollback.stamp} serving; the host now differs from group_data: the next "
                         "make deploy brings it back to the declared spec (make dry shows the difference)")
     return _report(host, outcome)
 
 
+def _or_lost(host, begun: Begun, work) -> activation.Outcome:
+    """work()'s outcome, or the host's as given up (HostLost) on the way."""
+    try:
+        return work()
+    except HostLost as e:
+        return lost(host, begun, e)
+
+
+def lost(host, begun: Begun, e: HostLost) -> activation.Outcome:
+    """The host given up mid-rollout: what it was doing, what it keeps, what the next run does."""
+    begun.end()
+    BEGUN.pop(host.name, None)
+    return activation.Outcome(
+        "LOST", [e.why, f"{host.name}: given up at: {e.doing}"],
+        left="its pending-rollout record and this run's lock, no longer renewed: nothing more was run on it "
+             "(no rollback over a lost link)",
+        next=f"once it answers again, make deploy (from any machine: the lock's lease runs out "
+             f"{begun.pf.spec.readiness.link_timeout_s:g}s after its last renewal) finishes this rollout or rolls "
+             "it back to the state recorded before it")
+
+
 def after_failure(host, begun: Begun, reason: str) -> None:
-    """A pyinfra operation failed after the rollout began: roll back, free the lock."""
+    """A pyinfra operation failed after the rollout began: roll back, free the lock; over a lost
+    link, nothing (the host's row says LOST)."""
     pf = begun.pf
+    if not connected(host):  # an upload over a link the kernel dropped, say
+        give_up(host, f"{host.name}: link lost: expected its connection up, found it closed")
+    if host.name in LOST:
+        _report(host, lost(host, begun, HostLost(LOST[host.name], reason)))
+        return
     try:
         steps = HostSteps(host, begun)
-        outcome = activation.roll_back(pf.plan, steps, pf.spec.service_unit, _record(pf), reason,
-                                       started=begun.applied and pf.plan.record.restart,
-                                       workloads_stopped=begun.workloads_stopped)
+        outcome = _or_lost(host, begun, lambda: activation.roll_back(
+            pf.plan, steps, pf.spec.service_unit, _record(pf), reason, started=begun.applied and pf.plan.record.restart,
+            workloads_stopped=begun.workloads_stopped))
         rolling.after_rollback(host, pf, steps, outcome)
-    except Exception as e:  # noqa: BLE001 - a lost connection, say: the next run finishes the job
+    except Exception as e:  # noqa: BLE001 - whatever it was: the next run finishes the job
         RUN.host(host.name).reasons.append(
             f"{host.name}: could not roll back ({e}); the host keeps its pending-rollout record: "
             "the next run finishes this rollout or rolls it back")

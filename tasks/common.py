@@ -1,16 +1,24 @@
-"""Small helpers shared by the task files (pyinfra-side only)."""
+"""Small helpers shared by the task files (pyinfra-side only): run a command within its bound,
+give a host up, keep a begun host's lock leased, fail a host, the hosts mid-rollout."""
 
 from __future__ import annotations
 
 import functools
+import math
 import subprocess
+import time
 from dataclasses import dataclass
+from typing import Callable
 
+import gevent
+from paramiko import SSHException
 from pyinfra.api import StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
-from fleet import wire
+from fleet import lock, wire
+from fleet.bounds import Bound
 from fleet.report import RUN
+from fleet.spec import ClassSpec
 
 
 @dataclass
@@ -18,8 +26,15 @@ class Begun:
     """A rollout that has begun on a host (lock taken, pending record written) and not ended."""
 
     pf: object  # tasks.preflight.Preflight
+    lease: Lease | None = None  # its lock's lease, renewed until the rollout ends
     applied: bool = False  # its files went live: the new service may have been started
     workloads_stopped: bool = False  # its workloads' stop was asked for: a rollback gives them back
+
+    def end(self) -> None:
+        """Its rollout ends (the record, the lock's release follow): no more renewals."""
+        if self.lease is not None:
+            self.lease.stop()
+            self.lease = None
 
 
 # host name -> its begun rollout: a failed operation rolls it back; an interrupt leaves it to the next run
@@ -46,17 +61,150 @@ def as_login(arguments: dict) -> dict:
     return {k: v for k, v in arguments.items() if k not in ESCALATIONS}
 
 
-def run(host, command: str, timeout: float | None = None) -> tuple[bool, str]:
+class HostLost(Exception):
+    """This run gave the host up (its link is lost, its lock is another deploy's now, or a command got
+    no answer within its bound): nothing more runs on it; it keeps its pending-rollout record."""
+
+    def __init__(self, why: str, doing: str):
+        super().__init__(why)
+        self.why = why
+        self.doing = doing  # the command it was given up at
+
+
+LOST: dict[str, str] = {}  # host name -> why this run gave it up
+# The lease's clock: on Linux one that counts a suspended laptop's sleep too (monotonic does not).
+CLOCK = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
+    else time.monotonic
+
+
+class _Unanswered(Exception):
+    """A command got no answer in time, or its connection broke."""
+
+
+def run(host, command: str, bound: Bound) -> tuple[bool, str]:
     """Run one shell command on the host at execution time, as pyinfra's operations would (sudo
     if the host's data says so): (ok, what it printed, stdout and stderr in order). The output
     crosses as base64 (fleet.wire.transported) and is read back printable: any byte a host sends
-    (a journal line, a server's reply) is text here, never an error of the reading."""
-    extra = {"_timeout": int(timeout)} if timeout else {}
-    ok, output = host.run_shell_command(StringCommand(wire.transported(command)),
-                                        **connector_arguments(host, **extra))
+    (a journal line, a server's reply) is text here, never an error of the reading.
+    bound (fleet.bounds): without an answer within it, or over a connection that broke, the host
+    is given up for this run and HostLost raised; so it is for a host given up before."""
+    begun = BEGUN.get(host.name)
+    if begun is not None and begun.lease is not None and not begun.lease.fresh():
+        begun.lease.lapsed()
+    if host.name in LOST:
+        raise HostLost(LOST[host.name], bound.what)
+    try:
+        ok, output = _call(host, command, bound.seconds)
+    except _Unanswered as e:
+        give_up(host, f"{host.name}: {bound.what}: expected an answer within {bound.seconds:g}s ({bound.basis}), "
+                      f"found {e}")
+        raise HostLost(LOST[host.name], bound.what) from None
+    if not ok and not connected(host):  # the connection closed under the command: no answer either
+        give_up(host, f"{host.name}: {bound.what}: expected an answer, found the connection closed (its link lost)")
+        raise HostLost(LOST[host.name], bound.what)
     said = wire.untransported(output.stdout)
     # what ran the command (sudo, the login shell) speaks on stderr, outside the transport
     return ok, said if ok or not output.stderr else f"{said}\n{wire.printable(output.stderr)}"
+
+
+def _call(host, command: str, seconds: float):
+    # pyinfra's _timeout bounds the reading of the output only (and kills its readers); opening the
+    # channel and the exit status are outside it: the outer timeout, a second later, bounds them.
+    try:
+        with gevent.Timeout(math.ceil(seconds) + 1, TimeoutError):
+            return host.run_shell_command(StringCommand(wire.transported(command)),
+                                          **connector_arguments(host, _timeout=math.ceil(seconds)))
+    except TimeoutError:
+        raise _Unanswered("none") from None
+    except (OSError, EOFError, SSHException) as e:  # the connection broke (or could not be opened)
+        raise _Unanswered(f"the connection broken ({type(e).__name__}: {wire.excerpt(str(e), 120)})") from None
+
+
+def connected(host) -> bool:
+    """The host's SSH connection is up (another connector: as far as can be told)."""
+    client = getattr(host.connector, "client", None)
+    if client is None:
+        return True
+    transport = client.get_transport()
+    return transport is not None and transport.is_active()
+
+
+def give_up(host, why: str, hang_up: bool = False) -> None:
+    """Nothing more runs on the host this run (run raises HostLost); said once. hang_up: close its
+    connection too, which ends at once whatever waits on it there (a link found lost)."""
+    if host.name in LOST:
+        return
+    LOST[host.name] = why
+    host.log_styled(why, fg="red")
+    client = getattr(host.connector, "client", None)
+    if hang_up and client is not None:
+        client.close()
+
+
+class Lease:
+    """A begun host's deploy lock, leased while its rollout runs: renewed every lock.renew_every_s
+    (fleet.lock.renew_command, by the host's clock). No renewal answered for lock.lost_after_s: its
+    link is lost, the host is given up and its connection closed (which ends the command its
+    rollout waits on); the lock gone or another deploy's: given up too. The clock and the sleep
+    are injected for tests; `renew(within)` answers lock.RENEWED_MARK, lock.NOT_OURS_MARK, or
+    what it got instead (None: nothing within `within` seconds)."""
+
+    def __init__(self, host, spec: ClassSpec, renew: Callable[[float], str | None] | None = None,
+                 now: Callable[[], float] = CLOCK, sleep: Callable[[float], None] = gevent.sleep):
+        self.host, self.spec, self.now, self.sleep = host, spec, now, sleep
+        self.renew = renew or self._renew
+        self.greenlet: gevent.Greenlet | None = None
+        self.answered = now()  # when the last renewal that was answered was sent (begin wrote the lease)
+
+    def start(self) -> Lease:
+        self.greenlet = gevent.spawn(self.keep)
+        return self
+
+    def stop(self) -> None:
+        if self.greenlet is not None:
+            self.greenlet.kill()
+
+    def fresh(self) -> bool:
+        """A renewal was answered within lock.lost_after_s: the lock is this run's still."""
+        return self.now() - self.answered < lock.lost_after_s(self.spec)
+
+    def lapsed(self) -> None:
+        """Given up: its lease has not been renewed in time (this controller was stopped or asleep:
+        another deploy may have taken the lock over since)."""
+        give_up(self.host, f"{self.host.name}: deploy lock: expected its lease renewed within "
+                           f"{lock.lost_after_s(self.spec):g}s (half of readiness.link_timeout_s), found it last "
+                           f"renewed {self.now() - self.answered:.0f}s ago (this controller was stopped or asleep): "
+                           "another deploy may hold the lock now", hang_up=True)
+
+    def keep(self) -> None:
+        every, lost_after = lock.renew_every_s(self.spec), lock.lost_after_s(self.spec)
+        last = ""
+        while self.host.name not in LOST:
+            self.sleep(every)
+            sent = self.now()
+            left = self.answered + lost_after - sent
+            said = self.renew(left) if left > 0 else None
+            if said == lock.RENEWED_MARK:
+                self.answered, last = sent, ""
+            elif said == lock.NOT_OURS_MARK:
+                give_up(self.host, f"{self.host.name}: deploy lock: expected this run's, found it gone or another "
+                                   "deploy's (taken over): nothing more runs on it", hang_up=True)
+            else:
+                last = said or last  # a renewal that failed on the host says why
+                if not self.fresh():
+                    give_up(self.host, f"{self.host.name}: link lost: expected an answer to its lock's lease renewal "
+                                       f"every {every:g}s, found none for {lost_after:g}s (half of "
+                                       f"readiness.link_timeout_s {self.spec.readiness.link_timeout_s:g})"
+                                       + (f"; its last answer: {wire.excerpt(last, 120)}" if last else ""),
+                            hang_up=True)
+
+    def _renew(self, within: float) -> str | None:
+        try:
+            _, out = _call(self.host, lock.renew_command(self.spec), within)
+        except _Unanswered:
+            return None
+        said = wire.untransported(out.stdout).split()
+        return next((m for m in (lock.RENEWED_MARK, lock.NOT_OURS_MARK) if m in said), " ".join(said))
 
 
 def fail(host, *reasons: str, verdict: str = "FAILED") -> bool:

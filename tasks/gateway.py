@@ -27,6 +27,7 @@ from pyinfra.operations import files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
 from facts.gateway import GatewayFacts
+from fleet import bounds
 from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
@@ -34,7 +35,7 @@ from fleet.report import RUN
 from fleet.rollout import sha1, staged_path, write_command
 from fleet.secrets import SecretError, read_key
 from tasks import rolling
-from tasks.common import fail, run
+from tasks.common import HostLost, fail, run
 from tasks.install import upload
 from tasks.preflight import contained, refused
 
@@ -166,7 +167,10 @@ def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
 def _wait_health(state, host, gw: Gateway) -> bool:
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     while True:
-        ok, out = run(host, health_command(gw))
+        try:
+            _, out = run(host, health_command(gw), bounds.gateway(f"{gw.service_unit}'s /health"))
+        except HostLost as e:
+            return fail(host, e.why)
         if out.strip() == "200":
             RUN.host(host.name).verdict = "OK"
             return True

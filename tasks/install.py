@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from fleet import wire
+from fleet import bounds, wire
 from fleet.rollout import staged_path
 from tasks.common import as_login, connector_arguments, escalates, run
 from tasks.preflight import Preflight
@@ -47,7 +47,7 @@ def upload(state, host, path: str, content: str, secret: bool) -> bool:
             raise RuntimeError(f"could not upload it to {drop}")
         # into the file begin made 0600 for it, as root; the drop is gone either way
         ok, out = run(host, f"cat {shlex.quote(drop)} > {shlex.quote(staged_path(path))}; rc=$?; "
-                            f"rm -f {shlex.quote(drop)}; exit $rc")
+                            f"rm -f {shlex.quote(drop)}; exit $rc", bounds.disk(f"moving {path}'s upload into place"))
         if not ok:
             raise RuntimeError(out)
         return True

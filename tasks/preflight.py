@@ -13,7 +13,7 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import guards, lock, rollout
+from fleet import bounds, guards, lock, rollout
 from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.parse import HostFacts
@@ -92,7 +92,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
 
-    facts = host.get_fact(HostSnapshot, **snapshot_args(spec))
+    facts = host.get_fact(HostSnapshot, **snapshot_args(spec), _timeout=bounds.snapshot_s(spec))
     if facts is None:  # the one command answered nothing at all (the connection broke, say)
         return refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
                                  "preflight command (see pyinfra's error above)"])

@@ -9,7 +9,10 @@
 - an interrupt (Ctrl-C, SIGTERM) stops at once: no command runs on a host after it. Each
   begun host keeps its pending record, and its lock names a session that is gone, so the
   next run, from any machine, takes the lock over and finishes or rolls back that rollout.
-  A controller killed outright (SIGKILL, a lost link) leaves the same state behind.
+  A controller killed outright (SIGKILL) leaves the same state behind.
+- a begun host's lock is leased (tasks.common.Lease): a host whose link drops is given up
+  (LOST) within readiness.link_timeout_s, with no rollback over the dead link; its lease runs
+  out, so the next run takes its lock over and finishes or rolls back its rollout.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from pyinfra import state
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import python
 
-from fleet import lock, rollout
+from fleet import bounds, lock, rollout
 from fleet.plan import units_as_read
 from fleet.report import RUN
 from tasks import activate
-from tasks.common import BEGUN, Begun, fail, run
+from tasks.common import BEGUN, Begun, HostLost, Lease, fail, run
 from tasks.preflight import Preflight
 
 INTERRUPTED_EXIT = 130
@@ -35,7 +38,17 @@ INTERRUPTED_EXIT = 130
 
 def begin(pf: Preflight) -> None:
     _install_handlers()
-    python.call(name="Begin the rollout (deploy lock, backup, pending-rollout record)", function=_begin, pf=pf)
+    python.call(name="Begin the rollout (deploy lock, backup, pending-rollout record)", function=_begin_or_lost, pf=pf)
+
+
+def _begin_or_lost(state, host, pf: Preflight) -> bool:
+    try:
+        return _begin(state, host, pf)
+    except HostLost as e:  # no answer to begin: it may have run there, or not
+        return fail(host, e.why, f"{host.name}: its rollout may have begun there (this run's lock and a pending "
+                                 "record) or not: nothing more runs on it; once it answers again, make deploy takes "
+                                 f"the lock over when its lease has run out ({pf.spec.readiness.link_timeout_s:g}s) "
+                                 "and finishes or rolls back that rollout", verdict="LOST")
 
 
 def _begin(state, host, pf: Preflight) -> bool:
@@ -51,10 +64,10 @@ def _begin(state, host, pf: Preflight) -> bool:
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={f.path: f.copied_from for f in p.swap if f.copied_from},
         units=units,
-    ))
+    ), bounds.begin(spec))
     said = rollout.read_begin(out, spec, units)
     if said.begun:
-        BEGUN[host.name] = Begun(pf)
+        BEGUN[host.name] = Begun(pf, lease=Lease(host, spec).start())
         return True
     if said.lock_taken is not None or said.changed:
         RUN.host(host.name).action = "none"

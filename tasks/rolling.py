@@ -22,7 +22,7 @@ from typing import Callable
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
-from fleet import activation, gate
+from fleet import activation, bounds, gate
 from fleet.gate import url_host
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
@@ -32,7 +32,7 @@ from fleet.rolling import GatewayError, serves, put_back, through_gateway
 from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
-from tasks.common import run
+from tasks.common import HostLost, run
 
 IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
@@ -63,28 +63,32 @@ class Gateway:
     file_lock: Semaphore = field(default_factory=Semaphore)
     connect_lock: Semaphore = field(default_factory=Semaphore)
 
-    def command(self, command: str, timeout: float = 30) -> str:
+    def command(self, command: str, what: str) -> str:
         h = self.host
         with self.connect_lock:  # --limit a replica: the gateway is not among pyinfra's connected hosts
             if not h.connected:
                 h.connect(reason="the gateway of its replicas", show_errors=False)
         if not h.connected:
             raise GatewayError(f"gateway {h.name}: cannot connect")
-        ok, out = run(h, command, timeout=timeout)
+        try:
+            ok, out = run(h, command, bounds.gateway(f"gateway {h.name}: {what}"))
+        except HostLost as e:
+            raise GatewayError(e.why) from None
         if not ok:
             raise GatewayError(f"gateway {h.name}: {out.strip()[-300:]}")
         return out
 
     def statuses(self) -> dict[str, str]:
         try:
-            return parse_workers(self.command(workers_command(self.spec)))
+            return parse_workers(self.command(workers_command(self.spec), "GET /workers"))
         except Unreadable as e:
             raise GatewayError(f"gateway {self.host.name}: {e}") from None
 
     def set_out(self, name: str, out: bool) -> None:
         with self.file_lock:  # two replicas' turns must not write the file over each other
             (self.out.add if out else self.out.discard)(name)
-            self.command(write_command(self.spec.discovery_file, discovery_file(self.replicas, self.out)))
+            self.command(write_command(self.spec.discovery_file, discovery_file(self.replicas, self.out)),
+                         f"writing {self.spec.discovery_file}")
 
 
 class ReplicaThrough:
@@ -101,7 +105,8 @@ class ReplicaThrough:
         self.gateway.set_out(self.host.name, out)
 
     def load(self) -> float | None:
-        values = parse_metrics(run(self.host, gate.metrics_command(self.pf.spec), timeout=30)[1])
+        values = parse_metrics(run(self.host, gate.metrics_command(self.pf.spec),
+                                   bounds.gateway(f"{self.host.name}'s /metrics"))[1])
         return sum(values[m] for m in IDLE_METRICS) if all(m in values for m in IDLE_METRICS) else None
 
     def log(self, message: str, color: str | None = None) -> None:
@@ -114,16 +119,21 @@ class ReplicaThrough:
         time.sleep(seconds)
 
 
+CANARY_POLL_S = 1  # how often a host waiting for the canary looks whether it failed before its turn
+
+
 @dataclass
 class ClassRoll:
     """One class's rollout, shared by its hosts' activations."""
 
     gpu_class: str
     at_once: int  # hosts restarting at once after the canary
+    turn_s: float  # the most one host's turn can take (fleet.bounds.turn_s): what a wait for turns is bounded by
     gateway: Gateway | None = None  # a gateway in the inventory routes the class
     order: list[str] = field(default_factory=list)  # hosts that restart, inventory order; [0] is the canary
     stopped: str = ""  # why the class's rollout stopped; '' while it goes on
     canary_done: Event = field(default_factory=Event)
+    now: Callable[[], float] = time.monotonic  # the clock of the wait for the canary
 
     def __post_init__(self) -> None:
         self.slots = BoundedSemaphore(self.at_once)  # turns after the canary's
@@ -148,7 +158,9 @@ def enlist(host, pf, group_dir: str = "group_data") -> None:
 
 def _class_roll(state, pf, group_dir: str) -> ClassRoll:
     hosts = sum(1 for h in state.inventory if pf.group in h.groups)
-    return ClassRoll(pf.group, pf.spec.rolling.at_once(hosts), _gateway_of(state, pf.group, group_dir))
+    gateway = _gateway_of(state, pf.group, group_dir)
+    return ClassRoll(pf.group, pf.spec.rolling.at_once(hosts),
+                     bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway)
 
 
 def _gateway_of(state, gpu_class: str, group_dir: str) -> Gateway | None:
@@ -173,32 +185,41 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
         return go()
     canary = roll.order[0]
     if host.name != canary:
-        while not roll.canary_done.wait(timeout=1):
+        deadline = roll.now() + roll.turn_s
+        while not roll.canary_done.wait(timeout=CANARY_POLL_S):
             if canary in {h.name for h in host.state.failed_hosts}:  # failed before its turn came
                 roll.stopped = roll.stopped or f"the canary {canary} failed"
                 break
+            if roll.now() >= deadline:  # every command has its bound: a backstop, never the way a turn ends
+                roll.stopped = roll.stopped or (f"the canary {canary} did not end its turn within {roll.turn_s:g}s, "
+                                                "the most a turn can take")
+                break
     if roll.stopped:
         return _left(leave, roll)
-    with roll.slots:
-        try:
-            if roll.stopped:
-                return _left(leave, roll)
-            if host.name == canary and len(roll.order) > 1:
-                steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
-            outcome = _one(roll, host, pf, steps, go, leave)
-            if not outcome.ok:
-                roll.stopped = roll.stopped or f"after {host.name}: {outcome.verdict}"
-            return outcome
-        except BaseException as e:
-            roll.stopped = roll.stopped or f"after {host.name}: an error"
-            if roll.gateway is not None:
-                RUN.host(host.name).reasons.append(
-                    f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
-                    f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
-            raise
-        finally:
-            if host.name == canary:
-                roll.canary_done.set()
+    wait_s = len(roll.order) * roll.turn_s  # every turn of the class before this one
+    if not roll.slots.acquire(timeout=wait_s):
+        roll.stopped = roll.stopped or f"{host.name}'s turn did not come within {wait_s:g}s, the most its class's turns take"
+        return _left(leave, roll)
+    try:
+        if roll.stopped:
+            return _left(leave, roll)
+        if host.name == canary and len(roll.order) > 1:
+            steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
+        outcome = _one(roll, host, pf, steps, go, leave)
+        if not outcome.ok:
+            roll.stopped = roll.stopped or f"after {host.name}: {outcome.verdict}"
+        return outcome
+    except BaseException as e:
+        roll.stopped = roll.stopped or f"after {host.name}: an error"
+        if roll.gateway is not None:
+            RUN.host(host.name).reasons.append(
+                f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
+                f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
+        raise
+    finally:
+        roll.slots.release()
+        if host.name == canary:
+            roll.canary_done.set()
 
 
 def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:

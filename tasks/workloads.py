@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from facts.gpu import GpuProcesses
-from fleet import guards, rollout
+from fleet import bounds, guards, rollout
 from fleet.parse import GpuProcessList, parse_gpu_processes
 from fleet.plan import workload_of
 from fleet.spec import ClassSpec
@@ -20,7 +20,8 @@ from tasks.common import run
 
 def gpu_processes(host, spec: ClassSpec) -> GpuProcessList:
     """The GPU processes as nvidia-smi lists them now, with their units and command lines."""
-    return parse_gpu_processes(run(host, GpuProcesses().command(spec.readiness.command_timeout_s))[1])
+    return parse_gpu_processes(run(host, GpuProcesses().command(spec.readiness.command_timeout_s),
+                                   bounds.reading(spec, "nvidia-smi's GPU processes"))[1])
 
 
 def stop_and_wait(host, pf) -> list[str]:
@@ -34,7 +35,7 @@ def stop_and_wait(host, pf) -> list[str]:
         [n for n in names if n in spec.service_workloads],
         [s for h in held.values() for s in h.scopes],
         [(p.pid, p.start, spec.workload(n).kill_after_s) for n, h in held.items() for p in h.processes])
-    ok, out = run(host, command)
+    ok, out = run(host, command, bounds.workloads(spec, f"the stop of {', '.join(names)}"))
     if not ok:
         return [f"{host.name}: workloads: expected {', '.join(names)} to stop, found: {out.strip()}"]
     deadline = time.monotonic() + spec.readiness.workload_release_timeout_s

@@ -172,6 +172,32 @@ def test_cli_status(lab):
     assert "pro6000-1  10.203.0.11  pro6000  running  ok" in p.stdout
 
 
+def lab_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab.lab", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_a_hosts_link_drops_silently_and_comes_back(lab):
+    """`link HOST down`: nothing answers, nothing refuses; a connection open across the drop goes on
+    once the link is back."""
+    host = lab.hosts[-1]
+    across = subprocess.Popen(labmod.ssh_argv(host.ip, "sleep 8; echo still-there"), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1)
+        down = lab_cli("link", host.name, "down")
+        assert (down.returncode, down.stdout) == (0, f"{host.name}: link down\n"), down.stderr
+        unanswered = lab.ssh(host.name, "true")
+        assert unanswered.returncode == 255 and "timed out" in unanswered.stderr.lower(), unanswered.stderr
+        assert across.poll() is None  # no reset: the open connection just waits
+    finally:
+        up = lab_cli("link", host.name, "up")
+    assert (up.returncode, up.stdout) == (0, f"{host.name}: link up\n"), up.stderr
+    assert across.communicate(timeout=30)[0] == "still-there\n"
+    assert lab.ssh(host.name, "true").returncode == 0
+    unknown = lab_cli("link", "no-such-host", "down")
+    assert unknown.returncode == 1 and f"no host 'no-such-host' in lab" in unknown.stderr
+
+
 # --- lab files: refused with host, key, value ----------------------------------------------
 
 GOOD_HOST = """

@@ -1,9 +1,10 @@
-"""fleet.lock: who holds a host's deploy lock, whether that deploy still runs, and taking it (no hosts).
+"""fleet.lock: who holds a host's deploy lock, whether that deploy still runs, its lease, and taking,
+renewing and releasing it (no hosts).
 
 The commands run for real under sh in a tmp dir (/run/ moved there). The "SSH session" a
 lock names is the nearest ancestor process called sshd: the tests run the lock command
 under a shell whose executable is named sshd, so its pid and start time are what a lock
-taken over SSH records.
+taken over SSH records; commands run under one such shell are one session.
 """
 
 from __future__ import annotations
@@ -16,15 +17,22 @@ from pathlib import Path
 import pytest
 
 from fleet.lock import (
+    LEASE_RAN_OUT,
+    NOT_OURS_MARK,
     REFUSED_EXIT,
     REFUSED_MARK,
+    RENEWED_MARK,
     TAKEN_MARK,
     LockFacts,
     describe,
     facts_command,
     judge,
+    lease_file,
     lock_file,
+    lost_after_s,
     release_command,
+    renew_command,
+    renew_every_s,
     stale_after,
     take_command,
 )
@@ -135,3 +143,117 @@ def test_take_is_compare_and_replace(tmp_path):
     # release leaves nothing
     sh(tmp_path, release_command(SPEC))
     assert read(tmp_path) == LockFacts()
+
+
+# --- the lease --------------------------------------------------------------------------
+
+LEASE = lease_file(PATH)
+
+
+def test_a_lock_whose_lease_ran_out_is_stale_even_with_its_session_alive():
+    """A link that dropped silently: sshd keeps the session, the lease runs out."""
+    s = judge(LockFacts(True, text(session=99, session_start=5), LEASE_RAN_OUT), PATH, NOW, 3600)
+    assert s.kind == "stale" and s.free_to_take
+    assert s.message.startswith("stale deploy lock held by bob@desk since ")
+    assert s.message.endswith("its lease ran out (not renewed within readiness.link_timeout_s by the host's clock: "
+                              "its deploy lost the link or was killed)")
+    # a lock without a session, young: its lease ran out all the same
+    assert judge(LockFacts(True, text(), LEASE_RAN_OUT), PATH, NOW, 3600).kind == "stale"
+    # a lock without a readable owner stays refused, whatever its lease
+    assert judge(LockFacts(True, "garbage", LEASE_RAN_OUT), PATH, NOW, 3600).kind == "ownerless"
+
+
+def test_the_lease_is_renewed_every_quarter_of_the_link_timeout_and_given_up_after_half():
+    spec = SPEC.model_copy(update={"readiness": SPEC.readiness.model_copy(update={"link_timeout_s": 12})})
+    assert (renew_every_s(spec), lost_after_s(spec)) == (3, 6)
+    assert SPEC.readiness.link_timeout_s == 60  # the declared default
+
+
+def in_session(tmp: Path, *commands: str) -> list[subprocess.CompletedProcess]:
+    """Each command in its own shell, all of them under one "sshd" process: one SSH session."""
+    sshd = tmp / "sshd"
+    if not sshd.exists():
+        sshd.symlink_to("/bin/sh")
+    outs = [tmp / f"out{i}" for i in range(len(commands))]
+    script = "; ".join(f"sh -c {shlex.quote(c.replace('/run/', f'{tmp}/run/'))} > {o} 2>&1; echo $? >> {o}"
+                       for c, o in zip(commands, outs))
+    subprocess.run([str(sshd), "-c", script], timeout=30, check=True)
+    done = []
+    for o in outs:
+        *lines, rc = o.read_text().splitlines()
+        done.append(subprocess.CompletedProcess([], int(rc), "\n".join(lines) + "\n", ""))
+    return done
+
+
+def host_file(tmp: Path, real: str) -> Path:
+    return tmp / real.lstrip("/")
+
+
+def test_take_writes_a_lease_of_link_timeout_by_the_hosts_clock(tmp_path):
+    before = int(subprocess.run(["date", "+%s"], capture_output=True, text=True).stdout)
+    (taken,) = in_session(tmp_path, take_command(SPEC, WHO, LockFacts()))
+    assert taken.stdout.split()[0] == TAKEN_MARK
+    expires = int(host_file(tmp_path, LEASE).read_text())
+    assert before + 60 <= expires <= before + 60 + 5
+
+
+def test_renew_extends_only_ones_own_lease(tmp_path):
+    take, renew = take_command(SPEC, WHO, LockFacts()), renew_command(SPEC)
+    lease = host_file(tmp_path, LEASE)
+    _, renewed = in_session(tmp_path, take, f"printf '1\\n' > {LEASE}; {renew}")
+    assert renewed.stdout.split()[0] == RENEWED_MARK and int(lease.read_text()) > 1
+    # from another session (another deploy's, or this run's after a takeover): not renewed
+    lease.write_text("1\n")
+    other = sh(tmp_path, renew, under=str(tmp_path / "sshd"))  # a session of its own: not the lock's
+    assert other.stdout.split()[0] == NOT_OURS_MARK and lease.read_text() == "1\n"
+    # no lock at all (released, or never taken): not ours either
+    host_file(tmp_path, PATH).unlink()
+    assert sh(tmp_path, renew).stdout.split()[0] == NOT_OURS_MARK
+
+
+def test_release_removes_only_ones_own_lock(tmp_path):
+    take, release = take_command(SPEC, WHO, LockFacts()), release_command(SPEC)
+    in_session(tmp_path, take)
+    lock, lease = host_file(tmp_path, PATH), host_file(tmp_path, LEASE)
+    # a run whose lock was taken over does not remove the new owner's
+    gone = sh(tmp_path, release, under=str(tmp_path / "sshd"))
+    assert gone.returncode == 0 and lock.exists() and lease.exists()
+    # its own: lock and lease gone
+    lock.unlink()
+    lease.unlink()
+    _, released = in_session(tmp_path, take, release)
+    assert released.returncode == 0 and not lock.exists() and not lease.exists()
+    # no lock directory at all: nothing to do
+    assert sh(tmp_path / "empty", release).returncode == 0
+
+
+@pytest.mark.parametrize("lease, kind", [("past", "stale"), ("future", "held"), ("x1", "held"), ("", "held")])
+def test_preflight_reads_the_lease_against_the_hosts_clock(tmp_path, lease, kind):
+    """A live session holds the lock while its lease holds; a lease that is not a number is none."""
+    sshd = tmp_path / "sshd"
+    sshd.symlink_to("/bin/sh")
+    live = subprocess.Popen([str(sshd), "-c", "sleep 30"])
+    try:
+        start = Path(f"/proc/{live.pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+        lock = host_file(tmp_path, PATH)
+        lock.parent.mkdir(parents=True)
+        lock.write_text(text(session=live.pid, session_start=int(start)) + "\n")
+        now = int(subprocess.run(["date", "+%s"], capture_output=True, text=True).stdout)
+        host_file(tmp_path, LEASE).write_text({"past": str(now - 2), "future": str(now + 60)}.get(lease, lease) + "\n")
+        facts = read(tmp_path)
+        assert judge(facts, PATH, NOW, 3600).kind == kind
+        assert (facts.session_start_now == LEASE_RAN_OUT) == (kind == "stale")
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_hostile_lock_text_runs_nothing_in_renew_or_release(tmp_path):
+    canary = tmp_path / "canary"
+    lock = host_file(tmp_path, PATH)
+    lock.parent.mkdir(parents=True)
+    for payload in (f"$(touch {canary})", f"`touch {canary}`", f"'; touch {canary}; '", '"session": null, "x": 1}'):
+        lock.write_text(text(holder=payload) + "\n")
+        assert sh(tmp_path, renew_command(SPEC)).stdout.split()[0] == NOT_OURS_MARK
+        sh(tmp_path, release_command(SPEC))
+        assert not canary.exists() and lock.exists()

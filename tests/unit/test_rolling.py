@@ -1,6 +1,7 @@
 """A class's rollout in turns (tasks/rolling.take_turn, with greenlets as pyinfra runs its hosts,
 the per-host work faked), with or without a gateway: the canary alone first, then at most
-rolling.max_unavailable at once, and the first failure stops the hosts whose turn has not come.
+rolling.max_unavailable at once, and the first failure stops the hosts whose turn has not come;
+no wait for a turn outlasts what the class's turns can take (fleet.bounds.turn_s).
 And a replica's way out of the gateway and back (fleet/rolling.through_gateway) against a
 scripted gateway and clock."""
 
@@ -11,10 +12,11 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
+from fleet import bounds
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
 from fleet.rolling import GatewayError, through_gateway
-from fleet.spec import Rolling
+from fleet.spec import ClassSpec, Rolling
 from tasks import rolling
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
@@ -28,9 +30,12 @@ class Steps:
 @pytest.fixture
 def run_class(monkeypatch):
     def run(max_unavailable: int, failing: set[str] = frozenset(), failed_before: set[str] = frozenset(),
-            arriving: list[str] = HOSTS):
+            arriving: list[str] = HOSTS, hanging: set[str] = frozenset(), turn_s: float = 60, now=None):
+        """hanging: hosts whose activation never ends (left running, killed at the end)."""
         state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=n) for n in failed_before])
-        roll = rolling.ClassRoll("c", max_unavailable)  # no gateway: the same turns, no drain
+        roll = rolling.ClassRoll("c", max_unavailable, turn_s)  # no gateway: the same turns, no drain
+        if now is not None:
+            roll.now = now
         roll.order = list(HOSTS)
         monkeypatch.setitem(rolling.ROLLS, "c", roll)
         events, active = [], set()
@@ -39,7 +44,7 @@ def run_class(monkeypatch):
             def go():
                 active.add(name)
                 events.append(("start", name, len(active)))
-                gevent.sleep(0.01)
+                gevent.sleep(3600 if name in hanging else 0.01)
                 active.discard(name)
                 events.append(("end", name))
                 return Outcome("FAILED (rolled back)" if name in failing else "OK")
@@ -49,8 +54,14 @@ def run_class(monkeypatch):
         jobs = {h: gevent.spawn(rolling.take_turn, SimpleNamespace(name=h, state=state), pf, Steps(), activation(h),
                                 lambda reason: Outcome("FAILED (service untouched)", [reason]))
                 for h in reversed(arriving)}  # greenlets start in any order
-        gevent.joinall(list(jobs.values()), raise_error=True, timeout=10)
-        return events, {h: j.value for h, j in jobs.items()}
+        with gevent.Timeout(10):  # until each has ended, or hangs in its activation
+            while not all(j.ready() or (h in hanging and h in active) for h, j in jobs.items()):
+                gevent.sleep(0.01)
+        running = {h for h, j in jobs.items() if not j.ready()}
+        gevent.killall([jobs[h] for h in running])
+        for j in jobs.values():
+            j.get()  # an error raised in a turn fails the test
+        return events, {h: j.value for h, j in jobs.items() if h not in running}
     return run
 
 
@@ -88,6 +99,41 @@ def test_a_canary_that_failed_before_its_turn_stops_the_class(run_class):
     assert events == []
     assert all(o.verdict == "NOT ROLLED (serving as before)" for o in outcomes.values())
     assert "the canary r1 failed" in outcomes["r2"].reasons[0]
+
+
+def test_a_canary_whose_turn_outlasts_any_turn_stops_the_class(run_class):
+    """Every command has its bound, so no turn outlasts turn_s; should one, the class does not wait on it."""
+    clock = iter(range(0, 10**6, 100))  # each look at the clock: 100 s later
+    events, outcomes = run_class(1, hanging={"r1"}, turn_s=250, now=lambda: next(clock))
+    assert [e[1] for e in events if e[0] == "start"] == ["r1"]
+    assert set(outcomes) == set(HOSTS[1:])
+    for o in outcomes.values():
+        assert o.verdict == "NOT ROLLED (serving as before)"
+        assert "the canary r1 did not end its turn within 250s, the most a turn can take" in o.reasons[0]
+
+
+def test_a_turn_that_never_comes_stops_the_class(run_class):
+    """At most one at a time after the canary; the next host's turn never ends: the others leave
+    once the class's turns would all have ended."""
+    events, outcomes = run_class(1, hanging=set(HOSTS[1:]), turn_s=0.05)
+    started = [e[1] for e in events if e[0] == "start"]
+    assert started[0] == "r1" and len(started) == 2  # the canary, then the one whose turn never ends
+    assert outcomes["r1"].ok and set(outcomes) == set(HOSTS) - {started[1]}
+    for h in set(HOSTS[1:]) - {started[1]}:
+        assert outcomes[h].verdict == "NOT ROLLED (serving as before)"
+        assert "'s turn did not come within 0.25s, the most its class's turns take" in outcomes[h].reasons[0]
+
+
+def test_a_turn_is_bounded_by_every_command_and_wait_it_may_run():
+    spec = ClassSpec.model_validate({
+        "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+        "service": {"model_path": "/m", "served_model_name": "m"}})
+    r, gate = spec.readiness, spec.readiness.load_timeout_s
+    alone = bounds.turn_s(spec)
+    # the gate twice (the new service, the previous one again), the workloads' release twice, the stops
+    assert alone > 2 * gate + 2 * r.workload_release_timeout_s + 3 * spec.service.drain_timeout_s + spec.smoke.timeout_s
+    through = GatewayRolling()
+    assert bounds.turn_s(spec, through) > alone + 2 * through.ready_timeout_s + through.drain_timeout_s
 
 
 @pytest.mark.parametrize("declared, hosts, at_once", [
@@ -228,7 +274,9 @@ def test_hosts_enlist_in_inventory_order_and_a_takeover_goes_at_once(monkeypatch
     monkeypatch.setattr(rolling, "ROLLS", {})
     inventory = [_host("a"), _host("x", ("other",)), _host("b"), _host("c1")]
     state = SimpleNamespace(inventory=inventory)
-    spec = SimpleNamespace(rolling=Rolling(max_unavailable="50%"))
+    spec = ClassSpec.model_validate({
+        "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+        "service": {"model_path": "/m", "served_model_name": "m"}, "rolling": {"max_unavailable": "50%"}})
     monkeypatch.setattr(rolling, "_gateway_of", lambda state, cls, group_dir: None)
 
     def pf(restart=True, interrupted=None):

@@ -1,0 +1,192 @@
+"""A link that drops silently mid-rollout, and a controller frozen mid-rollout: no run hangs, no lock
+is kept from the next run.
+
+Three PRO 6000 boxes serve the old NEXTN spec beside their training jobs; the new spec loads in 8 s.
+- lost-1 (the canary of lost-1, lost-2): its link drops (eth0 down inside its namespace,
+  lab.lab.link) while the deploy waits for its /health. The run ends by itself: lost-1 is reported
+  LOST within readiness.link_timeout_s, with no rollback tried over the dead link, and lost-2 is
+  NOT ROLLED (the same server and training processes, no lock or pending record). With the link
+  back and the lock's lease run out, the next run takes the lock over and finishes the rollout.
+- frozen-1: its controller is stopped (SIGSTOP: a hung process, a laptop's lid) in the same wait.
+  Its SSH session lives on (sshd keeps it), its lease does not: once the lease has run out, the
+  next run takes the lock over all the same, and finishes the rollout.
+The two scenarios run side by side, each on its own hosts (--limit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from e2e import BIN, deploy, health, main_pid, sh, summary_row, workdir
+
+from lab import lab as labmod
+
+LINK_S = 12  # readiness.link_timeout_s of this test's spec
+PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\ngpu_count = 1\n'
+       'gpu_memory_mib = 97887\nload_seconds = 8\nworkloads = ["dflash-train"]\n'
+       'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n')
+CLASS = ("lost-1", "lost-2")  # inventory order: lost-1 is the canary
+FROZEN = "frozen-1"
+LAB = '[lab]\nname = "lostlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{PRO}' for h in (*CLASS, FROZEN))
+READINESS = ('readiness = {"load_timeout_s": 40, "poll_interval_s": 0.25, "progress_every_s": 5, '
+             f'"link_timeout_s": {LINK_S}}}')
+TRAIN = "dflash-train.service"
+NEW_SERVER = "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline | grep -q DFLASH"
+LEFT = "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null; true"
+
+
+class Run:
+    """`pyinfra -y --limit H ... deploy.py` in the background, each line of its output with the time it came."""
+
+    def __init__(self, lab, cwd, hosts):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+        limits = [a for h in hosts for a in ("--limit", h)]
+        self.p = subprocess.Popen([str(BIN / "pyinfra"), "-y", *limits, str(lab.inventory), "deploy.py"], cwd=cwd,
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def said(self, host: str, text: str) -> bool:
+        return any(of(host, text, line) for _, line in self.lines)
+
+    def first(self, host: str, text: str) -> float:
+        """When the host's first line that holds `text` came."""
+        return next(t for t, line in self.lines if of(host, text, line))
+
+    def wait(self, timeout: float) -> int:
+        """Its exit status once it ends by itself (a run that hangs fails here)."""
+        try:
+            return self.p.wait(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+            self.reader.join(timeout=10)
+
+    @property
+    def out(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+
+def of(host: str, text: str, line: str) -> bool:
+    """A line pyinfra printed for the host ("    [host]   text") that holds `text`."""
+    return f"[{host}]" in line and text in line
+
+
+def in_its_readiness_wait(lab, run: Run, host: str, timeout: float = 120) -> None:
+    """The deploy waits for the host's /health: its new server is loading (8 s)."""
+    deadline = time.monotonic() + timeout
+    while not (run.said(host, "restart sglang.service: waiting for /health")
+               and lab.ssh(host, NEW_SERVER, timeout=5).returncode == 0):
+        assert time.monotonic() < deadline and run.p.poll() is None, run.out
+        time.sleep(0.2)
+    time.sleep(0.5)  # the restart's own command has answered: the deploy is in the gate's wait
+
+
+def pids(lab, host: str) -> tuple[int, int]:
+    return main_pid(lab, host), main_pid(lab, host, TRAIN)
+
+
+def lose_the_link(lab, wd) -> dict:
+    seen = {"before": {h: pids(lab, h) for h in CLASS}}
+    first = Run(lab, wd, CLASS)
+    in_its_readiness_wait(lab, first, "lost-1")
+    labmod.link("lost-1", False)
+    seen["dropped"] = time.monotonic()
+    try:
+        seen["rc"] = first.wait(timeout=180)
+    finally:
+        labmod.link("lost-1", True)
+    seen["first"] = first
+    seen["after"] = {h: pids(lab, h) for h in CLASS[1:]}
+    seen["left"] = {h: sh(lab, h, LEFT) for h in CLASS}
+    seen["units"] = {h: sh(lab, h, "cat /etc/systemd/system/sglang.service") for h in CLASS}
+    time.sleep(max(0.0, seen["dropped"] + LINK_S + 1 - time.monotonic()))  # its lease has run out
+    seen["second"] = deploy(lab, wd, *[a for h in CLASS for a in ("--limit", h)])
+    return seen
+
+
+def freeze_the_controller(lab, wd) -> dict:
+    seen = {}
+    first = Run(lab, wd, [FROZEN])
+    try:
+        in_its_readiness_wait(lab, first, FROZEN)
+        first.p.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        time.sleep(max(0.0, frozen + LINK_S + 1 - time.monotonic()))  # its lease has run out
+        # the SSH session its lock names lives on: only the lease frees the lock
+        seen["session"] = sh(lab, FROZEN, "s=$(sed -n 's/.*\"session\": \\([0-9]*\\),.*/\\1/p' "
+                                          "/run/sglang-fleet/sglang.lock); cat /proc/$s/comm")
+        seen["second"] = deploy(lab, wd, "--limit", FROZEN)
+    finally:
+        first.p.kill()
+        first.wait(timeout=30)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def runs(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(LAB, fresh=True)
+    wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=READINESS)
+    with ThreadPoolExecutor(2) as pool:
+        lost, frozen = pool.submit(lose_the_link, lab, wd), pool.submit(freeze_the_controller, lab, wd)
+        return lab, lost.result(), frozen.result()
+
+
+def test_a_host_whose_link_drops_is_reported_lost_within_the_bound_and_its_class_stops(runs):
+    lab, seen, _ = runs
+    first = seen["first"]
+    out = first.out
+    assert seen["rc"] != 0, out
+    # LOST within readiness.link_timeout_s of the drop, saying why, at what, and what the next run does
+    assert first.first("lost-1", "lost-1: link lost: expected an answer to its lock's lease renewal") \
+        - seen["dropped"] <= LINK_S, out
+    row = summary_row(out, "lost-1")
+    assert " LOST " in row, out
+    table = out.rsplit("SGLang fleet rollout summary", 1)[-1]
+    assert "lost-1: given up at: the wait for sglang.service's /health" in table
+    assert "next: once it answers again, make deploy (from any machine: the lock's lease runs out 12s after its " \
+           "last renewal) finishes this rollout or rolls it back" in table
+    assert not first.said("lost-1", "rolling back")  # no rollback over the dead link
+    # it keeps what the next run needs: its pending record and this run's lock
+    assert "pending.json" in seen["left"]["lost-1"] and "sglang.lock" in seen["left"]["lost-1"]
+    # the rest of its class as it was: the same server and training, no lock, no pending record
+    assert "NOT ROLLED (serving as before)" in summary_row(out, "lost-2"), out
+    assert seen["after"]["lost-2"] == seen["before"]["lost-2"]
+    assert "NEXTN" in seen["units"]["lost-2"] and seen["left"]["lost-2"] == "/run/sglang-fleet/:"
+
+
+def test_the_next_run_takes_the_lock_over_and_finishes_the_rollout(runs):
+    lab, seen, _ = runs
+    run = seen["second"]
+    assert run.returncode == 0, run.out
+    assert any(of("lost-1", "stale deploy lock held by", line) and "; taking it over" in line
+               for line in run.out.splitlines()), run.out
+    row = summary_row(run.out, "lost-1")
+    assert "take over an interrupted rollout" in row and " OK " in row and "accept length" in row, run.out
+    for h in CLASS:
+        assert health(lab, h) == "200" and "DFLASH" in sh(lab, h, "cat /etc/systemd/system/sglang.service")
+        assert sh(lab, h, f"systemctl is-active {TRAIN}") != "active"  # the GPUs serve now
+        assert sh(lab, h, LEFT) == "/run/sglang-fleet/:"  # no lock, no lease, no pending record
+
+
+def test_a_frozen_controllers_lock_is_taken_over_once_its_lease_runs_out(runs):
+    lab, _, seen = runs
+    assert seen["session"] in ("sshd", "sshd-session")  # its SSH session is alive
+    run = seen["second"]
+    assert run.returncode == 0, run.out
+    assert "its lease ran out (not renewed within readiness.link_timeout_s by the host's clock" in run.out, run.out
+    row = summary_row(run.out, FROZEN)
+    assert "take over an interrupted rollout" in row and " OK " in row, run.out
+    assert health(lab, FROZEN) == "200" and sh(lab, FROZEN, LEFT) == "/run/sglang-fleet/:"
