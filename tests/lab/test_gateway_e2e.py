@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.lock import LOCK_ROOT
+from fleet.layout import LOCK_ROOT
 from lab import lab as labmod
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import BIN, REPO, deploy, main_pid, sh, summary_row, workdir
