@@ -157,7 +157,7 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
         rollout.stop_workloads_command(services, found_scopes(spec), [(4242, 1, 30)]),
         gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
         gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
-        lock.release_command(spec), GpuProcesses().command(1),
+        lock.release_command(spec), lock.renew_command(spec), GpuProcesses().command(1),
     ]
 
 
