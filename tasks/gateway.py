@@ -80,7 +80,7 @@ def _converge(report, group_dir: str) -> None:
                                content=render_gateway_secret(key))
         header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
                              content=auth_header(key))
-    content = discovery_file(rolling.replicas(host.state, gw), out=set())
+    content = discovery_file(rolling.replicas(host.state, gw, group_dir), out=set())
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
         listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
                               commands=[write_command(gw.discovery_file, content)])
