@@ -15,10 +15,13 @@ from builders import SPEC, converged, make_spec
 from fakehost import Script, fake_host, fresh_run, preflight_of  # noqa: F401
 
 from fleet import bounds, lock, rollout
+from fleet.history import Backup, rollback_files
+from fleet.parse import FileState
 from fleet.plan import units_as_read
 from fleet.report import RUN
 from tasks import recovery
 from tasks.common import BEGUN, LOST, Begun
+from tasks.preflight import Rollback
 
 NEW = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash",
                              "block_size": 8})
@@ -41,6 +44,17 @@ def test_begin_sends_one_command_built_from_what_preflight_read_and_keeps_the_lo
     assert p.before.backup == "20261130T120000Z"  # the files before are backed up first
     begun = BEGUN["h"]
     assert begun.pf is PF and begun.lease is not None and not begun.lease.greenlet.dead
+
+
+def test_the_begin_of_a_rollback_stages_the_backup_sets_files_before_its_own_backup_can_prune_it():
+    stamp = "20261129T080000Z"
+    files = rollback_files(SPEC, "pro6000", Backup(stamp, {"sglang.service": FileState("644", "root:root", "x")}, ""))
+    pf = preflight_of(SPEC, converged(NEW), rollback=Rollback(stamp, SPEC, "pro6000", files))
+    fake = fake_host(Script({"@@begun": answer(rollout.BEGUN_MARK)}))
+    assert recovery._begin_or_lost(None, fake.host, pf)
+    staged = f"cp -p {rollout.backups_dir(SPEC)}/{stamp}/sglang.service {rollout.staged_path(SPEC.unit_file)}"
+    (command,) = fake.commands()
+    assert staged in command and command.index(staged) < command.index(f"{rollout.backups_dir(SPEC)}/{pf.stamp}")
 
 
 OWNER = json.dumps({"holder": "bob@ci", "pid": 7, "since": 1_796_040_000})
