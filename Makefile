@@ -59,8 +59,10 @@ rollback: venv
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The coverage is of this process's tests (unit and the controller side of the lab's); the
+# deploys the lab tests run are pyinfra processes of their own, not counted.
 test: venv host-packages sglang-venv
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --cov=tasks --cov=fleet --cov-report=term tests
 
 lab-up: venv host-packages
 	$(BIN)/python -m lab.lab up --lab $(LAB)

@@ -8,9 +8,9 @@ from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.service import RunningService
-from facts.sglang import CACHE_DIR, SglangEngine
+from facts.sglang import SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
-from fleet import lock, rollout
+from fleet import layout, rollout
 from fleet.gate import base_url
 from fleet.parse import HostFacts
 from fleet.wire import mark, sections
@@ -32,11 +32,11 @@ SECTIONS = {
 def snapshot_args(spec: ClassSpec) -> dict:
     """HostSnapshot's arguments for a host that is to run `spec`."""
     return {
-        "engine": [spec.service.launcher, spec.service.environment, CACHE_DIR],
+        "engine": [spec.service.launcher, spec.service.environment, layout.ENGINE_CACHE_DIR],
         "models": [spec.model_paths],
         "units": [spec.watched_units],
         "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
-                     lock.lock_file(spec), rollout.pending_file(spec)],
+                     spec.lock_file, spec.pending_file],
         "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
         "timeout_s": spec.readiness.command_timeout_s,
     }

@@ -19,7 +19,6 @@ from facts import captured, quiet
 from fleet.parse import Engine, parse_engine
 from fleet.wire import MARK, block, mark
 
-CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
 KEEP = 10  # cache files kept (one per engine and environment seen)
 # --help is the engine's own list of algorithms and flags: of its 190 kB only the option lines and
 # the speculative algorithm's help are read (fleet.parse), so only they are kept and sent, on every
@@ -37,7 +36,7 @@ _KEY = (
 class SglangEngine(FactBase[Engine]):
     def command(self, launcher: str, timeout_s: float, environment: dict[str, str], cache_dir: str) -> str:
         """environment: the unit's (it decides what the engine loads, e.g. LD_LIBRARY_PATH);
-        cache_dir: CACHE_DIR on a host."""
+        cache_dir: fleet.layout.ENGINE_CACHE_DIR on a host."""
         run = f"env {' '.join(shlex.quote(f'{k}={v}') for k, v in environment.items())} {shlex.quote(launcher)}"
         tag = hashlib.sha1(json.dumps([FORMAT, launcher, environment], sort_keys=True).encode()).hexdigest()[:12]
         cache = shlex.quote(cache_dir)

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from packaging.version import VERSION_PATTERN, Version
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from fleet import layout
 from fleet.gate import CURL, local_address
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Kind, ServiceUnit, Source, Strict, is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
@@ -132,22 +133,22 @@ class Gateway(Strict):
 
     @property
     def unit_file(self) -> str:
-        return f"/etc/systemd/system/{self.unit}.service"
+        return layout.unit_file(self.unit)
 
     @property
     def discovery_file(self) -> str:
         """The workers smg routes to (`--discovery-provider file`), rewritten atomically by the deploy."""
-        return f"/etc/smg/{self.unit}-workers.json"
+        return layout.gateway_discovery_file(self.unit)
 
     @property
     def secret_file(self) -> str:
         """0600 EnvironmentFile with the API key (SMG_API_KEY), for ExecStart's --api-key."""
-        return f"/etc/smg/{self.unit}.secret"
+        return layout.gateway_secret_file(self.unit)
 
     @property
     def auth_header_file(self) -> str:
         """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file)."""
-        return f"/etc/smg/{self.unit}.auth"
+        return layout.gateway_auth_header_file(self.unit)
 
     @property
     def venv(self) -> str:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
 from fleet.plan import read_pending, workload_of
 from fleet.render import MODULE, server_argv
-from fleet.rollout import pending_file
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, HeldWorkload, ScopeWorkload
 
 DFLASH_ARCHITECTURE = "DFlashDraftModel"
@@ -253,7 +252,7 @@ def drift_violations(host: str, spec: ClassSpec, facts: HostFacts) -> list[Viola
         try:
             read_pending(facts.deployed.pending, spec)
         except ValueError as e:
-            found.append(Violation(host, "pending rollout", f"a readable record at {pending_file(spec)}",
+            found.append(Violation(host, "pending rollout", f"a readable record at {spec.pending_file}",
                                    f"{e}: inspect it, then remove it"))
     return found
 

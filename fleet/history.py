@@ -21,7 +21,7 @@ from pydantic.dataclasses import dataclass as checked_dataclass
 
 from fleet.parse import FileState, file_state
 from fleet.render import server_argv
-from fleet.rollout import KEEP_BACKUPS, ManagedFile, backups_dir, desired_files, spec_record
+from fleet.rollout import KEEP_BACKUPS, ManagedFile, desired_files, spec_record
 from fleet.secrets import unread
 from fleet.spec import ClassSpec
 from fleet.wire import Unreadable, block, frames, load_json
@@ -223,7 +223,7 @@ def rollback_files(spec: ClassSpec, group: str, backup: Backup) -> list[ManagedF
     for f in desired_files(spec, group, unread(spec), journal_filter=False):  # paths, modes, kinds only
         name = PurePosixPath(f.path).name
         state = backup.files.get(name)
-        copied = f"{backups_dir(spec)}/{backup.stamp}/{name}" if state else None
+        copied = f"{spec.backups_dir}/{backup.stamp}/{name}" if state else None
         files.append(replace(f, content=None, copied_from=copied, copied_sha1=state.sha1 if state else None))
     return files
 

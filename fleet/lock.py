@@ -35,10 +35,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from fleet import layout
 from fleet.spec import ClassSpec
 from fleet.wire import Unreadable, block, excerpt, load_json, mark, printable
 
-LOCK_ROOT = "/run/sglang-fleet"
 REFUSED_EXIT = 75  # the lock is not what preflight saw: another deploy got there first
 TAKEN_MARK, REFUSED_MARK = "@@lock=taken", "@@lock=refused"
 RENEWED_MARK, NOT_OURS_MARK = "@@lease=renewed", "@@lease=not-ours"
@@ -57,13 +57,6 @@ _SESSION = (
 )
 
 
-def lock_file(spec: ClassSpec) -> str:
-    return f"{LOCK_ROOT}/{spec.service.unit}.lock"
-
-
-def lease_file(lock_path: str) -> str:
-    """The lease beside a lock: the host time (seconds since the epoch) until which it holds."""
-    return lock_path.removesuffix(".lock") + ".lease"
 
 
 def renew_every_s(spec: ClassSpec) -> float:
@@ -167,23 +160,23 @@ def stale_after(spec: ClassSpec) -> float:
 def take_command(spec: ClassSpec, who: dict, expected: LockFacts) -> str:
     """Take the lock if it is still what preflight saw (absent, or that exact stale text).
     Prints TAKEN_MARK, or REFUSED_MARK and the lock's text as its record, exit REFUSED_EXIT."""
-    path = shlex.quote(lock_file(spec))
+    path = shlex.quote(spec.lock_file)
     seen = ("present:" + expected.text.strip()) if expected.present else "absent"
     fields = ", ".join(f'"{k}": %s' for k in ("holder", "pid", "since", "session", "session_start"))
     return (
-        f"mkdir -p {LOCK_ROOT} && ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; "
+        f"mkdir -p {layout.LOCK_ROOT} && ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; "
         f"if [ -e {path} ]; then now=\"present:$(cat {path} 2>/dev/null)\"; else now=absent; fi; "
         f"if [ \"$now\" != {shlex.quote(seen)} ]; then {block('lock', f'cat {path}', 'refused')}; exit {REFUSED_EXIT}; fi; "
         f"{_SESSION}; "
         f"printf '{{{fields}}}\\n' {shlex.quote(json.dumps(who['holder']))} {int(who['pid'])} {int(who['since'])} "
         f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} && {_lease(spec)} "
-        f") 9<{LOCK_ROOT} || exit $?; echo {TAKEN_MARK}"
+        f") 9<{layout.LOCK_ROOT} || exit $?; echo {TAKEN_MARK}"
     )
 
 
 def _lease(spec: ClassSpec) -> str:
     """Shell writing the lease: now, by the host's clock, plus readiness.link_timeout_s."""
-    lease = shlex.quote(lease_file(lock_file(spec)))
+    lease = shlex.quote(layout.lease_file(spec.lock_file))
     return (f"printf '%s\\n' $(( $(date +%s) + {math.ceil(spec.readiness.link_timeout_s)} )) > {lease}.new "
             f"&& mv -f {lease}.new {lease}")
 
@@ -192,10 +185,10 @@ def _if_ours(spec: ClassSpec, then: str, otherwise: str) -> str:
     """Under the lock's flock: `then` if the lock names the SSH session this command runs in (the
     one whose deploy took it), else `otherwise`; fails with REFUSED_EXIT if the flock is not had.
     (Over a connector without sshd every lock's session is null: there, any such lock is one's own.)"""
-    path = shlex.quote(lock_file(spec))
+    path = shlex.quote(spec.lock_file)
     ours = '*"\\"session\\": $session, \\"session_start\\": $session_start}"*'
-    return (f"if [ -d {LOCK_ROOT} ]; then ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; {_SESSION}; "
-            f"case \"$(cat {path} 2>/dev/null)\" in {ours}) {then};; *) {otherwise};; esac ) 9<{LOCK_ROOT}; "
+    return (f"if [ -d {layout.LOCK_ROOT} ]; then ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; {_SESSION}; "
+            f"case \"$(cat {path} 2>/dev/null)\" in {ours}) {then};; *) {otherwise};; esac ) 9<{layout.LOCK_ROOT}; "
             f"else {otherwise}; fi")
 
 
@@ -207,8 +200,8 @@ def renew_command(spec: ClassSpec) -> str:
 
 def release_command(spec: ClassSpec) -> str:
     """Remove the lock and its lease if they are this run's; another deploy's stay."""
-    path = lock_file(spec)
-    return _if_ours(spec, f"rm -f {shlex.quote(path)} {shlex.quote(lease_file(path))}", "true")
+    path = spec.lock_file
+    return _if_ours(spec, f"rm -f {shlex.quote(path)} {shlex.quote(layout.lease_file(path))}", "true")
 
 
 def facts_command(lock_path: str) -> str:
@@ -216,7 +209,7 @@ def facts_command(lock_path: str) -> str:
     `@@lock-session`: the start time of whatever process has the recorded session pid now, or
     LEASE_RAN_OUT where the lock's lease is past by the host's clock (a lease that is not a
     plain number is none: the session alone judges)."""
-    path, lease = shlex.quote(lock_path), shlex.quote(lease_file(lock_path))
+    path, lease = shlex.quote(lock_path), shlex.quote(layout.lease_file(lock_path))
     start = (f"expires=$(sed -n '1{{/^[0-9]\\{{1,18\\}}$/p;}}' {lease} 2>/dev/null); "
              f"if [ -n \"$expires\" ] && [ \"$(date +%s)\" -gt \"$expires\" ]; then echo {LEASE_RAN_OUT}; else "
              f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} | head -n 1); "

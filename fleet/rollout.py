@@ -1,19 +1,7 @@
 """What a rollout writes on a host and the shell that writes it, built from the spec so it is
 tested without hosts; the task files only run these commands.
 
-On the host, per service unit U:
-  /etc/systemd/system/U.service, /etc/sglang/U.env  the service's unit and environment (0644)
-  /etc/sglang/U.yaml, /etc/sglang/U.secret          its secret arguments (--config) and secret
-                                                    environment (0600; only when declared)
-  /etc/sglang/U.auth                                the API key as the header requests made on
-                                                    the host send (0600; only with an API key)
-  /var/lib/sglang-fleet/U/spec.json        the spec the deployed files came from
-  /var/lib/sglang-fleet/U/pending.json     an unfinished rollout: what the host looked like before it
-  /var/lib/sglang-fleet/U/backups/STAMP/   the files a rollout replaced (last KEEP_BACKUPS)
-  /var/lib/sglang-fleet/U/deploys.jsonl    one JSON record per rollout
-  /run/sglang-fleet/U.lock                 who is deploying (fleet/lock.py)
-New files are uploaded beside their live path as hidden `.NAME.sglang-fleet-new` (systemd
-ignores hidden files), so putting them live is an atomic rename on the same filesystem.
+Where each file lives on the host: fleet/layout.py.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from fleet import lock
+from fleet import layout, lock
 from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
@@ -35,27 +23,11 @@ from fleet.wire import block, clipped, frames, mark
 KEEP_BACKUPS = 5
 OWNER = "root:root"  # every managed file and directory
 DIR_MODE = "700"  # config and state directories: the secret and its backups live there
-STAGED_SUFFIX = ".sglang-fleet-new"
 
 
-def state_dir(spec: ClassSpec) -> str:
-    return f"/var/lib/sglang-fleet/{spec.service.unit}"
 
 
-def backups_dir(spec: ClassSpec) -> str:
-    return f"{state_dir(spec)}/backups"
 
-
-def deployed_spec_file(spec: ClassSpec) -> str:
-    return f"{state_dir(spec)}/spec.json"
-
-
-def pending_file(spec: ClassSpec) -> str:
-    return f"{state_dir(spec)}/pending.json"
-
-
-def records_file(spec: ClassSpec) -> str:
-    return f"{state_dir(spec)}/deploys.jsonl"
 
 
 @dataclass(frozen=True)
@@ -90,13 +62,13 @@ def service_files(spec: ClassSpec) -> list[str]:
 def managed_paths(spec: ClassSpec) -> list[str]:
     """Everything a rollout replaces and a rollback puts back: the service's files, secrets
     included, then the header file and the spec record (which change with them but restart nothing)."""
-    return [*service_files(spec), spec.auth_header_file, deployed_spec_file(spec)]
+    return [*service_files(spec), spec.auth_header_file, spec.deployed_spec_file]
 
 
 def watched_files(spec: ClassSpec) -> list[str]:
     """The files preflight reads and begin checks are still as read: the managed ones, and the
     deploy records (a rollout that ended meanwhile appended one, whatever else it changed)."""
-    return [*managed_paths(spec), records_file(spec)]
+    return [*managed_paths(spec), spec.records_file]
 
 
 def desired_files(spec: ClassSpec, group: str, secrets: Secrets, journal_filter: bool) -> list[ManagedFile]:
@@ -108,17 +80,13 @@ def desired_files(spec: ClassSpec, group: str, secrets: Secrets, journal_filter:
         ManagedFile(spec.config_file, "600", render_config(spec, secrets), restarts=True, secret=True),
         ManagedFile(spec.secret_file, "600", render_secret_env(spec, secrets), restarts=True, secret=True),
         ManagedFile(spec.auth_header_file, "600", render_auth_header(spec, secrets), restarts=False, secret=True),
-        ManagedFile(deployed_spec_file(spec), "600", spec_record(spec, group), restarts=False),
+        ManagedFile(spec.deployed_spec_file, "600", spec_record(spec, group), restarts=False),
     ]
 
 
 def managed_dirs(spec: ClassSpec) -> list[str]:
-    return [str(PurePosixPath(spec.env_file).parent), state_dir(spec), backups_dir(spec)]
+    return [str(PurePosixPath(spec.env_file).parent), spec.state_dir, spec.backups_dir]
 
-
-def staged_path(path: str) -> str:
-    p = PurePosixPath(path)
-    return str(p.parent / f".{p.name}{STAGED_SUFFIX}")
 
 
 def spec_record(spec: ClassSpec, group: str) -> str:
@@ -146,20 +114,20 @@ def _write_json(path: str, data: dict) -> str:
 
 
 def _drop_staged(spec: ClassSpec) -> str:
-    return "rm -f " + " ".join(_q(staged_path(p)) for p in managed_paths(spec))
+    return "rm -f " + " ".join(_q(layout.staged_path(p)) for p in managed_paths(spec))
 
 
 def backup_command(spec: ClassSpec, stamp: str) -> str:
     """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS; prints the dir or
     nothing (nothing there yet). A failed copy fails the command and leaves no partial set."""
-    d = _q(f"{backups_dir(spec)}/{stamp}")
+    d = _q(f"{spec.backups_dir}/{stamp}")
     files = " ".join(_q(f) for f in managed_paths(spec))
     return (
         f"mkdir -p {d} || exit 1; copied=yes; for f in {files}; do "
         f"if [ -e \"$f\" ]; then cp -p \"$f\" {d}/ || {{ copied=no; break; }}; fi; done; "
         f"if [ $copied = no ]; then rm -rf {d}; exit 1; fi; "
         f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi; "
-        f"ls -1d {_q(backups_dir(spec))}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
+        f"ls -1d {_q(spec.backups_dir)}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
     )
 
 
@@ -226,14 +194,14 @@ def begin_command(
         steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail()}")
     steps.append(_drop_staged(spec))
     for path, source in (copies or {}).items():
-        steps.append(f"cp -p {_q(source)} {_q(staged_path(path))} || {fail()}")
+        steps.append(f"cp -p {_q(source)} {_q(layout.staged_path(path))} || {fail()}")
     if backup_stamp:
         steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail()}")
         # a set without its pending record would pass for an interrupted rollout's (fleet.history)
-        undo.insert(0, f"rm -rf {_q(f'{backups_dir(spec)}/{backup_stamp}')}")
-    steps.append(f"{_write_json(pending_file(spec), pending)} || {fail()}")
+        undo.insert(0, f"rm -rf {_q(f'{spec.backups_dir}/{backup_stamp}')}")
+    steps.append(f"{_write_json(spec.pending_file, pending)} || {fail()}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
-        steps.append(f"install -m 600 /dev/null {_q(staged_path(path))} || {fail()}")
+        steps.append(f"install -m 600 /dev/null {_q(layout.staged_path(path))} || {fail()}")
     steps.append(f"echo {BEGUN_MARK}")
     return "; ".join(steps)
 
@@ -257,7 +225,7 @@ def read_begin(answer: str, spec: ClassSpec, units: Sequence[UnitSeen] = ()) -> 
         return BeginAnswer(lock_taken=(refused.text or "").strip())
     seen = {u.unit: u for u in units}
     for f in said:
-        if f.key == CHANGED and f.value == records_file(spec):
+        if f.key == CHANGED and f.value == spec.records_file:
             return BeginAnswer(changed=f"the deploy records ({f.value}) changed since preflight (another deploy "
                                        "ended meanwhile, or a hand edit)")
         if f.key == CHANGED:
@@ -296,7 +264,7 @@ def apply_command(
     unit = _q(spec.service_unit)
     parts = ["set -e"]
     for f in swap:
-        staged = _q(staged_path(f.path))
+        staged = _q(layout.staged_path(f.path))
         if not f.present:
             parts.append(f"rm -f {_q(f.path)}")
         else:
@@ -355,10 +323,6 @@ def stop_workloads_command(services: list[str], scopes: list[str] = (),
     return "; ".join([*steps, "[ $ok = yes ]"])
 
 
-def give_back_log(spec: ClassSpec, name: str) -> str:
-    """Where a give-back command's output goes (kept: a child it leaves may write on)."""
-    return f"{state_dir(spec)}/give-back.{name}.log"
-
 
 def give_back_command(spec: ClassSpec, enable: list[str], start: list[str], commands: list[str] = ()) -> str:
     """Workloads as they were before the rollout: these services enabled, those started, and the scope
@@ -368,7 +332,7 @@ def give_back_command(spec: ClassSpec, enable: list[str], start: list[str], comm
     timeout = math.ceil(spec.readiness.workload_release_timeout_s)
     steps = [f"systemctl enable --quiet -- {_q(w)}" for w in enable] + [f"systemctl start -- {_q(w)}" for w in start]
     for name in commands:
-        argv, log = " ".join(_q(a) for a in spec.workload(name).give_back), _q(give_back_log(spec, name))
+        argv, log = " ".join(_q(a) for a in spec.workload(name).give_back), _q(spec.give_back_log(name))
         steps.append(f"( umask 077; timeout -k 5 {timeout} {argv} < /dev/null > {log} 2>&1 || {{ rc=$?; "
                      f"printf '%s exited %s: ' {_q('the give-back command of ' + name)} $rc; head -c 2000 {log}; "
                      "exit 1; } )")
@@ -385,14 +349,14 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     of its own files comes back, or if `stop`. Its enabled state ("enabled"/"disabled") is put
     back where its unit file exists. Prints RESTORED and the paths put back."""
     unit = _q(spec.service_unit)
-    parts = [f"umask 077; {_write_json(pending_file(spec), pending)} || exit 1", "changed=''"]
+    parts = [f"umask 077; {_write_json(spec.pending_file, pending)} || exit 1", "changed=''"]
     for path, sha1 in before_files.items():
         parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed \"{_q(path)}\" \"")
     patterns = "|".join(f"*\" \"{_q(p)}\" \"*" for p in service_files(spec))
     parts.append(f"stop={'yes' if stop else 'no'}; case \"$changed\" in {patterns}) stop=yes;; esac")
     parts.append(f"[ $stop = no ] || systemctl stop -- {unit} 2>/dev/null || true")
     for path, sha1 in before_files.items():
-        saved = _q(f"{backups_dir(spec)}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
+        saved = _q(f"{spec.backups_dir}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
         if sha1 is None:
             put_back = f"rm -f {_q(path)}"
         elif saved:
@@ -414,7 +378,7 @@ def finish_command(spec: ClassSpec, record: dict) -> str:
     return "; ".join(
         [
             record_command(spec, record),
-            f"rm -f {_q(pending_file(spec))}",
+            f"rm -f {_q(spec.pending_file)}",
             _drop_staged(spec),
             lock.release_command(spec),
         ]
@@ -423,7 +387,7 @@ def finish_command(spec: ClassSpec, record: dict) -> str:
 
 def record_command(spec: ClassSpec, record: dict) -> str:
     line = _q(json.dumps(record, sort_keys=True))
-    return f"mkdir -p {_q(state_dir(spec))}; printf '%s\\n' {line} >> {_q(records_file(spec))}"
+    return f"mkdir -p {_q(spec.state_dir)}; printf '%s\\n' {line} >> {_q(spec.records_file)}"
 
 
 def journal_command(spec: ClassSpec, lines: int = 30) -> str:

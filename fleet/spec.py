@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from fleet import layout
+
 # SGLang 0.5.23's built-in speculative algorithms (its --help lists them); DDTREE is
 # not among them: it is upstream PR 29907, provisional, and needs an engine that has it.
 SGLANG_0523_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
@@ -928,28 +930,57 @@ class ClassSpec(Strict):
         draft = getattr(self.speculative, "draft_model_path", None)
         return [self.service.model_path] + ([draft] if draft else [])
 
+    # Where the service's files and the deploy's state live on a host (fleet/layout.py)
     @property
     def unit_file(self) -> str:
-        return f"/etc/systemd/system/{self.service.unit}.service"
+        return layout.unit_file(self.service.unit)
 
     @property
     def env_file(self) -> str:
-        return f"/etc/sglang/{self.service.unit}.env"
+        return layout.env_file(self.service.unit)
 
     @property
     def secret_file(self) -> str:
         """The 0600 environment file of service.secret_environment."""
-        return f"/etc/sglang/{self.service.unit}.secret"
+        return layout.secret_file(self.service.unit)
 
     @property
     def config_file(self) -> str:
         """The 0600 YAML the server reads its secret arguments from (--config)."""
-        return f"/etc/sglang/{self.service.unit}.yaml"
+        return layout.config_file(self.service.unit)
 
     @property
     def auth_header_file(self) -> str:
         """The 0600 `Authorization:` header requests made on the host send (curl -H @file)."""
-        return f"/etc/sglang/{self.service.unit}.auth"
+        return layout.auth_header_file(self.service.unit)
+
+    @property
+    def state_dir(self) -> str:
+        return layout.state_dir(self.service.unit)
+
+    @property
+    def backups_dir(self) -> str:
+        return layout.backups_dir(self.service.unit)
+
+    @property
+    def deployed_spec_file(self) -> str:
+        return layout.deployed_spec_file(self.service.unit)
+
+    @property
+    def pending_file(self) -> str:
+        return layout.pending_file(self.service.unit)
+
+    @property
+    def records_file(self) -> str:
+        return layout.records_file(self.service.unit)
+
+    @property
+    def lock_file(self) -> str:
+        return layout.lock_file(self.service.unit)
+
+    def give_back_log(self, workload: str) -> str:
+        """Where a workload's give-back command's output goes (kept: a child it leaves may write on)."""
+        return layout.give_back_log(self.service.unit, workload)
 
 
 SPECULATIVE_MODELS: dict[str, type[BaseModel]] = {

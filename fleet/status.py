@@ -100,7 +100,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     if violations:
         row.verdict, row.reasons = REFUSED, violations
         return row
-    held = lock.judge(facts.deployed.lock, lock.lock_file(spec), now, lock.stale_after(spec))
+    held = lock.judge(facts.deployed.lock, spec.lock_file, now, lock.stale_after(spec))
     if held.kind != "free":
         row.reasons.append(f"deploy lock: {held.message}")
     want = declared_files(spec, group, facts, secrets or unread(spec))

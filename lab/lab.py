@@ -439,7 +439,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
-        _wait_ready(running)
+        recs = {rec["name"]: rec for rec in st["hosts"]}
+        _wait_ready(running, boot_again=lambda name: _boot(lab.name, recs[name]))
     except BaseException:
         log("up failed: tearing down what was made")
         _down_locked(_read_state() or st)
@@ -517,16 +518,25 @@ def _boot(lab_name: str, rec: dict) -> None:
     raise LabError(f"{name}: nspawn did not start within 5 s (see {hdir / 'console.log'})")
 
 
-def _wait_ready(lab: Lab, quiet_ok: bool = False) -> None:
-    """Wait until every host answers SSH and systemd says running/degraded."""
+def _wait_ready(lab: Lab, quiet_ok: bool = False, boot_again=None) -> None:
+    """Wait until every host answers SSH and systemd says running/degraded. boot_again(name): a
+    host whose nspawn exits during boot is booted once more (with the reason printed) before the
+    lab gives up: under load nspawn now and then exits early, and one host should not cost the run."""
     t0 = time.monotonic()
 
     def one(h: LabHost) -> str:
-        deadline = t0 + BOOT_TIMEOUT_S
+        deadline, again = t0 + BOOT_TIMEOUT_S, boot_again
         while True:
             if not _alive_nspawn(_pid_of({"name": h.name}), h.name):
                 tail = (HOSTS_DIR / h.name / "console.log").read_text(errors="replace")[-2000:]
-                raise LabError(f"{h.name}: systemd-nspawn exited during boot; console:\n{tail}")
+                if again is None:
+                    raise LabError(f"{h.name}: systemd-nspawn exited during boot; console:\n{tail}")
+                last = [line for line in tail.splitlines() if line.strip()][-3:]
+                log(f"{h.name}: systemd-nspawn exited during boot ({' | '.join(last) or 'nothing on its console'}); "
+                    "booting it once more")
+                again(h.name)
+                again, deadline = None, time.monotonic() + BOOT_TIMEOUT_S
+                continue
             p = ssh(h.ip, "true", timeout=5)
             if p.returncode == 0:
                 break

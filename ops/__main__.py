@@ -30,7 +30,6 @@ from facts.status import StatusSnapshot
 from fleet import status
 from fleet.gate import base_url
 from fleet.history import History
-from fleet.rollout import backups_dir, records_file
 from fleet.groupdata import class_files, gateway_files
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
@@ -59,8 +58,8 @@ def host_status(fleet: Fleet, host) -> status.HostStatus:
     except SecretError as e:
         secrets, problem = None, "; ".join(e.problems)
     facts, history, metrics = fleet.fact(
-        host, StatusSnapshot, snapshot=snapshot_args(spec), records_file=records_file(spec),
-        backups_dir=backups_dir(spec), metrics_url=f"{base_url(spec)}/metrics")
+        host, StatusSnapshot, snapshot=snapshot_args(spec), records_file=spec.records_file,
+        backups_dir=spec.backups_dir, metrics_url=f"{base_url(spec)}/metrics")
     return status.judge(host.name, group, spec, facts, history, metrics, secrets, problem, time.time())
 
 
@@ -116,7 +115,7 @@ def show_history(args) -> int:
         if why:
             print(f"{host.name}: unreachable: {why}", file=sys.stderr)
             return 1
-        history = fleet.fact(host, DeployHistory, records_file=records_file(spec), backups_dir=backups_dir(spec))
+        history = fleet.fact(host, DeployHistory, records_file=spec.records_file, backups_dir=spec.backups_dir)
     finally:
         fleet.close()
     if args.json:

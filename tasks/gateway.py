@@ -32,7 +32,8 @@ from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.report import RUN
-from fleet.rollout import sha1, staged_path, write_command
+from fleet.layout import staged_path
+from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
 from tasks import rolling
 from tasks.common import HostLost, fail, run

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from fleet import bounds, wire
-from fleet.rollout import staged_path
+from fleet.layout import staged_path
 from tasks.common import as_login, connector_arguments, escalates, run
 from tasks.preflight import Preflight
 

@@ -13,7 +13,7 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import bounds, guards, lock, rollout
+from fleet import bounds, guards, lock
 from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.parse import HostFacts
@@ -102,7 +102,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     for warning in guards.drain_warnings(host.name, spec, facts):
         _warn(report, warning)
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
-    held = lock.judge(facts.deployed.lock, lock.lock_file(spec), time.time(), lock.stale_after(spec))
+    held = lock.judge(facts.deployed.lock, spec.lock_file, time.time(), lock.stale_after(spec))
     if not held.free_to_take:
         violations.append(f"{host.name}: deploy lock: expected no other deploy, found {held.message}")
     if violations:
@@ -141,8 +141,8 @@ class Rollback:
 def _rollback_target(declared: ClassSpec, to: str) -> Rollback:
     """The backup set `to` names (PREVIOUS: the set before the last successful change), read from
     the host, or SpecError saying why there is none to put back (listing those there are)."""
-    history = host.get_fact(DeployHistory, records_file=rollout.records_file(declared),
-                            backups_dir=rollout.backups_dir(declared))
+    history = host.get_fact(DeployHistory, records_file=declared.records_file,
+                            backups_dir=declared.backups_dir)
     backup, problem = choose_backup(history, to)
     spec, group = None, ""
     if backup is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,59 @@ def interrupted(lab, cwd: Path, host: str, sig: int, on_line: str | None = None,
     done = subprocess.CompletedProcess(p.args, p.returncode)
     done.out, done.fired = "".join(lines), fired
     return done
+
+
+class Run:
+    """`pyinfra -y --limit H ... deploy.py` in the background, each line of its output with the time it came."""
+
+    def __init__(self, lab, cwd, hosts, env: dict | None = None):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **(env or {})}
+        limits = [a for h in hosts for a in ("--limit", h)]
+        self.p = subprocess.Popen([str(BIN / "pyinfra"), "-y", *limits, str(lab.inventory), "deploy.py"], cwd=cwd,
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def said(self, host: str, text: str) -> bool:
+        return any(of(host, text, line) for _, line in self.lines)
+
+    def first(self, host: str, text: str) -> float:
+        """When the host's first line that holds `text` came."""
+        return next(t for t, line in self.lines if of(host, text, line))
+
+    def wait(self, timeout: float) -> int:
+        """Its exit status once it ends by itself (a run that hangs fails here)."""
+        try:
+            return self.p.wait(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+            self.reader.join(timeout=10)
+
+    @property
+    def out(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+
+def of(host: str, text: str, line: str) -> bool:
+    """A line pyinfra printed for the host ("    [host]   text") that holds `text`."""
+    return f"[{host}]" in line and text in line
+
+
+def in_its_readiness_wait(lab, run: Run, host: str, new_argv: str, timeout: float = 120) -> None:
+    """Until the deploy waits for the host's /health, its new server (whose argv holds `new_argv`)
+    loading: the spec's load must leave a few seconds for what comes next."""
+    deadline = time.monotonic() + timeout
+    new_server = ("tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline | grep -q -- "
+                  + shlex.quote(new_argv))
+    while not (run.said(host, "restart sglang.service: waiting for /health")
+               and lab.ssh(host, new_server, timeout=5).returncode == 0):
+        assert time.monotonic() < deadline and run.p.poll() is None, run.out
+        time.sleep(0.2)
+    time.sleep(0.5)  # the restart's own command has answered: the deploy is in the gate's wait

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.lock import LOCK_ROOT
+from fleet.layout import LOCK_ROOT
 from lab import lab as labmod
 from ops.loadgen import Load, WorkersSampler, min_ready
-from tests.lab.e2e import BIN, REPO, deploy, main_pid, sh, summary_row, workdir
+from tests.lab.e2e import BIN, REPO, Run, deploy, in_its_readiness_wait, main_pid, sh, summary_row, workdir
 
 LAB_FILE = REPO / "lab" / "gateway.toml"
 REPLICAS = ["pro6000-1", "pro6000-2", "pro6000-3"]
@@ -212,3 +212,50 @@ def test_one_replica_by_hand_through_the_same_drain(gw_lab, tmp_path):
     assert min_ready(sampler.samples) >= 2
     assert [_block_size(lab, h) for h in REPLICAS] == ["4", "6", "4"]
     assert main_pid(lab, "pro6000-1") == before["pro6000-1"] and main_pid(lab, "pro6000-3") == before["pro6000-3"]
+
+
+LINK_S = 12  # readiness.link_timeout_s of the lost-link test's spec
+
+
+def test_a_link_lost_in_a_replicas_readiness_wait_then_the_next_run_puts_it_back(gw_lab, tmp_path):
+    """The canary's link drops while it loads out of the gateway: it is LOST, the class stops, the
+    other replicas serve on; once the link is back the next run takes its lock over and rolls the
+    class, the canary back in smg. Through the gateway, not one request fails all along."""
+    lab = gw_lab
+    before = {h: main_pid(lab, h) for h in REPLICAS[1:]}
+    cwd = workdir(tmp_path, pro6000=(
+        'speculative = {**speculative, "block_size": 10}\n'
+        f'readiness = {{"load_timeout_s": 60, "poll_interval_s": 0.25, "link_timeout_s": {LINK_S}}}\n'
+        # loads 3 s, then warms up 8 s before /health says 200: time to drop the link in the wait
+        'service = {**service, "environment": {"LAB_SGLANG_WARMUP_SECONDS": "8"}}'))
+    with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
+            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+        first = Run(lab, cwd, [], env=ENV)
+        in_its_readiness_wait(lab, first, "pro6000-1", "--speculative-dflash-block-size 10")
+        labmod.link("pro6000-1", False)
+        dropped = time.monotonic()
+        try:
+            rc = first.wait(timeout=180)
+        finally:
+            labmod.link("pro6000-1", True)
+        during = list(sampler.samples)
+        untouched = {h: main_pid(lab, h) for h in REPLICAS[1:]}
+        time.sleep(max(0.0, dropped + LINK_S + 1 - time.monotonic()))  # its lease has run out
+        second = deploy(lab, cwd, env=ENV)
+        time.sleep(1)
+    assert rc != 0, first.out
+    assert first.first("pro6000-1", "link lost") - dropped <= LINK_S, first.out
+    assert " LOST " in summary_row(first.out, "pro6000-1"), first.out
+    for h in REPLICAS[1:]:
+        assert "NOT ROLLED" in summary_row(first.out, h), first.out
+    assert untouched == before  # the other replicas were never stopped
+    assert min_ready(during) >= 2
+    assert second.returncode == 0, second.out
+    assert "take over an interrupted rollout" in summary_row(second.out, "pro6000-1"), second.out
+    assert load.report.total > 0 and load.report.failed == 0, load.report.failures()
+    assert [_block_size(lab, h) for h in REPLICAS] == ["10", "10", "10"]
+    for h in REPLICAS:
+        assert sh(lab, h, f"ls {LOCK_FILE} /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null") == ""
+    with WorkersSampler(_url(lab), KEY) as sampler:
+        time.sleep(0.5)
+    assert min_ready(sampler.samples) == 3  # the canary back in the gateway, ready, beside the others

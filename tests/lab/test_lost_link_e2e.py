@@ -15,15 +15,12 @@ The two scenarios run side by side, each on its own hosts (--limit).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from e2e import BIN, deploy, health, main_pid, sh, summary_row, workdir
+from e2e import Run, deploy, health, in_its_readiness_wait, main_pid, of, sh, summary_row, workdir
 
 from lab import lab as labmod
 
@@ -37,61 +34,7 @@ LAB = '[lab]\nname = "lostlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{PRO}' 
 READINESS = ('readiness = {"load_timeout_s": 40, "poll_interval_s": 0.25, "progress_every_s": 5, '
              f'"link_timeout_s": {LINK_S}}}')
 TRAIN = "dflash-train.service"
-NEW_SERVER = "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline | grep -q DFLASH"
 LEFT = "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null; true"
-
-
-class Run:
-    """`pyinfra -y --limit H ... deploy.py` in the background, each line of its output with the time it came."""
-
-    def __init__(self, lab, cwd, hosts):
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
-        limits = [a for h in hosts for a in ("--limit", h)]
-        self.p = subprocess.Popen([str(BIN / "pyinfra"), "-y", *limits, str(lab.inventory), "deploy.py"], cwd=cwd,
-                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
-        self.lines: list[tuple[float, str]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            self.lines.append((time.monotonic(), line))
-
-    def said(self, host: str, text: str) -> bool:
-        return any(of(host, text, line) for _, line in self.lines)
-
-    def first(self, host: str, text: str) -> float:
-        """When the host's first line that holds `text` came."""
-        return next(t for t, line in self.lines if of(host, text, line))
-
-    def wait(self, timeout: float) -> int:
-        """Its exit status once it ends by itself (a run that hangs fails here)."""
-        try:
-            return self.p.wait(timeout=timeout)
-        finally:
-            if self.p.poll() is None:
-                self.p.kill()
-            self.reader.join(timeout=10)
-
-    @property
-    def out(self) -> str:
-        return "".join(line for _, line in self.lines)
-
-
-def of(host: str, text: str, line: str) -> bool:
-    """A line pyinfra printed for the host ("    [host]   text") that holds `text`."""
-    return f"[{host}]" in line and text in line
-
-
-def in_its_readiness_wait(lab, run: Run, host: str, timeout: float = 120) -> None:
-    """The deploy waits for the host's /health: its new server is loading (8 s)."""
-    deadline = time.monotonic() + timeout
-    while not (run.said(host, "restart sglang.service: waiting for /health")
-               and lab.ssh(host, NEW_SERVER, timeout=5).returncode == 0):
-        assert time.monotonic() < deadline and run.p.poll() is None, run.out
-        time.sleep(0.2)
-    time.sleep(0.5)  # the restart's own command has answered: the deploy is in the gate's wait
 
 
 def pids(lab, host: str) -> tuple[int, int]:
@@ -101,7 +44,7 @@ def pids(lab, host: str) -> tuple[int, int]:
 def lose_the_link(lab, wd) -> dict:
     seen = {"before": {h: pids(lab, h) for h in CLASS}}
     first = Run(lab, wd, CLASS)
-    in_its_readiness_wait(lab, first, "lost-1")
+    in_its_readiness_wait(lab, first, "lost-1", "DFLASH")
     labmod.link("lost-1", False)
     seen["dropped"] = time.monotonic()
     try:
@@ -121,7 +64,7 @@ def freeze_the_controller(lab, wd) -> dict:
     seen = {}
     first = Run(lab, wd, [FROZEN])
     try:
-        in_its_readiness_wait(lab, first, FROZEN)
+        in_its_readiness_wait(lab, first, FROZEN, "DFLASH")
         first.p.send_signal(signal.SIGSTOP)
         frozen = time.monotonic()
         time.sleep(max(0.0, frozen + LINK_S + 1 - time.monotonic()))  # its lease has run out

@@ -21,7 +21,8 @@ from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
 from facts.models import ModelDirs
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.service import RunningService
-from facts.sglang import CACHE_DIR, SglangEngine
+from facts.sglang import SglangEngine
+from fleet.layout import ENGINE_CACHE_DIR
 from facts.systemd import SystemdVersion, UnitStates
 from fleet.lock import LockFacts
 from fleet.parse import (
@@ -71,13 +72,13 @@ RUNTIME = ("sglang.service", "http://127.0.0.1:30000/health")
 
 
 def test_combined_command_reuses_each_fact_command():
-    engine = ["/opt/sglang/bin/python", {"CUDA_HOME": "/usr/local/cuda"}, CACHE_DIR]
+    engine = ["/opt/sglang/bin/python", {"CUDA_HOME": "/usr/local/cuda"}, ENGINE_CACHE_DIR]
     command = HostSnapshot().command(engine, [["/m/t", "/m/d"]], [["sglang.service"]],
                                      list(DEPLOYED), list(RUNTIME), timeout_s=30)
     for part in (
         GpuInventory().command(30),
         GpuProcesses().command(30),
-        SglangEngine().command("/opt/sglang/bin/python", 30, {"CUDA_HOME": "/usr/local/cuda"}, CACHE_DIR),
+        SglangEngine().command("/opt/sglang/bin/python", 30, {"CUDA_HOME": "/usr/local/cuda"}, ENGINE_CACHE_DIR),
         ModelDirs().command(["/m/t", "/m/d"]),
         UnitStates().command(["sglang.service"]),
         DeployedFiles().command(*DEPLOYED),

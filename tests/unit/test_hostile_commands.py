@@ -142,9 +142,9 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
     services, commands = spec.service_workloads, [w.name for w in spec.held_workloads if w.give_back is not False]
     return [
         HostSnapshot().command(**snapshot_args(spec)),
-        StatusSnapshot().command(snapshot_args(spec), rollout.records_file(spec), rollout.backups_dir(spec),
+        StatusSnapshot().command(snapshot_args(spec), spec.records_file, spec.backups_dir,
                                  f"{gate.base_url(spec)}/metrics"),
-        DeployHistory().command(rollout.records_file(spec), rollout.backups_dir(spec)),
+        DeployHistory().command(spec.records_file, spec.backups_dir),
         rollout.begin_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen, files, "20260101T000000Z",
                               pending, [f.path for f in want if f.secret], {want[0].path: f"/x/{lock_text}"},
                               units=[rollout.UnitSeen(u, "enabled", "active", ("active",)) for u in spec.watched_units]),
@@ -157,7 +157,7 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
         rollout.stop_workloads_command(services, found_scopes(spec), [(4242, 1, 30)]),
         gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
         gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
-        lock.release_command(spec), GpuProcesses().command(1),
+        lock.release_command(spec), lock.renew_command(spec), GpuProcesses().command(1),
     ]
 
 
@@ -210,7 +210,7 @@ def test_a_give_back_command_runs_as_declared_token_for_token(value, path):
     """The declared argv reaches the program that runs it (timeout, which execs it) whole: no token split,
     globbed or expanded, none lost."""
     spec = spec_with("workloads:process", FIELDS["workloads:process"](value))
-    log = Path(rollout.give_back_log(spec, "torchrun"))
+    log = Path(spec.give_back_log("torchrun"))
     (path.parent / log.parent.relative_to("/")).mkdir(parents=True, exist_ok=True)  # begin made it on a host
     command = rollout.give_back_command(spec, [], [], ["torchrun"]).replace(str(log), f"{path.parent}{log}")
     (timeout,) = [p for _, p in ran([command], path) if p[0] == "timeout"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.layout import lease_file
 from fleet.lock import (
     LEASE_RAN_OUT,
     NOT_OURS_MARK,
@@ -27,8 +28,6 @@ from fleet.lock import (
     describe,
     facts_command,
     judge,
-    lease_file,
-    lock_file,
     lost_after_s,
     release_command,
     renew_command,
@@ -44,7 +43,7 @@ SPEC = ClassSpec.model_validate({
     "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
     "service": {"model_path": "/m", "served_model_name": "m"},
 })
-PATH = lock_file(SPEC)
+PATH = SPEC.lock_file
 NOW = 1_750_000_000.0
 WHO = {"holder": "alice@laptop", "pid": 7, "since": int(NOW)}
 

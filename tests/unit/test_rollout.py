@@ -27,6 +27,7 @@ import pytest
 from fleet import lock
 from fleet.plan import RUNNING_STATES, SERVING_STATES
 from fleet.report import HostReport, RunReport, describe_gpus, table
+from fleet.layout import staged_path
 from fleet.rollout import (
     BEGUN_MARK,
     KEEP_BACKUPS,
@@ -36,25 +37,18 @@ from fleet.rollout import (
     UnitSeen,
     apply_command,
     backup_command,
-    backups_dir,
     begin_command,
-    deployed_spec_file,
     desired_files,
     finish_command,
     give_back_command,
-    give_back_log,
     journal_command,
     managed_dirs,
     managed_paths,
-    pending_file,
     read_begin,
     record_command,
-    records_file,
     restore_command,
     service_files,
     spec_record,
-    staged_path,
-    state_dir,
     stop_workloads_command,
     watched_files,
 )
@@ -135,7 +129,7 @@ class Host:
         return stat.S_IMODE(self.path(real).stat().st_mode)
 
     def backups(self, spec: ClassSpec) -> list[str]:
-        d = self.path(backups_dir(spec))
+        d = self.path(spec.backups_dir)
         return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
     def systemctl(self) -> list[str]:
@@ -163,10 +157,10 @@ def host(tmp_path, request) -> Host:
 
 
 def test_paths():
-    assert state_dir(SPEC) == "/var/lib/sglang-fleet/sglang"
-    assert deployed_spec_file(SPEC) == "/var/lib/sglang-fleet/sglang/spec.json"
-    assert pending_file(SPEC) == "/var/lib/sglang-fleet/sglang/pending.json"
-    assert lock.lock_file(SPEC) == "/run/sglang-fleet/sglang.lock"
+    assert SPEC.state_dir == "/var/lib/sglang-fleet/sglang"
+    assert SPEC.deployed_spec_file == "/var/lib/sglang-fleet/sglang/spec.json"
+    assert SPEC.pending_file == "/var/lib/sglang-fleet/sglang/pending.json"
+    assert SPEC.lock_file == "/run/sglang-fleet/sglang.lock"
     assert managed_paths(SPEC) == [  # secrets are backed up and restored too
         "/etc/systemd/system/sglang.service",
         "/etc/sglang/sglang.env",
@@ -208,9 +202,9 @@ def test_first_install_backs_up_nothing(host):
 def test_backup_copies_what_exists_keeping_modes(host):
     host.write(UNIT, "unit v1\n")
     host.write(SECRET, f'SGLANG_API_KEY="{KEY}"\n', 0o600)
-    host.path(backups_dir(SPEC)).mkdir(parents=True)
+    host.path(SPEC.backups_dir).mkdir(parents=True)
     r = host.run(backup_command(SPEC, "20250101T000000Z"))
-    d = f"{backups_dir(SPEC)}/20250101T000000Z"
+    d = f"{SPEC.backups_dir}/20250101T000000Z"
     assert r.stdout.strip() == f"{host.root}{d}"
     assert sorted(p.name for p in host.path(d).iterdir()) == ["sglang.secret", "sglang.service"]
     assert host.read(f"{d}/sglang.service") == "unit v1\n" and host.mode(f"{d}/sglang.secret") == 0o600
@@ -246,34 +240,34 @@ def test_begin_takes_the_lock_backs_up_and_writes_the_pending_record(host):
     host.write(UNIT, "unit v1\n")
     r = begin(host, secret_uploads=[CONFIG, AUTH])
     assert r.stdout.strip().endswith(BEGUN_MARK) and host.said(r) == BeginAnswer(begun=True)
-    owner = json.loads(host.read(lock.lock_file(SPEC)))
+    owner = json.loads(host.read(SPEC.lock_file))
     assert owner == {**WHO, "session": None, "session_start": None}  # no sshd above a local shell
-    assert json.loads(host.read(pending_file(SPEC))) == PENDING and host.mode(pending_file(SPEC)) == 0o600
-    assert host.backups(SPEC) == ["s1"] and host.read(f"{backups_dir(SPEC)}/s1/sglang.service") == "unit v1\n"
+    assert json.loads(host.read(SPEC.pending_file)) == PENDING and host.mode(SPEC.pending_file) == 0o600
+    assert host.backups(SPEC) == ["s1"] and host.read(f"{SPEC.backups_dir}/s1/sglang.service") == "unit v1\n"
     assert all(host.mode(d) == 0o700 for d in managed_dirs(SPEC))
     for path in (CONFIG, AUTH):  # the uploads write into files that are 0600 from the start
         assert host.read(staged_path(path)) == "" and host.mode(staged_path(path)) == 0o600
 
 
 def test_begin_is_refused_when_another_deploy_holds_the_lock_and_changes_nothing(host):
-    host.write(lock.lock_file(SPEC), json.dumps({"holder": "bob@desk", "pid": 1, "since": 2}) + "\n")
+    host.write(SPEC.lock_file, json.dumps({"holder": "bob@desk", "pid": 1, "since": 2}) + "\n")
     r = begin(host, check=False)
     assert r.returncode == lock.REFUSED_EXIT
     assert "bob@desk" in host.said(r).lock_taken and not host.said(r).begun
-    assert BEGUN_MARK not in r.stdout and host.read(pending_file(SPEC)) is None and host.backups(SPEC) == []
-    assert "bob@desk" in host.read(lock.lock_file(SPEC))
+    assert BEGUN_MARK not in r.stdout and host.read(SPEC.pending_file) is None and host.backups(SPEC) == []
+    assert "bob@desk" in host.read(SPEC.lock_file)
 
 
 def test_begin_takes_over_exactly_the_stale_lock_it_judged(host):
     stale = json.dumps({"holder": "bob@desk", "pid": 1, "since": 2, "session": 99, "session_start": 5})
-    host.write(lock.lock_file(SPEC), stale + "\n")
+    host.write(SPEC.lock_file, stale + "\n")
     assert begin(host, seen=lock.LockFacts(True, stale, "")).stdout.strip().endswith(BEGUN_MARK)
-    assert json.loads(host.read(lock.lock_file(SPEC)))["holder"] == "alice@laptop"
+    assert json.loads(host.read(SPEC.lock_file))["holder"] == "alice@laptop"
 
 
 def test_two_deploys_that_judged_the_same_lock_stale_cannot_both_take_it(host):
     stale = json.dumps({"holder": "bob@desk", "pid": 1, "since": 2})
-    host.write(lock.lock_file(SPEC), stale + "\n")
+    host.write(SPEC.lock_file, stale + "\n")
     first = begin(host, seen=lock.LockFacts(True, stale, ""))
     second = begin(host, seen=lock.LockFacts(True, stale, ""), check=False)
     said = {f.marker: f.text for f in frames(second.stdout)}
@@ -286,20 +280,20 @@ def test_begin_refuses_files_changed_since_preflight_and_frees_the_lock(host):
     r = begin(host, files=seen, check=False)
     assert r.returncode == 1 and f"@@changed={host.root}{UNIT}" in r.stdout
     assert host.said(r).changed == f"{UNIT} changed since preflight (another deploy, or a hand edit)"
-    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.read(SPEC.lock_file) is None and host.read(SPEC.pending_file) is None
 
 
 def test_begin_refuses_a_deploy_record_written_since_preflight(host):
     """A rollout that ran and ended between this one's preflight and its begin leaves the lock
     as it was; its record does not."""
     host.write(UNIT, "unit v1\n")
-    host.write(records_file(SPEC), '{"result": "ok"}\n')
+    host.write(SPEC.records_file, '{"result": "ok"}\n')
     seen = host.sha1s(watched_files(SPEC))
     host.run(record_command(SPEC, {"result": "ok", "by": "bob@desk"}))
     r = begin(host, files=seen, check=False)
-    assert host.said(r).changed == (f"the deploy records ({records_file(SPEC)}) changed since preflight "
+    assert host.said(r).changed == (f"the deploy records ({SPEC.records_file}) changed since preflight "
                                     "(another deploy ended meanwhile, or a hand edit)")
-    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.read(SPEC.lock_file) is None and host.read(SPEC.pending_file) is None
     assert host.backups(SPEC) == [] and host.read(UNIT) == "unit v1\n"
 
 
@@ -320,7 +314,7 @@ def test_begin_refuses_a_workload_started_since_preflight_and_changes_nothing(ho
     assert r.returncode == 1 and BEGUN_MARK not in r.stdout
     assert host.said(r, units).changed == (
         "dflash-train.service became active since preflight (it was inactive: another deploy, or a hand change)")
-    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.read(SPEC.lock_file) is None and host.read(SPEC.pending_file) is None
     assert host.backups(SPEC) == [] and host.sha1s() == seen and host.systemctl() == []
     assert not list(host.path("/etc/systemd/system").glob(".*"))  # nothing staged
 
@@ -347,16 +341,16 @@ def test_begin_compares_unit_states_as_the_rollback_reads_them(host, unit, alike
     host.unit(unit, *now)
     r = begin(host, units=units, check=False)
     assert host.said(r, units) == (BeginAnswer(begun=True) if changed is None else BeginAnswer(changed=changed))
-    assert (host.read(lock.lock_file(SPEC)) is None) == (changed is not None)
+    assert (host.read(SPEC.lock_file) is None) == (changed is not None)
 
 
 def test_a_failure_after_the_backup_removes_the_set_it_took(host):
     """A set without its pending record would pass for an interrupted rollout's (fleet.history)."""
     host.write(UNIT, "unit\n")
-    host.path(pending_file(SPEC) + ".tmp").mkdir(parents=True)  # the pending record cannot be written
+    host.path(SPEC.pending_file + ".tmp").mkdir(parents=True)  # the pending record cannot be written
     r = begin(host, check=False)
     assert r.returncode == 1 and BEGUN_MARK not in r.stdout
-    assert host.backups(SPEC) == [] and host.read(lock.lock_file(SPEC)) is None
+    assert host.backups(SPEC) == [] and host.read(SPEC.lock_file) is None
 
 
 def test_a_failed_backup_frees_the_lock_and_writes_no_pending_record(host):
@@ -365,7 +359,7 @@ def test_a_failed_backup_frees_the_lock_and_writes_no_pending_record(host):
     host.path(ENV).mkdir(parents=True)  # cp fails on it; sha1sum reads it as absent, as preflight saw
     r = begin(host, files=seen, check=False)
     assert r.returncode == 1 and BEGUN_MARK not in r.stdout
-    assert host.read(lock.lock_file(SPEC)) is None and host.read(pending_file(SPEC)) is None
+    assert host.read(SPEC.lock_file) is None and host.read(SPEC.pending_file) is None
     assert host.backups(SPEC) == []
 
 
@@ -408,7 +402,7 @@ def deployed_then_changed(host) -> dict:
 
 
 def restore(host, before, stop=False, enabled="enabled", stamp="s1"):
-    host.path(state_dir(SPEC)).mkdir(parents=True, exist_ok=True)  # begin made it
+    host.path(SPEC.state_dir).mkdir(parents=True, exist_ok=True)  # begin made it
     return host.run(restore_command(SPEC, before, stamp, stop, enabled, {"phase": "rolling-back"}))
 
 
@@ -419,7 +413,7 @@ def test_restore_puts_back_every_file_as_it_was_and_says_which(host):
     assert host.read(RECORD) == '{"v": 1}\n' and host.mode(RECORD) == 0o600
     changed = [UNIT, ENV, SECRET, RECORD]  # the config and header files were absent before and after
     assert sorted(r.stdout.split(RESTORED, 1)[1].split()) == sorted(f"{host.root}{p}" for p in changed)
-    assert json.loads(host.read(pending_file(SPEC))) == {"phase": "rolling-back"}
+    assert json.loads(host.read(SPEC.pending_file)) == {"phase": "rolling-back"}
     # its own files changed: stopped first; then systemd rereads them, the enabled state as it was
     assert host.systemctl() == ["stop -- sglang.service", "daemon-reload", "enable --quiet -- sglang.service"]
 
@@ -466,7 +460,7 @@ def test_restore_removes_leftover_staged_files(host):
 # --- finish and the deploy record ------------------------------------------------------
 
 def records(host: Host) -> list[dict]:
-    text = host.read(f"{state_dir(SPEC)}/deploys.jsonl")
+    text = host.read(f"{SPEC.state_dir}/deploys.jsonl")
     return [json.loads(line) for line in text.splitlines()]
 
 
@@ -475,8 +469,8 @@ def test_finish_records_and_leaves_no_pending_record_no_staged_file_no_lock(host
     host.write(staged_path(ENV), "x")
     host.run(finish_command(SPEC, {"result": "ok"}))
     assert records(host) == [{"result": "ok"}]
-    assert host.read(pending_file(SPEC)) is None and host.read(staged_path(ENV)) is None
-    assert host.read(lock.lock_file(SPEC)) is None
+    assert host.read(SPEC.pending_file) is None and host.read(staged_path(ENV)) is None
+    assert host.read(SPEC.lock_file) is None
 
 
 def test_record_command_appends_json_lines(host):
@@ -573,25 +567,25 @@ def test_the_give_back_enables_and_starts_services_and_runs_a_declared_command_q
                    f'cat > {host.root}/stdin\necho its output\n')
     job.chmod(0o755)
     spec = give_back_spec(str(job), "start", "a b", "$HOME", "'")
-    host.path(state_dir(spec)).mkdir(parents=True)
+    host.path(spec.state_dir).mkdir(parents=True)
     host.run(give_back_command(spec, ["dflash-train.service"], ["dflash-train.service"], ["trainer"]))
     assert host.systemctl() == ["enable --quiet -- dflash-train.service", "start -- dflash-train.service"]
     assert (host.root / "args").read_text() == "[start][a b][$HOME][']" and (host.root / "stdin").read_text() == ""
-    log = host.path(give_back_log(spec, "trainer"))
+    log = host.path(spec.give_back_log("trainer"))
     assert log.read_text() == "its output\n" and stat.S_IMODE(log.stat().st_mode) == 0o600
     assert give_back_command(spec, [], []) == "true"
 
 
 def test_a_give_back_command_that_fails_says_so_with_its_output(host):
     spec = give_back_spec("/bin/sh", "-c", "echo no such container >&2; exit 3")
-    host.path(state_dir(spec)).mkdir(parents=True)
+    host.path(spec.state_dir).mkdir(parents=True)
     r = host.run(give_back_command(spec, [], [], ["trainer"]), check=False)
     assert r.returncode != 0 and r.stdout == "the give-back command of trainer exited 3: no such container\n"
 
 
 def test_a_give_back_command_is_bounded_and_a_child_it_leaves_holds_nothing_up(host):
     spec = give_back_spec("/bin/sh", "-c", "sleep 30 & echo started")  # a job that forks and returns
-    host.path(state_dir(spec)).mkdir(parents=True)
+    host.path(spec.state_dir).mkdir(parents=True)
     t = time.monotonic()
     host.run(give_back_command(spec, [], [], ["trainer"]))
     assert time.monotonic() - t < 5
@@ -785,8 +779,8 @@ def test_begin_stages_a_rollbacks_copies_before_its_own_backup_can_prune_their_s
     host.write(UNIT, "unit now\n")
     stamps = [f"2025010{i}T000000Z" for i in range(1, KEEP_BACKUPS + 1)]
     for s in stamps:
-        host.write(f"{backups_dir(SPEC)}/{s}/sglang.service", f"unit of {s}\n", 0o644)
-    oldest = f"{backups_dir(SPEC)}/{stamps[0]}/sglang.service"
+        host.write(f"{SPEC.backups_dir}/{s}/sglang.service", f"unit of {s}\n", 0o644)
+    oldest = f"{SPEC.backups_dir}/{stamps[0]}/sglang.service"
     r = host.run(begin_command(SPEC, WHO, lock.LockFacts(), host.sha1s(), "20260101T000000Z", PENDING, [],
                                copies={UNIT: oldest}))
     assert r.stdout.strip().endswith(BEGUN_MARK)
@@ -797,7 +791,7 @@ def test_begin_stages_a_rollbacks_copies_before_its_own_backup_can_prune_their_s
 def test_a_missing_copy_source_fails_begin_and_leaves_no_lock_and_nothing_staged(host):
     host.write(UNIT, "unit now\n")
     r = host.run(begin_command(SPEC, WHO, lock.LockFacts(), host.sha1s(), None, PENDING, [],
-                               copies={UNIT: f"{backups_dir(SPEC)}/gone/sglang.service"}), check=False)
+                               copies={UNIT: f"{SPEC.backups_dir}/gone/sglang.service"}), check=False)
     assert r.returncode != 0 and BEGUN_MARK not in r.stdout
-    assert host.read(lock.lock_file(SPEC)) is None and host.read(staged_path(UNIT)) is None
-    assert host.read(pending_file(SPEC)) is None
+    assert host.read(SPEC.lock_file) is None and host.read(staged_path(UNIT)) is None
+    assert host.read(SPEC.pending_file) is None

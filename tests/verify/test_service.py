@@ -8,11 +8,10 @@ from facts.gpu import GpuInventory, GpuProcesses
 from facts.systemd import SystemdVersion
 from fleet import guards
 from fleet.gate import CURL, auth_option, url
-from fleet.lock import lock_file
 from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
 from fleet.plan import workload_of
 from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv
-from fleet.rollout import OWNER, desired_files, pending_file
+from fleet.rollout import OWNER, desired_files
 from fleet.secrets import unread
 from fleet.spec import SECRET_FLAGS
 
@@ -113,7 +112,7 @@ def test_files_have_their_modes_and_owners(node, target):
 
 def test_no_unfinished_rollout(node, target):
     spec = target.spec
-    pending = node.file(pending_file(spec))
-    assert not pending.exists, (f"{pending_file(spec)}: a rollout was interrupted and not finished; "
+    pending = node.file(spec.pending_file)
+    assert not pending.exists, (f"{spec.pending_file}: a rollout was interrupted and not finished; "
                                 "make deploy finishes it or rolls it back")
-    assert not node.file(lock_file(spec)).exists, f"{lock_file(spec)}: a deploy holds the lock"
+    assert not node.file(spec.lock_file).exists, f"{spec.lock_file}: a deploy holds the lock"

@@ -1,0 +1,105 @@
+"""Where everything the deploy keeps on a host lives: the one place its paths are named. Each
+is a function of the service unit U (a validated path component: fleet.spec.UnitName).
+
+  /etc/systemd/system/U.service, /etc/sglang/U.env  the service's unit and environment (0644)
+  /etc/sglang/U.yaml, /etc/sglang/U.secret          its secret arguments (--config) and secret
+                                                    environment (0600; only when declared)
+  /etc/sglang/U.auth                                the API key as the header requests made on
+                                                    the host send (0600; only with an API key)
+  /var/lib/sglang-fleet/U/spec.json        the spec the deployed files came from
+  /var/lib/sglang-fleet/U/pending.json     an unfinished rollout: what the host looked like before it
+  /var/lib/sglang-fleet/U/backups/STAMP/   the files a rollout replaced (fleet.rollout.KEEP_BACKUPS)
+  /var/lib/sglang-fleet/U/deploys.jsonl    one JSON record per rollout
+  /var/lib/sglang-fleet/U/give-back.W.log  what workload W's give-back command printed
+  /run/sglang-fleet/U.lock, U.lease        who is deploying, and until when (fleet/lock.py); /run
+                                           is emptied at boot, and so is a dead deploy's lock
+  /var/cache/sglang-fleet/engine/          what the installed engine can do (facts/sglang.py)
+  /etc/systemd/system/G.service, /etc/smg/G-workers.json, G.secret, G.auth
+                                           a gateway unit G's unit, the workers it routes to, its
+                                           API key (EnvironmentFile) and header file (0600)
+A new file is uploaded beside its live path as hidden `.NAME.sglang-fleet-new` (systemd ignores
+hidden files), so putting it live is an atomic rename on the same filesystem.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+UNITS_DIR = "/etc/systemd/system"
+CONFIG_DIR = "/etc/sglang"
+STATE_ROOT = "/var/lib/sglang-fleet"
+LOCK_ROOT = "/run/sglang-fleet"
+ENGINE_CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
+GATEWAY_CONFIG_DIR = "/etc/smg"
+STAGED_SUFFIX = ".sglang-fleet-new"
+
+
+def unit_file(unit: str) -> str:
+    return f"{UNITS_DIR}/{unit}.service"
+
+
+def env_file(unit: str) -> str:
+    return f"{CONFIG_DIR}/{unit}.env"
+
+
+def secret_file(unit: str) -> str:
+    return f"{CONFIG_DIR}/{unit}.secret"
+
+
+def config_file(unit: str) -> str:
+    return f"{CONFIG_DIR}/{unit}.yaml"
+
+
+def auth_header_file(unit: str) -> str:
+    return f"{CONFIG_DIR}/{unit}.auth"
+
+
+def state_dir(unit: str) -> str:
+    return f"{STATE_ROOT}/{unit}"
+
+
+def backups_dir(unit: str) -> str:
+    return f"{state_dir(unit)}/backups"
+
+
+def deployed_spec_file(unit: str) -> str:
+    return f"{state_dir(unit)}/spec.json"
+
+
+def pending_file(unit: str) -> str:
+    return f"{state_dir(unit)}/pending.json"
+
+
+def records_file(unit: str) -> str:
+    return f"{state_dir(unit)}/deploys.jsonl"
+
+
+def give_back_log(unit: str, workload: str) -> str:
+    return f"{state_dir(unit)}/give-back.{workload}.log"
+
+
+def lock_file(unit: str) -> str:
+    return f"{LOCK_ROOT}/{unit}.lock"
+
+
+def lease_file(lock_path: str) -> str:
+    """The lease beside a lock: the host time (seconds since the epoch) until which it holds."""
+    return lock_path.removesuffix(".lock") + ".lease"
+
+
+def gateway_discovery_file(unit: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}-workers.json"
+
+
+def gateway_secret_file(unit: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}.secret"
+
+
+def gateway_auth_header_file(unit: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}.auth"
+
+
+def staged_path(path: str) -> str:
+    """Where a new file for `path` is uploaded before it goes live."""
+    p = PurePosixPath(path)
+    return str(p.parent / f".{p.name}{STAGED_SUFFIX}")
