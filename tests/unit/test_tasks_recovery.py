@@ -14,7 +14,7 @@ from answers import answer, record
 from builders import SPEC, converged, make_spec
 from fakehost import Script, fake_host, fresh_run, preflight_of  # noqa: F401
 
-from fleet import bounds, lock, rollout
+from fleet import bounds, layout, lock, rollout
 from fleet.history import Backup, rollback_files
 from fleet.parse import FileState
 from fleet.plan import units_as_read
@@ -52,9 +52,9 @@ def test_the_begin_of_a_rollback_stages_the_backup_sets_files_before_its_own_bac
     pf = preflight_of(SPEC, converged(NEW), rollback=Rollback(stamp, SPEC, "pro6000", files))
     fake = fake_host(Script({"@@begun": answer(rollout.BEGUN_MARK)}))
     assert recovery._begin_or_lost(None, fake.host, pf)
-    staged = f"cp -p {rollout.backups_dir(SPEC)}/{stamp}/sglang.service {rollout.staged_path(SPEC.unit_file)}"
+    staged = f"cp -p {SPEC.backups_dir}/{stamp}/sglang.service {layout.staged_path(SPEC.unit_file)}"
     (command,) = fake.commands()
-    assert staged in command and command.index(staged) < command.index(f"{rollout.backups_dir(SPEC)}/{pf.stamp}")
+    assert staged in command and command.index(staged) < command.index(f"{SPEC.backups_dir}/{pf.stamp}")
 
 
 OWNER = json.dumps({"holder": "bob@ci", "pid": 7, "since": 1_796_040_000})
