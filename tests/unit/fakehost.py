@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Union
+
+import pytest
 
 from pyinfra.api import Config, Inventory, State
 from pyinfra.connectors.util import CommandOutput, OutputLine
@@ -26,6 +29,7 @@ class Fake:
     calls: list[Call] = field(default_factory=list)
     uploads: dict[str, str] = field(default_factory=dict)
     upload_fails: bool = False
+    logged: list[str] = field(default_factory=list)  # what the task said on the host's log
 
     def commands(self) -> list[str]:
         return [c.command for c in self.calls if c.kind == "command"]
@@ -34,12 +38,23 @@ class Fake:
 _TRANSPORTED = re.compile(r"^out=\$\( \{ (.*)\n\} 2>&1 \); rc=\$\?; printf", re.S)
 
 
-def fake_host(answer: Callable[[str], tuple[bool, str]], **data) -> Fake:
-    """A host named `h` with `data` (e.g. _sudo=True); `answer` gets each command as the task built
-    it (the transport's wrapper taken off) and returns (ok, stdout), sent back as the transport does."""
-    inventory = Inventory(([("h", data)], {}))
+def fake_host(answer: Callable[[str], tuple[bool, str]], groups: dict[str, dict] | None = None, **data) -> Fake:
+    """A host named `h` with `data` (e.g. _sudo=True), in `groups` (name -> the group's data); `answer`
+    gets each command as the task built it (the transport's wrapper taken off) and returns (ok, stdout),
+    sent back as the transport does."""
+    return fake_hosts({"h": answer}, {"h": data}, {g: (["h"], d) for g, d in (groups or {}).items()})["h"]
+
+
+def fake_hosts(answers: dict[str, Callable[[str], tuple[bool, str]]], data: dict[str, dict] | None = None,
+               groups: dict[str, tuple[list[str], dict]] | None = None) -> dict[str, Fake]:
+    """Hosts of one inventory (in the order of `answers`), each answered by its own function;
+    groups: name -> (its hosts, its data)."""
+    inventory = Inventory(([(name, (data or {}).get(name, {})) for name in answers], {}), **(groups or {}))
     State(inventory, Config())
-    host = inventory.get_host("h")
+    return {name: _faked(inventory.get_host(name), answer) for name, answer in answers.items()}
+
+
+def _faked(host, answer) -> Fake:
     fake = Fake(host, answer)
 
     def run_shell_command(command, **kwargs):
@@ -60,6 +75,114 @@ def fake_host(answer: Callable[[str], tuple[bool, str]], **data) -> Fake:
 
     host.run_shell_command = run_shell_command
     host.put_file = put_file
-    host.log_styled = lambda *a, **k: None
-    host.log = lambda *a, **k: None
+    host.log_styled = lambda message, *a, **k: fake.logged.append(message)
+    host.log = lambda message, *a, **k: fake.logged.append(message)
     return fake
+
+
+# --- shared by the tests of tasks/ ---------------------------------------------------------
+
+Answer = Union[str, tuple[bool, str], BaseException]  # what a command prints (ok), (ok, what it prints), or raised
+
+
+class Script:
+    """An `answer` for fake_host: the first rule whose needle the command holds (in the rules' order)
+    answers with its answers in turn, the last one again; any other command succeeds, printing nothing."""
+
+    def __init__(self, rules: dict[str, Answer | list[Answer]], default: Answer = (True, ""),
+                 key: Callable[[str], str] | None = None):
+        """key: the rules' needles are matched whole against key(command) (a command's name) instead."""
+        self.rules = [(needle, list(a) if isinstance(a, list) else [a]) for needle, a in rules.items()]
+        self.default, self.key = default, key
+
+    def __call__(self, command: str) -> tuple[bool, str]:
+        for needle, answers in self.rules:
+            if (needle == self.key(command)) if self.key else (needle in command):
+                said = answers.pop(0) if len(answers) > 1 else answers[0]
+                if isinstance(said, BaseException):  # the connection breaks under it, say
+                    raise said
+                return (True, said) if isinstance(said, str) else said
+        return (True, self.default) if isinstance(self.default, str) else self.default
+
+
+class Clock:
+    """A scripted stand-in for the `time` module of a task: time() and monotonic() move only when
+    the task sleeps; the rest is the real module's."""
+
+    def __init__(self, t: float = 1_796_040_000.0):
+        self.t, self.slept = t, []
+
+    def time(self) -> float:
+        return self.t
+
+    monotonic = time
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.fixture(autouse=True)
+def fresh_run(monkeypatch):
+    """A run of its own for each test (import it into a test module): an empty summary that prints
+    nothing at exit, no host given up or begun, no class rolling."""
+    from fleet.report import RUN
+    from tasks import common, rolling
+
+    monkeypatch.setattr(RUN, "hosts", {})
+    monkeypatch.setattr(RUN, "_registered", True)
+    monkeypatch.setattr(rolling, "ROLLS", {})
+    common.LOST.clear()
+    common.BEGUN.clear()
+    yield RUN
+    for begun in common.BEGUN.values():
+        begun.end()
+    common.LOST.clear()
+    common.BEGUN.clear()
+
+
+def preflight_of(spec, facts, group: str = "pro6000", interrupted=None, rollback=None, stamp="20261130T120000Z"):
+    """The Preflight a host of `facts` gets for `spec` (fleet.plan.plan, as tasks/preflight makes it)."""
+    from builders import secrets_of
+    from fleet.plan import declared_files, plan
+    from tasks.preflight import Preflight
+
+    secrets = secrets_of(spec)
+    want = rollback.files if rollback else declared_files(spec, group, facts, secrets)
+    return Preflight(group, spec, facts, secrets, plan(spec, want, facts, interrupted, stamp, 1_796_040_000,
+                                                       "alice@laptop"), stamp, rollback)
+
+
+# --- host answers, framed as the commands fleet/ builds print them ---------------------------
+
+def observation(active: str = "active", sub: str = "running", pid: int = 4242, restarts: int = 0,
+                health: int = 200, result: str = "success") -> str:
+    """What fleet.gate.observe_command (or wait_command) prints."""
+    from fleet.gate import OBSERVATION_MARK
+
+    return (f"{OBSERVATION_MARK}\nActiveState={active}\nSubState={sub}\nMainPID={pid}\nNRestarts={restarts}\n"
+            f"Result={result}\nhealth={health}\n")
+
+
+def smoke_answer(http: int = 200, text: str = "Paris", tokens: int = 8, seconds: float = 0.5,
+                 accept: float | None = 3.25) -> str:
+    """What fleet.gate.smoke_command prints: the chat completion's record, then /server_info's."""
+    import json
+
+    from answers import answer, record
+
+    reply = json.dumps({"choices": [{"message": {"content": text}}], "usage": {"completion_tokens": tokens}})
+    info = json.dumps({"internal_states": [{"avg_spec_accept_length": accept}]})
+    return answer(record("chat", f"{reply}\nhttp={http} time={seconds}\n", value="0"), record("server-info", info))
+
+
+def smi(*rows: tuple[int, str]) -> str:
+    """What facts.gpu.GpuProcesses prints: nvidia-smi's process list, and each (pid, cgroup path)'s record."""
+    from answers import answer, record
+
+    listed = "\n".join(f"{pid}, python, 1024, GPU-0" for pid, _ in rows)
+    return answer(record("nvidia-smi", listed, value="0"), *(record("cgroup", f"0::{cgroup}\n", value=str(pid))
+                                                             for pid, cgroup in rows))

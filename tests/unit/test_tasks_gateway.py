@@ -1,0 +1,199 @@
+"""tasks/gateway: the gateway host's convergence as the operations it queues (pyinfra's operations
+recorded, not run: install only a missing smg, the key files only with a key, the discovery file only
+when it differs, restart only for a change that needs one) and the row it gets; a refusal for a key or
+Python it lacks; smg's wheels downloaded once into the controller's cache; the wait for smg's /health
+over a fake host with a scripted clock."""
+
+from __future__ import annotations
+
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+from builders import make_spec
+from fakehost import Clock, Script, fake_hosts, fresh_run  # noqa: F401
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Sha1File
+
+from facts.gateway import GatewayFacts
+from fleet.gateway import GatewayHost, Replica, discovery_file, health_command
+from fleet.groupdata import load_class_specs, load_gateways
+from fleet.report import RUN
+from fleet.rollout import sha1, write_command
+from tasks import gateway, preflight
+
+SPEC = make_spec(service={"host": "0.0.0.0"})
+KEY = "sk-Gateway0123456789abcdef"
+WHEELS = ["pip-24.0-py3-none-any.whl", "smg-1.13.0-cp311-cp311-manylinux_2_17_x86_64.whl"]
+HOST = GatewayHost("3.11", "x86_64", "")
+
+
+@pytest.fixture
+def group_dir(tmp_path, monkeypatch):
+    d = tmp_path / "group_data"
+    d.mkdir()
+    data = SPEC.model_dump(mode="json", exclude_defaults=True)
+    (d / "pro6000.py").write_text("".join(f"{k} = {v!r}\n" for k, v in data.items()))
+    (d / "gw.py").write_text('gateway = {"routes": ["pro6000"], "api_key": {"env": "SGLANG_FLEET_GATEWAY_KEY"}}\n')
+    monkeypatch.setattr(gateway, "CACHE", tmp_path / "cache")
+    monkeypatch.setenv("SGLANG_FLEET_GATEWAY_KEY", KEY)
+    return d
+
+
+def cached(gw, facts=HOST):
+    where = gateway.CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}"
+    where.mkdir(parents=True)
+    (where / "complete").write_text("\n".join(WHEELS) + "\n")
+    return [where / w for w in WHEELS]
+
+
+class Ops:
+    """pyinfra's operations as tasks/gateway queues them: (kind, arguments) in order; each would change
+    something unless `unchanged` names its kind."""
+
+    def __init__(self, monkeypatch, unchanged=()):
+        self.queued, self.unchanged = [], set(unchanged)
+        for module, names in (("files", ("sync", "put", "directory")), ("server", ("shell",)),
+                              ("systemd", ("daemon_reload", "service")), ("python", ("call",))):
+            monkeypatch.setattr(gateway, module, SimpleNamespace(**{n: self.op(f"{module}.{n}") for n in names}))
+        monkeypatch.setattr(gateway, "secret_file", self.op("secret_file"))
+        monkeypatch.setattr(preflight, "python", SimpleNamespace(call=self.op("refuse")))
+        monkeypatch.setattr(gateway, "any_changed", lambda *ops: [o.will_change for o in ops])
+
+    def op(self, kind):
+        def queue(**kwargs):
+            self.queued.append((kind, kwargs))
+            changes = kind not in self.unchanged and kwargs.get("name", "").split(" ")[0] not in self.unchanged
+            return SimpleNamespace(will_change=changes, did_change=lambda: changes)
+        return queue
+
+    def names(self) -> list[str]:
+        return [kw["name"] for _, kw in self.queued]
+
+
+def converging(group_dir, facts=HOST, discovery_sha1=None):
+    hosts = fake_hosts({"r1": Script({}), "smg": Script({})}, {"r1": {"ssh_hostname": "10.0.0.1"}},
+                       {"pro6000": (["r1"], SPEC.model_dump(mode="json", exclude_defaults=True)), "gw": (["smg"], {})})
+    smg = hosts["smg"].host
+    smg.get_fact = lambda cls, **kw: {GatewayFacts: facts, Sha1File: discovery_sha1}[cls]
+    with ctx_state.use(smg.state), ctx_host.use(smg):
+        assert gateway.is_gateway(str(group_dir))
+        gateway.converge(str(group_dir))
+    return RUN.hosts["smg"]
+
+
+def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_restart(group_dir, monkeypatch):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    wheels, ops = cached(gw), Ops(monkeypatch)
+    row = converging(group_dir)
+    assert ops.names() == [
+        "smg 1.13.0's wheels, from the controller's cache", "Install smg 1.13.0 (pip --no-index)", "Unit " + gw.unit_file,
+        "smg's configuration directory", f"Key {gw.secret_file} (0600, not shown)",
+        f"Header {gw.auth_header_file} (0600, not shown)",
+        f"Discovery file {gw.discovery_file} (every replica of pro6000)", "systemctl daemon-reload (the unit changed)",
+        "Enable and start smg.service", "Restart smg.service (its unit, key or smg changed)",
+        "Wait for smg.service to answer /health"]
+    assert ops.queued[1] == ("server.shell", {"name": ops.names()[1], "commands": [gateway.install_command(gw, wheels)]})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    assert ops.queued[6][1]["commands"] == [write_command(gw.discovery_file, listed)]
+    assert ops.queued[4][1]["content"].count(KEY) == 1 and ops.queued[5][1]["content"].count(KEY) == 1
+    assert row.action == ("install smg 1.13.0, update smg.service, update key, update auth header, update discovery "
+                          "file, restart") and row.verdict == "passed preflight" and row.gpu_class == "gateway"
+
+
+def test_a_converged_gateway_host_is_left_as_it_is(group_dir, monkeypatch):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    row = converging(group_dir, GatewayHost("3.11", "x86_64", "1.13.0"), discovery_sha1=sha1(listed))
+    assert not any(n.startswith(("Install", "Discovery")) for n in ops.names())
+    assert row.action == "none (already as declared)"
+
+
+@pytest.mark.parametrize("facts, reason", [
+    (GatewayHost("", "", "", problem="python '3.x' is not a Python version such as 3.11"),
+     "smg: gateway: expected a Python version and a machine name, found python '3.x' is not a Python version"),
+    (GatewayHost("", "x86_64", ""), "smg: gateway: expected a Python at /usr/bin/python3 (gateway.python), found none"),
+    (HOST, "gateway.api_key"),
+])
+def test_a_gateway_host_without_what_smg_needs_is_refused(group_dir, monkeypatch, facts, reason):
+    if reason == "gateway.api_key":
+        monkeypatch.delenv("SGLANG_FLEET_GATEWAY_KEY")
+    ops = Ops(monkeypatch)
+    row = converging(group_dir, facts)
+    assert row.verdict == "REFUSED" and any(reason in r for r in row.reasons), row.reasons
+    assert ops.names() == ["Refuse host (preflight failed)"]
+
+
+# --- smg's wheels ------------------------------------------------------------------------
+
+def downloading(monkeypatch, returncode=0, stderr="", raises=None):
+    ran = []
+
+    def run(command, **kwargs):
+        ran.append(command)
+        if raises:
+            raise raises
+        dest = command[command.index("--dest") + 1]
+        for w in WHEELS:
+            (gateway.Path(dest) / w).write_text("")
+        return subprocess.CompletedProcess(command, returncode, "", stderr)
+
+    monkeypatch.setattr(gateway.subprocess, "run", run)
+    return ran
+
+
+def test_wheels_are_downloaded_once_for_the_hosts_python_and_machine(group_dir, monkeypatch):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    ran = downloading(monkeypatch)
+    first = gateway.cached_wheels(gw, HOST)
+    assert gateway.cached_wheels(gw, HOST) == first and len(ran) == 1
+    assert [p.name for p in first] == WHEELS and first[0].parent.name == "smg-1.13.0-cp311-x86_64"
+    command = ran[0]
+    assert command[command.index("--python-version") + 1] == "3.11" and "smg==1.13.0" in command
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--platform"] == gateway.platforms("x86_64")
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"returncode": 1, "stderr": "ERROR: No matching distribution found for smg==1.13.0\n"},
+     "could not download smg 1.13.0 for Python 3.11 on x86_64: ERROR: No matching distribution found for smg==1.13.0"),
+    ({"returncode": 1}, "could not download smg 1.13.0 for Python 3.11 on x86_64: pip said nothing"),
+    ({"raises": subprocess.TimeoutExpired("pip", 600)}, "downloading smg 1.13.0's wheels took more than 600 s"),
+])
+def test_a_download_that_fails_is_a_wheel_error_and_caches_nothing(group_dir, monkeypatch, kwargs, said):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    downloading(monkeypatch, **kwargs)
+    with pytest.raises(gateway.WheelError) as e:
+        gateway.cached_wheels(gw, HOST)
+    assert str(e.value) == said
+    assert not any(gateway.CACHE.glob("wheels/*/complete"))
+
+
+# --- smg's /health -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("answers, ok, polls, reason", [
+    (["000", "503", "200"], True, 3, None),
+    (["503"], False, gateway.HEALTH_TIMEOUT_S + 2,
+     "smg: smg.service: expected /health 200 within 60s, found 503 (journalctl -u smg.service)"),
+    ([EOFError()], False, 1, "smg: smg.service's /health: expected an answer within"),
+])
+def test_the_wait_for_smgs_health(group_dir, monkeypatch, answers, ok, polls, reason):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    clock = Clock()
+    monkeypatch.setattr(gateway, "time", clock)
+    smg = fake_hosts({"smg": Script({"/health": answers})})["smg"]
+    assert gateway._wait_health(None, smg.host, gw) is ok
+    assert smg.commands() == [health_command(gw)] * polls
+    row = RUN.hosts["smg"]
+    assert row.verdict == ("OK" if ok else "FAILED") and (reason is None or row.reasons[0].startswith(reason))
+
+
+def test_the_replicas_roll_after_the_gateway_only_where_the_inventory_has_one(group_dir, monkeypatch):
+    ops = Ops(monkeypatch)
+    for groups in ({"gw": (["smg"], {})}, {}):
+        host = fake_hosts({"smg": Script({})}, None, groups)["smg"].host
+        with ctx_state.use(host.state), ctx_host.use(host):
+            gateway.converged(str(group_dir))
+    assert ops.names() == ["Gateway converged (replicas roll after it)"]
+    assert ops.queued[0][1]["function"](None, None) is True

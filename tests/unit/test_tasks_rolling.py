@@ -1,0 +1,183 @@
+"""tasks/rolling's talking to the gateway, over fake hosts of one inventory (two replicas of a routed
+class, the gateway host, a host of another class): who the replicas are and where smg reaches them,
+the class's roll found at enlisting, the gateway's commands (/workers, the discovery file) and every
+way they fail as a GatewayError, a replica's /metrics, and a replica's turn through the gateway
+(out, drained, activated, back in) as the commands sent to each host; the clock is scripted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builders import make_spec
+from fakehost import Clock, Script, fake_hosts, fresh_run  # noqa: F401
+
+from fleet import bounds, gate
+from fleet.activation import Outcome
+from fleet.gateway import Replica, discovery_file, workers_command
+from fleet.groupdata import load_gateways, load_class_specs
+from fleet.report import RUN
+from fleet.rolling import GatewayError
+from fleet.rollout import write_command
+from tasks import rolling
+from tasks.common import LOST
+
+SPEC = make_spec(service={"host": "0.0.0.0"})  # smg on another host reaches it
+R1, R2 = (Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000"),
+          Replica("r2", "pro6000", "qwen3.6-27b", "http://[fd00::2]:30000"))
+
+
+def workers(*ready: Replica) -> str:
+    return json.dumps({"workers": [{"url": r.url, "status": "ready"} for r in ready]})
+
+
+@pytest.fixture
+def fleet(tmp_path, monkeypatch):
+    """group_data (pro6000, a6000, the gateway `gw` routing pro6000) and an inventory r1, smg, r2, x."""
+    data = SPEC.model_dump(mode="json", exclude_defaults=True)
+    for cls in ("pro6000", "a6000"):
+        (tmp_path / f"{cls}.py").write_text("".join(f"{k} = {v!r}\n" for k, v in data.items()))
+    (tmp_path / "gw.py").write_text('gateway = {"routes": ["pro6000"], "health_check_interval_s": 1}\n')
+    monkeypatch.setattr(rolling, "time", Clock())
+
+    def make(answers: dict) -> tuple[dict, object]:
+        names = ["r1", "smg", "r2", "x"]
+        hosts = fake_hosts({n: answers.get(n, Script({})) for n in names},
+                           {"r1": {"ssh_hostname": "10.0.0.1"}, "r2": {"ssh_hostname": "fd00::2"}},
+                           {"pro6000": (["r1", "r2"], data), "a6000": (["x"], data), "gw": (["smg"], {})})
+        hosts["smg"].host.connected = True
+        gw = load_gateways(tmp_path, load_class_specs(tmp_path))["gw"]
+        return hosts, gw
+    make.dir = str(tmp_path)
+    return make
+
+
+def test_the_replicas_are_the_routed_classes_hosts_in_inventory_order_at_their_ssh_address(fleet):
+    hosts, gw = fleet({})
+    assert rolling.replicas(hosts["r1"].host.state, gw, fleet.dir) == [R1, R2]
+
+
+def test_a_class_behind_a_gateway_rolls_through_it_and_one_without_does_not(fleet):
+    hosts, gw = fleet({})
+    pf = preflight_like()
+    rolling.enlist(hosts["r2"].host, pf, fleet.dir)
+    rolling.enlist(hosts["r1"].host, pf, fleet.dir)
+    roll = rolling.ROLLS["pro6000"]
+    assert roll.order == ["r1", "r2"] and roll.at_once == 1 and roll.turn_s == bounds.turn_s(SPEC, gw.rolling)
+    assert roll.gateway.host is hosts["smg"].host and roll.gateway.replicas == [R1, R2]
+    assert rolling._gateway_of(hosts["x"].host.state, "a6000", fleet.dir) is None
+
+
+def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
+    hosts, _ = fleet({})
+    (tmp_path / "gw.py").write_text('gateway = {"routes": ["nope"]}\n')
+    assert rolling._gateway_of(hosts["r1"].host.state, "pro6000", fleet.dir) is None
+
+
+def preflight_like():
+    from types import SimpleNamespace
+    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(restart=True, interrupted=None))
+
+
+def gateway_of(hosts, gw) -> rolling.Gateway:
+    return rolling.Gateway(gw, hosts["smg"].host, [R1, R2])
+
+
+def test_the_gateway_is_read_and_its_discovery_file_written_by_commands_on_its_host(fleet):
+    hosts, gw = fleet({"smg": Script({"/workers": workers(R1, R2)})})
+    g = gateway_of(hosts, gw)
+    assert g.statuses() == {R1.url: "ready", R2.url: "ready"}
+    g.set_out("r1", True)
+    g.set_out("r1", False)
+    assert hosts["smg"].commands() == [
+        workers_command(gw), write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
+        write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
+    assert json.loads(discovery_file([R1, R2], {"r1"}))["workers"] == [{"id": "r2", "url": R2.url}]
+
+
+@pytest.mark.parametrize("answer, connects, said", [
+    ((False, "curl: (22) The requested URL returned error: 401"), True,
+     "gateway smg: curl: (22) The requested URL returned error: 401"),
+    ("<html>not smg</html>", True, "gateway smg: /workers: not valid JSON"),
+    ('{"workers": [{"url": 1}]}', True, "gateway smg: /workers: expected {\"workers\": [{\"url\", \"status\"}"),
+    ("", False, "gateway smg: cannot connect"),
+    (EOFError(), True, "smg: gateway smg: GET /workers: expected an answer within"),
+])
+def test_a_gateway_that_cannot_be_read_is_a_gateway_error(fleet, answer, connects, said):
+    hosts, gw = fleet({"smg": Script({"/workers": answer})})
+    smg = hosts["smg"].host
+    smg.connected = False
+    smg.connect = lambda **kw: setattr(smg, "connected", connects)
+    with pytest.raises(GatewayError) as e:
+        gateway_of(hosts, gw).statuses()
+    assert str(e.value).startswith(said)
+    assert hosts["smg"].commands() == ([] if not connects else [workers_command(gw)])
+
+
+@pytest.mark.parametrize("metrics, load", [
+    ('sglang:num_running_reqs{model_name="m"} 2\nsglang:num_queue_reqs{model_name="m"} 1.0\n', 3.0),
+    ("sglang:num_running_reqs 2\n", None),  # not both: not known to be idle
+])
+def test_a_replicas_load_is_its_running_and_queued_requests(fleet, metrics, load):
+    hosts, gw = fleet({"r1": Script({"/metrics": metrics})})
+    through = rolling.ReplicaThrough(gateway_of(hosts, gw), hosts["r1"].host, preflight_like(), Steps())
+    assert through.load() == load and hosts["r1"].commands() == [gate.metrics_command(SPEC)]
+
+
+class Steps:
+    def __init__(self):
+        self.logged = []
+
+    def log(self, message, color=None):
+        self.logged.append(message)
+
+
+def rolling_through(fleet, smg_answers, go):
+    hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
+                                                                             "sglang:num_queue_reqs 0\n"})})
+    roll = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"])
+    rolling.ROLLS["pro6000"] = roll
+    steps = Steps()
+    outcome = rolling.take_turn(hosts["r1"].host, preflight_like(), steps, go=go,
+                                leave=lambda why: Outcome("FAILED (service untouched)", [why]))
+    return outcome, hosts, gw, roll, steps
+
+
+def test_a_canary_behind_the_gateway_goes_out_drains_activates_and_comes_back(fleet):
+    ran = []
+    outcome, hosts, gw, roll, steps = rolling_through(
+        fleet, {"/workers": [workers(R1, R2), workers(R2), workers(R1, R2)]}, lambda: ran.append(1) or Outcome("OK"))
+    assert outcome.ok and ran == [1] and roll.canary_done.is_set() and not roll.stopped
+    wrote = [c for c in hosts["smg"].commands() if c.startswith("printf")]
+    assert wrote == [write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
+                     write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
+    assert hosts["r1"].commands()[0] == gate.metrics_command(SPEC)  # drained: none running, none queued
+    assert "canary of pro6000: the other hosts wait for it" in steps.logged
+
+
+def test_a_turn_that_breaks_off_behind_the_gateway_leaves_the_replica_out_and_stops_the_class(fleet):
+    def go():
+        raise RuntimeError("the controller is broken")
+
+    with pytest.raises(RuntimeError):
+        rolling_through(fleet, {"/workers": [workers(R1, R2), workers(R2)]}, go)
+    roll = rolling.ROLLS["pro6000"]
+    assert roll.stopped == "after r1: an error" and roll.gateway.out == {"r1"} and roll.canary_done.is_set()
+    assert RUN.hosts["r1"].reasons == ["r1: left out of gateway smg: its rollout broke off (RuntimeError: "
+                                       "'the controller is broken'); a later run that serves it puts it back"]
+
+
+@pytest.mark.parametrize("verdict, out, back", [("FAILED (rolled back)", {"r1"}, True),
+                                                ("FAILED (rollback failed)", {"r1"}, False),
+                                                ("FAILED (rolled back)", set(), False)])
+def test_a_replica_rolled_back_outside_its_turn_goes_back_in_only_if_it_serves_and_was_out(fleet, verdict, out, back):
+    hosts, gw = fleet({})
+    g = gateway_of(hosts, gw)
+    g.out = set(out)
+    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, g, order=["r1"])
+    steps = Steps()
+    rolling.after_rollback(hosts["r1"].host, preflight_like(), steps, Outcome(verdict))
+    sent = hosts["smg"].commands()
+    assert sent == ([write_command(gw.discovery_file, discovery_file([R1, R2], set()))] if back else [])
+    assert ("rolled back and serving: back in gateway smg" in steps.logged) == back
+    assert "r1" not in LOST
