@@ -62,7 +62,7 @@ test-unit: venv
 # The coverage is of this process's tests (unit and the controller side of the lab's); the
 # deploys the lab tests run are pyinfra processes of their own, not counted.
 test: venv host-packages sglang-venv
-	$(BIN)/pytest -q --cov=tasks --cov=fleet --cov-report=term tests
+	$(BIN)/pytest -q --durations=20 --cov=tasks --cov=fleet --cov-report=term tests
 
 lab-up: venv host-packages
 	$(BIN)/python -m lab.lab up --lab $(LAB)

@@ -145,12 +145,16 @@ ROLLS: dict[str, ClassRoll] = {}
 def enlist(host, pf, group_dir: str = "group_data") -> None:
     """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
     part in its class's rollout. One that takes over an interrupted rollout goes at once: it was
-    mid-change already, and waiting for a turn (or a stopped class) would keep it there."""
-    if not pf.plan.restart or pf.plan.interrupted is not None:
+    mid-change already, and waiting for a turn (or a stopped class) would keep it there; but out of
+    its gateway around the restart all the same (take_turn), and back in once it serves: even with
+    no restart left to do (its new server loads already), a run given up may have left it out."""
+    if not pf.plan.restart and pf.plan.interrupted is None:
         return
     roll = ROLLS.get(pf.group)
     if roll is None:
         roll = ROLLS[pf.group] = _class_roll(host.state, pf, group_dir)
+    if pf.plan.interrupted is not None:
+        return
     roll.order.append(host.name)
     inventory = [h.name for h in host.state.inventory]
     roll.order.sort(key=inventory.index)  # hosts are prepared in any order
@@ -181,8 +185,18 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
     routes the class; or `leave` (end the begun rollout without a change) if the class's rollout
     stopped first."""
     roll = ROLLS.get(pf.group)
-    if roll is None or host.name not in roll.order:
+    if roll is None:
         return go()
+    if host.name not in roll.order:  # a takeover: no turn to wait for
+        def at_once(why: str) -> activation.Outcome:  # kept in (its peers not ready): as it ever went, at once
+            steps.log(f"{why}; it takes over its interrupted rollout all the same", "yellow")
+            return go()
+
+        try:
+            return _one(roll, host, pf, steps, go, at_once)
+        except BaseException as e:
+            _left_out(roll, host, e)
+            raise
     canary = roll.order[0]
     if host.name != canary:
         deadline = roll.now() + roll.turn_s
@@ -211,15 +225,20 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
         return outcome
     except BaseException as e:
         roll.stopped = roll.stopped or f"after {host.name}: an error"
-        if roll.gateway is not None:
-            RUN.host(host.name).reasons.append(
-                f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
-                f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
+        _left_out(roll, host, e)
         raise
     finally:
         roll.slots.release()
         if host.name == canary:
             roll.canary_done.set()
+
+
+def _left_out(roll: ClassRoll, host, e: BaseException) -> None:
+    """The row of a replica whose rollout broke off out of its gateway says so."""
+    if roll.gateway is not None:
+        RUN.host(host.name).reasons.append(
+            f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
+            f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
 
 
 def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:

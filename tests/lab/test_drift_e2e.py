@@ -16,7 +16,8 @@ BOX = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstatio
        'gpu_memory_mib = 97887\nload_seconds = 2\n')
 ENV = {"LAB_DRIFT_API_KEY": KEY}
 OVERRIDE = 'service = {**service, "api_key": {"env": "LAB_DRIFT_API_KEY"}}\n' + \
-           'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 2}'
+           'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 2}\n' + \
+           'rolling = {"max_unavailable": "100%"}'  # eleven hosts: the canary, then the rest at once
 DROPIN = "/etc/systemd/system/sglang.service.d/override.conf"
 UNIT = "/etc/systemd/system/sglang.service"
 

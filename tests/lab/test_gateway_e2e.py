@@ -219,10 +219,11 @@ LINK_S = 12  # readiness.link_timeout_s of the lost-link test's spec
 
 def test_a_link_lost_in_a_replicas_readiness_wait_then_the_next_run_puts_it_back(gw_lab, tmp_path):
     """The canary's link drops while it loads out of the gateway: it is LOST, the class stops, the
-    other replicas serve on; once the link is back the next run takes its lock over and rolls the
-    class, the canary back in smg. Through the gateway, not one request fails all along."""
+    other replicas serve on; once the link is back the next run (of that host) takes its lock over
+    and finishes its rollout, the canary back in smg. Through the gateway, not one request fails."""
     lab = gw_lab
     before = {h: main_pid(lab, h) for h in REPLICAS[1:]}
+    sizes = [_block_size(lab, h) for h in REPLICAS[1:]]
     cwd = workdir(tmp_path, pro6000=(
         'speculative = {**speculative, "block_size": 10}\n'
         f'readiness = {{"load_timeout_s": 60, "poll_interval_s": 0.25, "link_timeout_s": {LINK_S}}}\n'
@@ -241,7 +242,7 @@ def test_a_link_lost_in_a_replicas_readiness_wait_then_the_next_run_puts_it_back
         during = list(sampler.samples)
         untouched = {h: main_pid(lab, h) for h in REPLICAS[1:]}
         time.sleep(max(0.0, dropped + LINK_S + 1 - time.monotonic()))  # its lease has run out
-        second = deploy(lab, cwd, env=ENV)
+        second = deploy(lab, cwd, "--limit", "pro6000-1", env=ENV)
         time.sleep(1)
     assert rc != 0, first.out
     assert first.first("pro6000-1", "link lost") - dropped <= LINK_S, first.out
@@ -252,8 +253,9 @@ def test_a_link_lost_in_a_replicas_readiness_wait_then_the_next_run_puts_it_back
     assert min_ready(during) >= 2
     assert second.returncode == 0, second.out
     assert "take over an interrupted rollout" in summary_row(second.out, "pro6000-1"), second.out
+    assert "back in gateway gw-1: ready" in second.out, second.out  # the gateway host is not in this run
     assert load.report.total > 0 and load.report.failed == 0, load.report.failures()
-    assert [_block_size(lab, h) for h in REPLICAS] == ["10", "10", "10"]
+    assert [_block_size(lab, h) for h in REPLICAS] == ["10", *sizes]
     for h in REPLICAS:
         assert sh(lab, h, f"ls {LOCK_FILE} /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null") == ""
     with WorkersSampler(_url(lab), KEY) as sampler:

@@ -49,7 +49,8 @@ TOKEN = "hf_lab_0123456789abcdef"
 OVERRIDE = ('service = {**service, "extra_args": ["--reasoning-parser", "qwen3"], '
             '"secret_environment": {"HF_TOKEN": {"env": "LAB_BOX_HF_TOKEN"}}}\n'
             'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 5, '
-            f'"command_timeout_s": {TIMEOUT_S}}}')
+            f'"command_timeout_s": {TIMEOUT_S}}}\n'
+            'rolling = {"max_unavailable": "100%"}')  # the boxes' turns are not what this shows
 PROXY = "http_proxy=http://127.0.0.1:9\nHTTP_PROXY=http://127.0.0.1:9\n"  # nothing listens on port 9
 
 

@@ -38,7 +38,8 @@ LAB = '[lab]\nname = "rclab"\n' + "".join(
     f'\n[[hosts]]\nname = "{h}"\n{BOX}{load}' for h, load in
     [*((h, s[0]) for h, s in SCENARIOS.items()), *OTHERS.items()]
 )
-READINESS = 'readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 2}'
+READINESS = ('readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 2}\n'
+             'rolling = {"max_unavailable": "100%"}')  # the hosts not taken over: the canary, then the rest at once
 NEW_UNIT = "grep -q -- '--speculative-algorithm DFLASH' /etc/systemd/system/sglang.service"
 LEFTOVERS = ("ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json "
              "/etc/systemd/system/.sglang.service.sglang-fleet-new /etc/sglang/.*sglang-fleet-new 2>/dev/null; true")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from e2e import deploy, gpu_apps, health, records, sh, summary_row, workdir
 
@@ -46,7 +48,9 @@ def rolled(lab_manager, tmp_path_factory):
     lab = lab_manager.ensure(LAB)
     sh(lab, "stubborn", REFUSE_STOP)
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT)
-    return lab, {h: deploy(lab, wd, "--limit", h) for h in ("crash", "hang", "first-crash", "stubborn")}
+    hosts = ("crash", "hang", "first-crash", "stubborn")
+    with ThreadPoolExecutor(len(hosts)) as pool:  # side by side: each run on its own host
+        return lab, dict(zip(hosts, pool.map(lambda h: deploy(lab, wd, "--limit", h), hosts)))
 
 
 def test_each_run_fails_and_says_so(rolled):

@@ -181,3 +181,42 @@ def test_a_replica_rolled_back_outside_its_turn_goes_back_in_only_if_it_serves_a
     assert sent == ([write_command(gw.discovery_file, discovery_file([R1, R2], set()))] if back else [])
     assert ("rolled back and serving: back in gateway smg" in steps.logged) == back
     assert "r1" not in LOST
+
+
+def taking_over(fleet, smg_answers, go):
+    """r1 takes over an interrupted rollout (not in the class's order: no turn to wait for)."""
+    hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
+                                                                             "sglang:num_queue_reqs 0\n"})})
+    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r2"])
+    steps = Steps()
+    outcome = rolling.take_turn(hosts["r1"].host, preflight_like(), steps, go=go,
+                                leave=lambda why: pytest.fail(f"a takeover never leaves its rollout: {why}"))
+    return outcome, hosts, gw, steps
+
+
+def test_a_takeover_enlists_no_turn_but_its_class_knows_its_gateway(fleet):
+    hosts, gw = fleet({})
+    pf = preflight_like()
+    pf.plan.interrupted, pf.plan.restart = object(), False  # its new server loads already: only the wait is left
+    rolling.enlist(hosts["r1"].host, pf, fleet.dir)
+    roll = rolling.ROLLS["pro6000"]
+    assert roll.order == [] and roll.gateway.host is hosts["smg"].host
+
+
+def test_a_takeover_behind_the_gateway_goes_at_once_out_and_back_in_once_it_serves(fleet):
+    # a run given up mid-rollout left r1 out of smg: not ready, it needs no peer to go out again
+    outcome, hosts, gw, steps = taking_over(fleet, {"/workers": [workers(R2), workers(R2), workers(R1, R2)]},
+                                            lambda: Outcome("OK"))
+    assert outcome.ok and "back in gateway smg: ready" in steps.logged
+    assert [c for c in hosts["smg"].commands() if c.startswith("printf")] == [
+        write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
+        write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
+
+
+def test_a_takeover_whose_peers_are_not_ready_goes_at_once_where_it_is(fleet):
+    ran = []
+    r2_down = json.dumps({"workers": [{"url": R1.url, "status": "ready"}, {"url": R2.url, "status": "pending"}]})
+    outcome, hosts, _, steps = taking_over(fleet, {"/workers": r2_down}, lambda: ran.append(1) or Outcome("OK"))
+    assert outcome.ok and ran == [1]
+    assert not [c for c in hosts["smg"].commands() if c.startswith("printf")]  # never taken out
+    assert any("it takes over its interrupted rollout all the same" in m for m in steps.logged)
