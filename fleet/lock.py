@@ -57,8 +57,6 @@ _SESSION = (
 )
 
 
-
-
 def renew_every_s(spec: ClassSpec) -> float:
     """How often a deploy renews the lease of a host whose rollout runs."""
     return spec.readiness.link_timeout_s / 4

@@ -25,11 +25,6 @@ OWNER = "root:root"  # every managed file and directory
 DIR_MODE = "700"  # config and state directories: the secret and its backups live there
 
 
-
-
-
-
-
 @dataclass(frozen=True)
 class ManagedFile:
     path: str
@@ -86,7 +81,6 @@ def desired_files(spec: ClassSpec, group: str, secrets: Secrets, journal_filter:
 
 def managed_dirs(spec: ClassSpec) -> list[str]:
     return [str(PurePosixPath(spec.env_file).parent), spec.state_dir, spec.backups_dir]
-
 
 
 def spec_record(spec: ClassSpec, group: str) -> str:
@@ -321,7 +315,6 @@ def stop_workloads_command(services: list[str], scopes: list[str] = (),
     if processes:
         steps.append(_signal_processes(list(processes)))
     return "; ".join([*steps, "[ $ok = yes ]"])
-
 
 
 def give_back_command(spec: ClassSpec, enable: list[str], start: list[str], commands: list[str] = ()) -> str:

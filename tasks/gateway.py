@@ -30,9 +30,9 @@ from facts.gateway import GatewayFacts
 from fleet import bounds
 from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
+from fleet.layout import staged_path
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.report import RUN
-from fleet.layout import staged_path
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
 from tasks import rolling
