@@ -28,13 +28,14 @@ from pathlib import Path
 class Image:
     name: str  # cache file stem
     systemd: int  # the release's systemd major version (a stable release keeps it)
+    python: str  # its python3's X.Y: what the controller's pip installs for (a mirror host's pypiserver)
     about: str
 
 
 # bookworm's image keeps the name it had before trixie joined, so existing caches stay valid.
 IMAGES = {
-    "bookworm": Image("lab-base-3", 252, "Debian 12, systemd 252, python 3.11"),
-    "trixie": Image("lab-base-trixie-1", 257, "Debian 13, systemd 257, python 3.13"),
+    "bookworm": Image("lab-base-3", 252, "3.11", "Debian 12, systemd 252, python 3.11"),
+    "trixie": Image("lab-base-trixie-1", 257, "3.13", "Debian 13, systemd 257, python 3.13"),
 }
 DEFAULT_SUITE = "bookworm"
 # python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does; sudo: hosts

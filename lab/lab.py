@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lab import base, labfile, provision  # noqa: E402
+from lab import base, labfile, mirror, provision, wheels  # noqa: E402
 from lab.labfile import LabFileError  # noqa: E402
 
 STATE = REPO / ".lab"
@@ -53,6 +54,7 @@ NSPAWN_RUN = Path("/run/systemd/nspawn")
 RUN_NETNS = Path("/run/netns")
 BOOT_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 10
+INDEX_TIMEOUT_S = 30  # a mirror host's index answering, once its systemd runs
 
 
 class LabError(RuntimeError):
@@ -232,7 +234,7 @@ def _disable_ipv6(dev: str) -> None:
 class LabHost:
     name: str
     ip: str
-    group: str
+    group: str | None  # None: a mirror host
     entry: dict[str, Any]
     pid: int | None = None
 
@@ -252,6 +254,19 @@ class Lab:
     def ssh(self, name: str, *command: str, timeout: float = 15) -> subprocess.CompletedProcess:
         return ssh(self.host(name).ip, *command, timeout=timeout)
 
+    def index_url(self, name: str = "mirror-1") -> str:
+        """The package index a mirror host serves (pip's --index-url), e.g. http://10.203.0.13:8080/simple/."""
+        h = next((h for h in self.hosts if h.name == name), None)
+        if h is None or h.entry["role"] != "mirror":
+            mirrors = [m.name for m in self.hosts if m.entry["role"] == "mirror"]
+            raise LabError(f"{name} is {'a ' + h.entry['role'] + ' host' if h else 'no host'} of lab {self.name!r}, "
+                           f"not a mirror host: it serves no package index (mirror hosts: {', '.join(mirrors) or 'none'})")
+        return _index_url(h.ip)
+
+
+def _index_url(ip: str) -> str:
+    return f"http://{ip}:{mirror.INDEX_PORT}/simple/"
+
 
 def _lab_from_state(st: dict[str, Any]) -> Lab:
     return Lab(
@@ -265,9 +280,11 @@ def _sha(path: Path) -> str:
 
 
 def write_inventory(st: dict[str, Any]) -> Path:
+    """The lab's GPU and gateway hosts, one group per `group`; never a mirror host (no deploy touches it)."""
     groups: dict[str, list[dict]] = {}
     for h in st["hosts"]:
-        groups.setdefault(h["group"], []).append(h)
+        if h["entry"]["role"] != "mirror":
+            groups.setdefault(h["group"], []).append(h)
     lines = [
         '"""pyinfra inventory of the running lab (written by `python -m lab.lab up`; do not edit)."""',
         "",
@@ -382,6 +399,7 @@ def up(lab_file: Path | str = DEFAULT_LAB) -> Lab:
             if not dead:
                 running = _lab_from_state(st)
                 _wait_ready(running, quiet_ok=True)
+                _wait_index(running, quiet_ok=True)
                 write_inventory(st)
                 log(f"lab {st['lab_name']!r} already up ({len(st['hosts'])} hosts); inventory rewritten: "
                     f"{INVENTORY.relative_to(REPO)}")
@@ -408,6 +426,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     specs, group_data, _ = _groups()
     # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
     bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
+    if any(h.entry["role"] == "mirror" for h in lab.hosts):
+        mirror.cached_pypiserver()  # a download, the first time: before anything of the lab is made
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -434,13 +454,14 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
                    "netns": _netns(lab.name, i), "veth": _veth(lab.name, i), "base": str(bases[h.entry["debian"]])}
             st["hosts"].append(rec)
             _write_state(st)
-            # a gateway host's group is no GPU class: no spec, no class data
+            # a gateway host's group is no GPU class, a mirror host has none: no spec, no class data
             _make_host(lab, rec, specs.get(h.group), group_data.get(h.group), pubkey)
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
         recs = {rec["name"]: rec for rec in st["hosts"]}
         _wait_ready(running, boot_again=lambda name: _boot(lab.name, recs[name]))
+        _wait_index(running)
     except BaseException:
         log("up failed: tearing down what was made")
         _down_locked(_read_state() or st)
@@ -561,6 +582,36 @@ def _wait_ready(lab: Lab, quiet_ok: bool = False, boot_again=None) -> None:
 
     with ThreadPoolExecutor(max_workers=max(1, len(lab.hosts))) as pool:
         list(pool.map(one, lab.hosts))
+
+
+def _wait_index(lab: Lab, quiet_ok: bool = False) -> None:
+    """Wait until every mirror host's index lists the SGLang double's wheels, asked from here (a lab
+    address, never through a proxy)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    want = [b.filename for b in wheels.BUILDS]
+    for h in lab.hosts:
+        if h.entry["role"] != "mirror":
+            continue
+        _check_lab_address(h.ip)
+        url, t0 = _index_url(h.ip) + "sglang/", time.monotonic()
+        while True:
+            try:
+                with opener.open(url, timeout=3) as answer:
+                    page = answer.read().decode()
+                missing = [w for w in want if w not in page]
+                why = f"it lists no {', '.join(missing)}"
+            except OSError as e:  # refused while pypiserver starts; URLError and HTTPError are OSErrors
+                missing, why = want, str(e)
+            if not missing:
+                break
+            if time.monotonic() - t0 > INDEX_TIMEOUT_S:
+                journal = ssh(h.ip, "journalctl", "-u", mirror.UNIT, "-n", "20", "--no-pager", "-o", "cat").stdout
+                raise LabError(f"{h.name}: no package index at {url} after {INDEX_TIMEOUT_S} s: {why}; "
+                               f"{mirror.UNIT}'s journal:\n{journal}")
+            time.sleep(0.2)
+        if not quiet_ok:
+            log(f"{h.name} ({h.ip}): package index {_index_url(h.ip)} lists {len(want)} wheels after "
+                f"{time.monotonic() - t0:.1f} s")
 
 
 # --- down ---------------------------------------------------------------------------------
@@ -752,6 +803,7 @@ def _print_status() -> int:
     rows = status()
     print(f"lab {st['lab_name']!r} from {st['lab_file']} (subnet {st['subnet']}, bridge {st['bridge']})")
     cols = ("name", "ip", "group", "state", "ssh")
+    rows = [{**r, "group": r["group"] or "-"} for r in rows]  # a mirror host has none
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
     print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)))
     for r in rows:
@@ -800,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"  {p}", file=sys.stderr)
         return 2
-    except LabError as e:
+    except (LabError, mirror.MirrorError) as e:
         print(f"lab: {e}", file=sys.stderr)
         return 1
 

@@ -24,6 +24,13 @@ LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 ALGO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # A gateway host has no GPU and runs no SGLang (smg comes with the deploy): only these keys mean anything on it.
 GATEWAY_KEYS = ("name", "group", "role", "ssh_user", "debian")
+# A mirror host is the lab's package index (lab/mirror.py): no GPU, no SGLang, and no group, for it is
+# no part of the fleet: the lab's inventory leaves it out, so that no deploy touches it.
+MIRROR_KEYS = ("name", "role", "ssh_user", "debian")
+ROLE_KEYS = {"gateway": GATEWAY_KEYS, "mirror": MIRROR_KEYS}
+ROLE_ABOUT = {"gateway": "", "mirror": " (the lab's package index)"}
+MIRROR_NO_GROUP = ("a mirror host has no group: it is the lab's package index, no part of the fleet (the inventory "
+                   "leaves it out, so that no deploy touches it); remove the key")
 
 
 class LabFileError(ValueError):
@@ -38,7 +45,7 @@ class LabFileError(ValueError):
 class Host:
     name: str
     ip: str
-    group: str
+    group: str | None  # None: a mirror host
     entry: dict[str, Any]  # resolved keys, defaults filled in (what /etc/lab/host.json is built from)
 
 
@@ -140,7 +147,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "group": (True, None, lambda v: None if v in groups + gateway_groups else "not a GPU class or gateway group",
                   f"a GPU class group: {_one_of(groups)}; with role = 'gateway', a gateway group: "
                   f"{_one_of(gateway_groups)}"),
-        "role": (False, "gpu", *enum("gpu", "gateway")),
+        "role": (False, "gpu", *enum("gpu", "gateway", "mirror")),
         "gpu_model": (True, None, *text(None, "the exact nvidia-smi name, e.g. 'NVIDIA RTX A6000'")),
         "gpu_count": (True, None, *integer(1, 16)),
         "gpu_memory_mib": (True, None, *integer(1, 1 << 22)),
@@ -160,6 +167,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "load_seconds": (False, 3.0, seconds, "a number of seconds 0..3600"),
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "engine_import_seconds": (False, 0.0, seconds, "a number of seconds 0..3600"),
+        "engines_disk_kib": (False, None, *integer(64)),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),
@@ -226,14 +234,17 @@ def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
         hname = raw.get("name")
         label = f"host {hname!r}" if isinstance(hname, str) else f"host #{i + 1}"
         entry: dict[str, Any] = {}
-        gateway = raw.get("role") == "gateway"
-        host_keys = {k: v for k, v in keys.items() if k in GATEWAY_KEYS} if gateway else keys
+        role = raw.get("role")
+        role_keys = ROLE_KEYS.get(role) if isinstance(role, str) else None
+        host_keys = {k: v for k, v in keys.items() if k in role_keys} if role_keys else keys
         for k in raw:
             if k not in keys:
                 problems.append(f"{where}: {label}: unknown key {k!r}; allowed keys: {', '.join(keys)}")
             elif k not in host_keys:
-                problems.append(f"{where}: {label}: {k} = {raw[k]!r}: a GPU host's key; role = 'gateway' has no "
-                                f"GPU and runs no SGLang; allowed keys for a gateway host: {', '.join(GATEWAY_KEYS)}")
+                why = (MIRROR_NO_GROUP if k == "group" else
+                       f"a GPU host's key; role = {role!r}{ROLE_ABOUT[role]} has no GPU and runs no SGLang")
+                problems.append(f"{where}: {label}: {k} = {raw[k]!r}: {why}; allowed keys for a {role} host: "
+                                f"{', '.join(ROLE_KEYS[role])}")
         for k, (required, default, check, allowed) in host_keys.items():
             if k not in raw:
                 if required:
@@ -265,7 +276,7 @@ def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
         if "workloads" in entry:
             entry["workloads"] = [w.removesuffix(".service") for w in entry["workloads"]]
         if all(k in entry for k, spec in host_keys.items() if spec[0]):
-            hosts.append(Host(name=entry["name"], ip=str(addresses[idx]), group=entry["group"], entry=entry))
+            hosts.append(Host(name=entry["name"], ip=str(addresses[idx]), group=entry.get("group"), entry=entry))
     if problems:
         raise LabFileError(problems)
     return LabFile(path=path.resolve(), name=name, subnet=subnet, hosts=hosts)

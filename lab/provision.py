@@ -15,16 +15,19 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from fleet import layout
 from fleet.groupdata import spec_data
 from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import desired_files, service_files
 from fleet.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
+from lab import mirror, wheels
 from lab.base import IMAGES
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
 SGLANG_DOUBLE_DIR = "/usr/local/lib/sglang-double"
 WORKLOAD_MEMORY_SHARE = 0.9
+ENGINES_DIR = layout.ENGINES_DIR  # where the deploy installs each declared engine's venv
 
 LAUNCHER = """#!/bin/sh
 # lab double of the SGLang environment's interpreter: the SGLang double's package
@@ -86,6 +89,37 @@ ExecStart=/bin/sh -c 'setsid /usr/local/bin/lab-gpu-job --name {name} --memory-m
 [Install]
 WantedBy=multi-user.target
 """
+
+
+# engines_disk_kib: the engines' directory on a disk of its own, small enough for a test to fill
+ENGINES_MOUNT = """[Unit]
+Description=lab: {kib} KiB disk for the SGLang engines (the lab entry's engines_disk_kib)
+
+[Mount]
+What=tmpfs
+Where={path}
+Type=tmpfs
+Options=size={kib}k,mode=0755
+
+[Install]
+WantedBy=local-fs.target
+"""
+
+
+def mount_unit_name(path: str) -> str:
+    """The .mount unit of `path`, named as `systemd-escape --path --suffix=mount` names it: '/' between
+    components is '-'; a byte outside [A-Za-z0-9:_.], and a leading '.', is \\xNN."""
+    text = "/".join(part for part in path.split("/") if part)
+    out = []
+    for i, byte in enumerate(text.encode()):
+        c = chr(byte)
+        if c == "/":
+            out.append("-")
+        elif (c.isascii() and c.isalnum()) or c in ":_" or (c == "." and i > 0):
+            out.append(c)
+        else:
+            out.append(f"\\x{byte:02x}")
+    return ("".join(out) or "-") + ".mount"
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -276,7 +310,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
     """Write one host's files into its (mounted) root. Returns warnings.
 
     A gateway host (no class: group_spec and group_data None) gets only what every host needs;
-    its smg comes with the deploy."""
+    its smg comes with the deploy. A mirror host (no class either) gets the lab's package index."""
     name = entry["name"]
     write(root, "/etc/hostname", name + "\n")
     write(root, "/etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n{ip}\t{name}.{lab_name} {name}\n"
@@ -286,11 +320,26 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
     write(root, "/root/.ssh/authorized_keys", pubkey.strip() + "\n", 0o600)
     if entry["ssh_user"] != "root":
         add_sudo_user(root, entry["ssh_user"], pubkey)
-    warnings, gpu = ([], {}) if entry["role"] == "gateway" else _provision_gpu(root, entry, group_spec, group_data)
-    host_json = {"name": name, "group": entry["group"], "role": entry["role"], **gpu,
+    warnings, extra = [], {}
+    if entry["role"] == "gpu":
+        warnings, extra = _provision_gpu(root, entry, group_spec, group_data)
+    elif entry["role"] == "mirror":
+        extra = _provision_mirror(root, entry)
+    host_json = {"name": name, "group": entry.get("group"), "role": entry["role"], **extra,
                  "ssh_user": entry["ssh_user"], "ip": ip, "lab": lab_name}
     write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
     return warnings
+
+
+def _provision_mirror(root: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """pypiserver (from the controller's cache, for the host's Python), the SGLang double's wheels
+    in its directory, and its unit, enabled. Returns its part of host.json."""
+    mirror.install_pypiserver(root, IMAGES[entry["debian"]].python)
+    built = wheels.build_wheels(root / mirror.INDEX_DIR.lstrip("/"))
+    write(root, f"/etc/systemd/system/{mirror.UNIT}", mirror.UNIT_TEXT)
+    enable(root, mirror.UNIT)
+    return {"index": {"port": mirror.INDEX_PORT, "dir": mirror.INDEX_DIR, "pypiserver": mirror.PYPISERVER_VERSION,
+                      "wheels": [w.name for w in built]}}
 
 
 def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
@@ -316,7 +365,8 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         write_dist_info(root, entry["sglang_version"])
     else:
         warnings.append(f"{name}: lab/doubles/sglang/ not there yet; the launcher has no sglang to run")
-    launchers = {group_spec.service.launcher} | ({pre_spec.service.launcher} if pre_spec else set())
+    # a hand-made environment's launcher (a declared engine's venv is the deploy's to install)
+    launchers = {s.launcher for s in (group_spec, pre_spec) if s is not None and s.engine is None}
     for launcher in sorted(launchers):
         write(root, launcher, LAUNCHER.format(pkg=SGLANG_DOUBLE_DIR), 0o755)
     job = DOUBLES / "lab-gpu-job"
@@ -337,6 +387,12 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         for w in names:
             write(root, f"/etc/systemd/system/{unit.format(w)}", text.format(name=w, mib=mib))
             enable(root, unit.format(w))
+
+    if entry.get("engines_disk_kib") is not None:
+        unit = mount_unit_name(ENGINES_DIR)
+        write(root, f"/etc/systemd/system/{unit}",
+              ENGINES_MOUNT.format(kib=entry["engines_disk_kib"], path=ENGINES_DIR))
+        enable(root, unit, "local-fs.target")
 
     # models
     missing = set(p.rstrip("/") for p in entry["missing_models"])
@@ -375,6 +431,7 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
         "reasoning_model": entry["reasoning_model"],
         "engine_import_seconds": float(entry["engine_import_seconds"]),
+        "engines_disk_kib": entry.get("engines_disk_kib"),
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "scope_workloads": list(entry["scope_workloads"]),

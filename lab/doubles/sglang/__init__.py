@@ -16,6 +16,11 @@ speculative algorithms this "engine" has, whether loading succeeds, crashes or h
 how long `import sglang` takes outside a server start (engine_import_seconds: the cost an
 engine check pays on a real host; each such import is counted in $LAB_SGLANG_IMPORT_LOG,
 else /run/lab-sglang-imports.log).
+
+Built as a wheel (lab/wheels.py, served by the lab's package index) the package also holds
+sglang/_build.json: that build's sglang_version, sglang_algorithms and load, laid over the
+host's, so what pip installed says which engine it is (the version below, the
+--speculative-algorithm choices, --speculative-ddtree-budget with DDTREE, a load that crashes).
 """
 
 import sys

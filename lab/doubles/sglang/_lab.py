@@ -1,6 +1,9 @@
 """LAB DOUBLE support: the lab host contract as the SGLang double reads and writes it.
 
 - host.json: $LAB_HOST_JSON, else /etc/lab/host.json (missing: a healthy default host).
+- _build.json beside this file, in a wheel of the double (lab/wheels.py) only: the build's own
+  identity (version, algorithms, load), laid over host.json's, as an installed engine's version
+  and abilities are its package's, whatever host it runs on. The preinstalled double has none.
 - GPU registry: $LAB_GPU_DIR, else /run/lab-gpu; one <pid>.json per live GPU process:
   {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU). The SGLang double
   writes one per scheduler process (its pid, its GPU), as CUDA would count them.
@@ -32,6 +35,9 @@ _DEFAULT_HOST = {
     "engine_import_seconds": 0.0,
 }
 
+# keys a build sets: sglang_version, sglang_algorithms, load (lab/wheels.py)
+BUILD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build.json")
+
 
 def note_import() -> None:
     """One line per import outside a server start: how a test sees the engine check ran."""
@@ -51,6 +57,16 @@ def gpu_dir() -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def build() -> dict:
+    """The keys this package's build sets ({} for the preinstalled double)."""
+    try:
+        with open(BUILD_FILE, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+@functools.lru_cache(maxsize=1)
 def host_config() -> dict:
     cfg = dict(_DEFAULT_HOST)
     try:
@@ -58,6 +74,7 @@ def host_config() -> dict:
             cfg.update(json.load(f))
     except FileNotFoundError:
         pass
+    cfg.update(build())
     return cfg
 
 

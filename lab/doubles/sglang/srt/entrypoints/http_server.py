@@ -10,9 +10,9 @@ Start-up (see docs/ARCHITECTURE.md and the reference sheet):
    partway (TP0 prints the traceback and SIGQUITs this process, whose handler kills the
    tree with SIGKILL, itself last, as the real kill_process_tree does), "hang" never opens
    the port, "ok" serves. A launch whose argv equals host.json's preinstalled_argv
-   always loads fine. GPUs already held by other live
-   processes beyond what is free: CUDA OOM crash (except for the preinstalled argv,
-   which the lab boots beside its workloads).
+   always loads fine, unless the package's build (sglang/_build.json) sets load. GPUs
+   already held by other live processes beyond what is free: CUDA OOM crash (except for
+   the preinstalled argv, which the lab boots beside its workloads).
 3. Port open: /v1/models answers 200 at once; /health, /health_generate and /ready
    answer 503 while the warm-up runs (~1 s), then 200.
 Serving: every generated token comes from TP0 at host.json's decode_tokens_per_s
@@ -977,8 +977,8 @@ def launch_server(server_args) -> None:
     load_seconds = float(host.get("load_seconds", 0) or 0)
     pre = host.get("preinstalled_argv")
     preinstalled = pre is not None and sys.argv[1:] == list(pre)
-    if preinstalled:
-        load = "ok"  # the preinstalled (old) configuration: rollback returns to it
+    if preinstalled and "load" not in _lab.build():
+        load = "ok"  # the preinstalled (old) configuration: rollback returns to it; a build's load is its own
 
     logger.info(f"server_args={a!r}")
     state = ServerState(a)

@@ -1,0 +1,93 @@
+"""The lab's package index: a mirror host (role = "mirror") runs a real pypiserver, from PyPI, that
+serves the SGLang double's wheels (lab/wheels.py) on INDEX_PORT, as a fleet's own index would.
+
+Lab hosts reach no registry, so nothing is fetched from inside one: the controller downloads
+pypiserver's wheels once into its cache, ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}/wheels/
+pypiserver-<version>/, for the Python of every Debian release the lab builds (`complete`, written
+last, lists those Pythons), and installs them into the host's root with its own pip: they are
+pure-Python wheels, installed for the host's Python (--python-version).
+
+Access log: the journal of lab-pypi.service (`journalctl -u lab-pypi.service -o cat`): one line a
+request in Common Log Format, `CLIENT - - [DATE] "GET /simple/sglang/ HTTP/1.1" 200 SIZE`; with -v
+pypiserver also logs each request's URL and status on two lines of their own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lab import base
+
+PYPISERVER_VERSION = "2.4.2"  # needs Python >= 3.10: bookworm's 3.11, trixie's 3.13 (with legacy-cgi)
+INDEX_PORT = 8080
+INDEX_DIR = "/srv/pypi"
+PYPISERVER_DIR = "/opt/pypiserver"
+UNIT = "lab-pypi.service"
+
+UNIT_TEXT = f"""[Unit]
+Description=lab: the lab's package index (pypiserver {PYPISERVER_VERSION}), serving {INDEX_DIR}
+After=network.target
+
+[Service]
+Environment=PYTHONPATH={PYPISERVER_DIR}
+# -v: each request's access line in the journal; --disable-fallback: a package the index lacks is a 404,
+# not a redirect to PyPI, which no lab host reaches
+ExecStart=/usr/bin/python3 -m pypiserver run --interface 0.0.0.0 --port {INDEX_PORT} --disable-fallback -v {INDEX_DIR}
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+class MirrorError(RuntimeError):
+    pass
+
+
+def _pip(*args: str) -> None:
+    command = [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise MirrorError(f"pip {args[0]} of pypiserver {PYPISERVER_VERSION} took more than 600 s") from None
+    if done.returncode:
+        raise MirrorError(f"pip {args[0]} of pypiserver {PYPISERVER_VERSION} failed: "
+                          + (done.stderr.strip().splitlines() or ["pip said nothing"])[-1])
+
+
+def _requirements(python: str) -> list[str]:
+    """pypiserver and what its markers ask for on `python`, named: pip's --python-version picks wheels
+    for that Python but evaluates markers with the controller's own."""
+    version = tuple(int(x) for x in python.split("."))
+    return [f"pypiserver=={PYPISERVER_VERSION}",
+            *(["importlib-resources>=6.5.2"] if version < (3, 12) else []),
+            *(["legacy-cgi>=2.6.4"] if version >= (3, 13) else [])]  # cgi left the standard library in 3.13
+
+
+def cached_pypiserver() -> Path:
+    """pypiserver's wheels and its dependencies', in the controller's cache: downloaded once."""
+    where = base.cache_dir() / "wheels" / f"pypiserver-{PYPISERVER_VERSION}"
+    done = where / "complete"
+    pythons = sorted({image.python for image in base.IMAGES.values()})
+    if done.exists() and set(pythons) <= set(done.read_text().split()):
+        return where
+    print(f"lab: downloading pypiserver {PYPISERVER_VERSION} for Python {', '.join(pythons)} into {where}", flush=True)
+    where.mkdir(parents=True, exist_ok=True)
+    for python in pythons:
+        _pip("download", "--only-binary=:all:", "--python-version", python, "--dest", str(where),
+             *_requirements(python))
+    done.write_text("\n".join(pythons) + "\n")
+    return where
+
+
+def install_pypiserver(root: Path, python: str) -> None:
+    """pypiserver into the host's root at PYPISERVER_DIR, for its `python` (X.Y), from the cache only."""
+    target = root / PYPISERVER_DIR.lstrip("/")
+    # --no-compile: the host's own Python compiles what it imports (the controller's .pyc would be for its version)
+    _pip("install", "--no-index", "--find-links", str(cached_pypiserver()), "--only-binary=:all:", "--no-compile",
+         "--python-version", python, "--target", str(target), "--root-user-action=ignore", *_requirements(python))
+    # its console scripts name the controller's interpreter; the unit runs `python3 -m pypiserver`
+    shutil.rmtree(target / "bin", ignore_errors=True)

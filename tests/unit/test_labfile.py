@@ -1,0 +1,165 @@
+"""lab/labfile.py's mirror host (role = "mirror") and engines_disk_kib; what the lab makes of them without a
+lab: a mirror host's files, the engines' mount unit, the inventory that leaves the mirror out, index_url."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet.groupdata import gateway_files, load_class_specs, load_group_data
+from lab import lab as labmod
+from lab import labfile, mirror, provision, wheels
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = sorted(load_class_specs(ROOT / "group_data"))
+GATEWAYS = sorted(gateway_files(ROOT / "group_data"))
+PRO6000 = {"name": "pro6000-1", "group": "pro6000", "gpu_model": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+           "gpu_count": 1, "gpu_memory_mib": 97887}
+
+
+def toml(value) -> str:
+    return json.dumps(value)  # a TOML basic string, integer, boolean or array of them
+
+
+def lab_file(tmp_path: Path, *hosts: dict) -> Path:
+    text = '[lab]\nname = "sglmir"\nsubnet = "10.209.0.0/24"\n'
+    for h in hosts:
+        text += "\n[[hosts]]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in h.items())
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def parse(tmp_path: Path, *hosts: dict) -> labfile.LabFile:
+    return labfile.parse(lab_file(tmp_path, *hosts), GROUPS, GATEWAYS)
+
+
+def problems(tmp_path: Path, *hosts: dict) -> list[str]:
+    with pytest.raises(labfile.LabFileError) as e:
+        parse(tmp_path, *hosts)
+    return e.value.problems
+
+
+def test_a_mirror_host_has_no_group_and_only_its_keys(tmp_path):
+    lab = parse(tmp_path, {"name": "mirror-1", "role": "mirror"}, PRO6000)
+    m, gpu = lab.hosts
+    assert (m.name, m.ip, m.group) == ("mirror-1", "10.209.0.11", None)
+    assert m.entry == {"name": "mirror-1", "role": "mirror", "ssh_user": "root", "debian": "bookworm"}
+    assert (gpu.ip, gpu.group, gpu.entry["engines_disk_kib"]) == ("10.209.0.12", "pro6000", None)
+
+
+def test_a_mirror_host_with_a_group_is_told_it_has_none(tmp_path):
+    [p] = problems(tmp_path, {"name": "mirror-1", "role": "mirror", "group": "pro6000"})
+    assert p.endswith("host 'mirror-1': group = 'pro6000': a mirror host has no group: it is the lab's package "
+                      "index, no part of the fleet (the inventory leaves it out, so that no deploy touches it); "
+                      "remove the key; allowed keys for a mirror host: name, role, ssh_user, debian")
+
+
+def test_a_mirror_host_refuses_a_gpu_hosts_keys(tmp_path):
+    found = problems(tmp_path, {"name": "mirror-1", "role": "mirror", "gpu_count": 1, "engines_disk_kib": 256})
+    assert [p.split(": ", 1)[1] for p in found] == [
+        f"host 'mirror-1': {k} = {v}: a GPU host's key; role = 'mirror' (the lab's package index) has no GPU and "
+        "runs no SGLang; allowed keys for a mirror host: name, role, ssh_user, debian"
+        for k, v in (("gpu_count", 1), ("engines_disk_kib", 256))]
+
+
+def test_a_gateway_host_is_told_as_before(tmp_path):
+    [p] = problems(tmp_path, {"name": "gw-1", "group": GATEWAYS[0], "role": "gateway", "engines_disk_kib": 256})
+    assert p.endswith("host 'gw-1': engines_disk_kib = 256: a GPU host's key; role = 'gateway' has no GPU and runs "
+                      "no SGLang; allowed keys for a gateway host: name, group, role, ssh_user, debian")
+
+
+def test_a_role_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path):
+    found = problems(tmp_path, {**PRO6000, "role": ["mirror"]})
+    assert any("role = ['mirror']: not allowed; allowed: 'gpu' | 'gateway' | 'mirror'" in p for p in found)
+
+
+@pytest.mark.parametrize("value, why", [(63, "out of range"), ("256", "not an integer"), (True, "not an integer"),
+                                        (256.0, "not an integer")])
+def test_engines_disk_kib_is_an_integer_of_64_or_more(tmp_path, value, why):
+    [p] = problems(tmp_path, {**PRO6000, "engines_disk_kib": value})
+    assert p.endswith(f"host 'pro6000-1': engines_disk_kib = {value!r}: {why}; allowed: an integer >= 64")
+
+
+def test_mount_unit_name_is_systemd_escapes():
+    paths = [provision.ENGINES_DIR, "/", "//a//b/", "/.hidden/x-y", "/a:b_c.d/é e"]
+    expected = ["opt-sglang\\x2dfleet-engines.mount", "-.mount", "a-b.mount", "\\x2ehidden-x\\x2dy.mount",
+                "a:b_c.d-\\xc3\\xa9\\x20e.mount"]
+    assert [provision.mount_unit_name(p) for p in paths] == expected
+    if shutil.which("systemd-escape"):
+        out = subprocess.run(["systemd-escape", "--path", "--suffix=mount", *paths], capture_output=True, text=True)
+        assert out.stdout.split() == expected
+
+
+def _provision(tmp_path: Path, entry: dict) -> Path:
+    root = tmp_path / "root"
+    specs, data = load_class_specs(ROOT / "group_data"), load_group_data(ROOT / "group_data")
+    group = entry.get("group")
+    provision.provision(root, entry, specs.get(group), data.get(group), "ssh-ed25519 AAAA lab", "10.209.0.12", "sglmir")
+    return root
+
+
+def test_engines_disk_kib_is_a_tmpfs_mount_unit_enabled_for_local_fs(tmp_path):
+    [h] = parse(tmp_path, {**PRO6000, "engines_disk_kib": 256}).hosts
+    root = _provision(tmp_path, h.entry)
+    unit = "opt-sglang\\x2dfleet-engines.mount"
+    text = (root / "etc/systemd/system" / unit).read_text()
+    assert "What=tmpfs\nWhere=/opt/sglang-fleet/engines\nType=tmpfs\nOptions=size=256k,mode=0755\n" in text
+    assert "WantedBy=local-fs.target" in text
+    assert (root / "etc/systemd/system/local-fs.target.wants" / unit).readlink() == Path("/etc/systemd/system") / unit
+    assert json.loads((root / "etc/lab/host.json").read_text())["engines_disk_kib"] == 256
+
+
+def test_without_engines_disk_kib_no_mount_unit(tmp_path):
+    [h] = parse(tmp_path, PRO6000).hosts
+    root = _provision(tmp_path, h.entry)
+    assert not list((root / "etc/systemd/system").rglob("*.mount"))
+
+
+def test_a_mirror_host_gets_the_index_its_wheels_and_unit(tmp_path, monkeypatch):
+    installed = []
+    monkeypatch.setattr(mirror, "install_pypiserver", lambda root, python: installed.append((root, python)))
+    [h] = parse(tmp_path, {"name": "mirror-1", "role": "mirror"}).hosts
+    root = _provision(tmp_path, h.entry)
+    assert installed == [(root, "3.11")]
+    assert sorted(p.name for p in (root / "srv/pypi").iterdir()) == sorted(b.filename for b in wheels.BUILDS)
+    unit = (root / "etc/systemd/system/lab-pypi.service").read_text()
+    assert ("ExecStart=/usr/bin/python3 -m pypiserver run --interface 0.0.0.0 --port 8080 --disable-fallback -v "
+            "/srv/pypi") in unit and "Environment=PYTHONPATH=/opt/pypiserver" in unit
+    assert (root / "etc/systemd/system/multi-user.target.wants/lab-pypi.service").is_symlink()
+    host = json.loads((root / "etc/lab/host.json").read_text())
+    assert (host["role"], host["group"], host["index"]["port"]) == ("mirror", None, 8080)
+    assert not (root / "usr/bin/nvidia-smi").exists() and not (root / "usr/local/lib/sglang-double").exists()
+
+
+def test_the_pypiserver_requirements_follow_the_hosts_python():
+    assert mirror._requirements("3.11") == ["pypiserver==2.4.2", "importlib-resources>=6.5.2"]
+    assert mirror._requirements("3.13") == ["pypiserver==2.4.2", "legacy-cgi>=2.6.4"]
+
+
+def _state(tmp_path: Path) -> dict:
+    lab = parse(tmp_path, {"name": "mirror-1", "role": "mirror"}, PRO6000,
+                {"name": "gw-1", "group": GATEWAYS[0], "role": "gateway"})
+    return {"lab_file": str(lab.path), "lab_name": lab.name, "subnet": str(lab.subnet),
+            "hosts": [{"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry} for h in lab.hosts]}
+
+
+def test_the_inventory_leaves_the_mirror_host_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(labmod, "INVENTORY", tmp_path / "inventory.py")
+    text = labmod.write_inventory(_state(tmp_path)).read_text()
+    assert "('pro6000-1', {'ssh_hostname': '10.209.0.12'" in text and "('gw-1', {'ssh_hostname': '10.209.0.13'" in text
+    assert "mirror" not in text and "10.209.0.11" not in text and "None = [" not in text
+
+
+def test_index_url_is_the_mirror_hosts_and_only_a_mirror_hosts(tmp_path):
+    lab = labmod._lab_from_state(_state(tmp_path))
+    assert lab.index_url() == lab.index_url("mirror-1") == "http://10.209.0.11:8080/simple/"
+    with pytest.raises(labmod.LabError, match=r"pro6000-1 is a gpu host of lab 'sglmir', not a mirror host: it "
+                                              r"serves no package index \(mirror hosts: mirror-1\)"):
+        lab.index_url("pro6000-1")
+    with pytest.raises(labmod.LabError, match="mirror-2 is no host of lab 'sglmir', not a mirror host"):
+        lab.index_url("mirror-2")
