@@ -84,3 +84,4 @@ bench: venv host-packages
 	$(BIN)/python bench/status.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/turns.py
+	$(BIN)/python bench/engine.py

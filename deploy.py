@@ -5,6 +5,8 @@
 The runbook, in order; a host that fails a step gets nothing after it but its rollback:
   1. preflight  every read-only check (right GPUs, engine, models, GPUs free, no other deploy,
                 no local override), and the plan: what differs from the spec, and why
+     engine     a declared engine not on the host yet: installed in a venv of its own beside the
+                live one and checked there (capabilities, its parser over the command line)
   2. begin      deploy lock, backup, pending-rollout record: from here every failure rolls
                 back, and an interrupted run is finished or rolled back by the next one
   3. install    upload the new unit, environment, secret beside the live ones
@@ -19,12 +21,13 @@ any replica restarts.
 The run ends with a table per host (class, GPUs found, action, verdict, time to ready).
 """
 
-from tasks import activate, gateway, install, preflight, recovery
+from tasks import activate, engine, gateway, install, preflight, recovery
 
 if gateway.is_gateway():
     gateway.converge()  # smg: install, unit, key, discovery file; restart only if they changed
 gateway.converged()  # where there is a gateway: no replica restarts before its steps are done
 if not gateway.is_gateway() and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
+    engine.install(pf)  # the declared SGLang beside the live one, and checked, while everything still serves
     recovery.begin(pf)
     install.stage(pf)
     activate.service(pf)

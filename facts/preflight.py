@@ -32,7 +32,7 @@ SECTIONS = {
 def snapshot_args(spec: ClassSpec) -> dict:
     """HostSnapshot's arguments for a host that is to run `spec`."""
     return {
-        "engine": [spec.service.launcher, spec.service.environment, layout.ENGINE_CACHE_DIR],
+        "engine": [spec.launcher, spec.service.environment, layout.ENGINE_CACHE_DIR],
         "models": [spec.model_paths],
         "units": [spec.watched_units],
         "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],

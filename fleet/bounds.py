@@ -85,6 +85,12 @@ def snapshot_s(spec: ClassSpec) -> int:
     return math.ceil(3 * spec.readiness.command_timeout_s + MARGIN_S)
 
 
+def install(spec: ClassSpec) -> Bound:
+    """An engine's install (tasks/engine.py): pip under its own timeout (killed 10 s after it)."""
+    return _plus_margin("the install of the declared engine", "engine.install_timeout_s + 10",
+                        spec.engine.install_timeout_s + 10)
+
+
 def gateway(what: str) -> Bound:
     return Bound(what, GATEWAY_S, "a gateway command's bound")
 

@@ -8,6 +8,7 @@ exactly what deploy.py sees on a host.
 from __future__ import annotations
 
 import functools
+import re
 import runpy
 import sys
 import types
@@ -85,6 +86,9 @@ def may_hold_a_secret(key: str) -> bool:
     return names_a_secret(key) or any(w in folded for w in _SECRET_INSIDE) or folded.endswith(_SECRET_AT_END)
 
 
+_USERINFO = re.compile(r"(://)[^/@]*@")
+
+
 def _redact(value: Any) -> Any:
     """A value as a message shows it: under a key that may hold a secret, at any depth, '***';
     in a list (extra_args), the value of a flag that takes a secret '***' (fleet.spec.masked_args)."""
@@ -92,6 +96,8 @@ def _redact(value: Any) -> Any:
         return {k: "***" if isinstance(k, str) and may_hold_a_secret(k) else _redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_redact(v) for v in masked_args(value))
+    if isinstance(value, str):  # a URL's credentials (https://user:password@mirror/simple)
+        return _USERINFO.sub(r"\1***@", value)
     return value
 
 

@@ -81,6 +81,7 @@ class Record:
     served_model: Word = ""
     action: Text = ""
     sglang: Word = ""
+    engine: Word = ""  # the declared engine's name (fleet.spec.EngineSpec.name); none for a hand-made one
     spec_sha256: Word = ""
     commit: Word = ""
     dirty: bool | None = None
@@ -240,5 +241,6 @@ def new_record(*, kind: str, spec: ClassSpec, group: str, stamp: str, now: int, 
     return {
         "version": RECORD_VERSION, "time": now, "by": by, "kind": kind, "to": to, "group": group, "stamp": stamp,
         "algorithm": spec.speculative.algorithm, "served_model": spec.service.served_model_name, "action": action,
-        "sglang": sglang, "spec_sha256": spec_sha256(spec, group), "commit": commit, "dirty": dirty,
+        "sglang": spec.engine.version if spec.engine else sglang, "engine": spec.engine.name if spec.engine else "",
+        "spec_sha256": spec_sha256(spec, group), "commit": commit, "dirty": dirty,
     }

@@ -14,6 +14,10 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
   /run/sglang-fleet/U.lock, U.lease        who is deploying, and until when (fleet/lock.py); /run
                                            is emptied at boot, and so is a dead deploy's lock
   /var/cache/sglang-fleet/engine/          what the installed engine can do (facts/sglang.py)
+  /var/cache/sglang-fleet/pip/             the pip wheel engines are installed with (tasks/engine.py)
+  /opt/sglang-fleet/engines/E/             a declared engine's venv (E: fleet.spec.EngineSpec.name),
+                                           its freeze (engine.lock) and install log (fleet/engine.py);
+                                           .E.partial while being built
   /etc/systemd/system/G.service, /etc/smg/G-workers.json, G.secret, G.auth
                                            a gateway unit G's unit, the workers it routes to, its
                                            API key (EnvironmentFile) and header file (0600)
@@ -30,6 +34,9 @@ CONFIG_DIR = "/etc/sglang"
 STATE_ROOT = "/var/lib/sglang-fleet"
 LOCK_ROOT = "/run/sglang-fleet"
 ENGINE_CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
+ENGINES_DIR = "/opt/sglang-fleet/engines"
+ENGINE_INSTALL_LOCK = f"{ENGINES_DIR}/.install.lock"  # held (flock) while an install runs
+ENGINE_PIP_DIR = "/var/cache/sglang-fleet/pip"  # the pip wheel engines are installed with (uploaded again if gone)
 GATEWAY_CONFIG_DIR = "/etc/smg"
 STAGED_SUFFIX = ".sglang-fleet-new"
 
@@ -97,6 +104,19 @@ def gateway_secret_file(unit: str) -> str:
 
 def gateway_auth_header_file(unit: str) -> str:
     return f"{GATEWAY_CONFIG_DIR}/{unit}.auth"
+
+
+def engine_dir(name: str) -> str:
+    return f"{ENGINES_DIR}/{name}"
+
+
+def engine_launcher(name: str) -> str:
+    return f"{engine_dir(name)}/bin/python"
+
+
+def engine_partial(name: str) -> str:
+    """Where engine `name` is built until it is complete (hidden: never an engine's name)."""
+    return f"{ENGINES_DIR}/.{name}.partial"
 
 
 def staged_path(path: str) -> str:

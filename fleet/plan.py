@@ -272,17 +272,18 @@ class Plan:
     replaces_service: bool = False  # the service's files before differ from the declared ones: a rollback
     #                                 has a previous service to return to
     why: tuple[str, ...] = ()  # the drift found, in words
+    install_engine: str | None = None  # the declared engine is not on the host: installed before anything stops
 
     @property
     def has_work(self) -> bool:
-        return bool(self.interrupted or self.swap or self.repairs or self.dirs or self.stop_workloads
+        return bool(self.install_engine or self.interrupted or self.swap or self.repairs or self.dirs or self.stop_workloads
                     or self.daemon_reload or self.enable or self.restart or self.wait)
 
     def action(self) -> str:
         """What the run does, as the summary table and the dry run say it."""
         if not self.has_work:
             return "none (already as declared)"
-        parts = []
+        parts = [f"install engine {self.install_engine}"] if self.install_engine else []
         if self.interrupted:
             started = f"started {_utc(self.interrupted.since)} by {self.interrupted.by}"
             if self.finish_rollback:
@@ -456,4 +457,5 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         record=record,
         replaces_service=any(before.files.get(f.path) != f.sha1 for f in want if f.restarts),
         why=tuple(why),
+        install_engine=spec.engine.name if spec.engine is not None and facts.engine.status == "no launcher" else None,
     )

@@ -76,7 +76,7 @@ def server_arg_groups(spec: ClassSpec) -> list[tuple[str, ...]]:
 
 def server_argv(spec: ClassSpec) -> list[str]:
     """[launcher, -m, sglang.launch_server, flags...]: the server's whole command line."""
-    return [spec.service.launcher, *MODULE, *(t for group in server_arg_groups(spec) for t in group)]
+    return [spec.launcher, *MODULE, *(t for group in server_arg_groups(spec) for t in group)]
 
 
 # \Z, not $: $ matches before a final newline, which would end the ExecStart= line
@@ -126,7 +126,7 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
         start_limit_burst=attempts,
         # wide enough to hold every attempt, each a full load: the limit must be reachable
         start_limit_interval=_seconds(attempts * (spec.readiness.load_timeout_s + RESTART_DELAY_S)),
-        command=[spec.service.launcher, *MODULE],
+        command=[spec.launcher, *MODULE],
         env_files=[spec.env_file] + ([spec.secret_file] if spec.service.secret_environment else []),
         arg_lines=server_arg_groups(spec),
         log_filters=[f"~{SERVER_ARGS_LINE}"] if journal_filter and spec.service.server_secrets else [],

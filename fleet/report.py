@@ -18,6 +18,7 @@ class HostReport:
     smoke: str = ""
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # true whatever the verdict (an exposure, say)
+    engine: str = "-"  # the SGLang it runs: the declared engine's name, or the version at its launcher
 
 
 def describe_gpus(names: list[str]) -> str:
@@ -37,12 +38,13 @@ def describe_gpu_list(gpus) -> str:
 
 
 def table(reports: list[HostReport]) -> str:
-    head = ("host", "class", "GPUs found", "action", "verdict", "ready", "smoke")
+    head = ("host", "class", "GPUs found", "engine", "action", "verdict", "ready", "smoke")
     rows = [
         (
             r.host,
             r.gpu_class,
             r.gpus,
+            r.engine,
             r.action,
             r.verdict,
             f"{r.ready_s:.1f}s" if r.ready_s is not None else "-",

@@ -7,12 +7,18 @@ reference all come from here. Every default is documented where it is declared.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import re
 import typing
 import unicodedata
 from dataclasses import dataclass
 from typing import Annotated, Literal, Union
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from pydantic import (
     AfterValidator,
@@ -433,14 +439,18 @@ def _extra_args(args):
     return args
 
 
+DEFAULT_LAUNCHER = "/opt/sglang/bin/python"  # where a hand-made SGLang environment usually is
+
+
 class Service(Strict):
     """The SGLang server: one systemd unit per host."""
 
     unit: ServiceUnit = Field("sglang", description="systemd unit name, without `.service`: " + UNIT_RULE
                               + f", no '@', at most {UNIT_NAME_MAX} characters with `.service`.")
-    launcher: CommandPath = Field(
-        "/opt/sglang/bin/python",
-        description="Interpreter of the SGLang environment; runs `-m sglang.launch_server`.",
+    launcher: CommandPath | None = Field(
+        None,
+        description=f"Interpreter of a hand-made SGLang environment; runs `-m sglang.launch_server`. Unset: "
+        f"{DEFAULT_LAUNCHER}, or the venv of the declared `engine` (the two are exclusive).",
     )
     model_path: AbsPath = Field(description="Target model directory on the host.")
     served_model_name: text(NAME_MAX) = Field(
@@ -686,6 +696,107 @@ class Rolling(Strict):
 
 # --- workloads: the GPU jobs stopped in the host's turn and given back on a rollback -------------
 
+# --- engine: the SGLang a class runs, installed by the deploy --------------------------------
+
+REQUIREMENTS_MAX = 64  # companions of one engine
+
+
+def _requirement(v: str):
+    try:
+        r = Requirement(v)
+    except InvalidRequirement as e:
+        raise ValueError(f"a pip requirement (name[extras]==version): {e}") from None
+    pins = list(r.specifier)
+    if r.url or r.marker or len(pins) != 1 or pins[0].operator != "==" or "*" in pins[0].version:
+        raise ValueError("a requirement pinned to one version, as name[extras]==version (no URL, marker, range "
+                         "or wildcard): an engine is named by what it installs")
+    return r
+
+
+def _pinned(v: str) -> str:
+    _requirement(v)
+    return v
+
+
+Pinned = Annotated[Text, AfterValidator(_pinned), Kind("pinned requirement")]
+
+
+def _index_url(v: str) -> str:
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
+        raise ValueError("an http(s) URL of a package index, e.g. https://pypi.org/simple")
+    if u.username is not None or u.password is not None:
+        # it would be in group_data (git) and in pip's command line on the host (ps)
+        raise ValueError("an index URL without credentials (user:password@): the host's netrc holds those")
+    _host(u.hostname)
+    return v
+
+
+IndexUrl = Annotated[Text, AfterValidator(_index_url), Kind("index URL")]
+
+
+class EngineSpec(Strict):
+    """The SGLang a class runs, installed by the deploy (tasks/engine.py): each distinct engine in its
+    own venv (fleet/layout.py), named by what it installs, built beside the live one before anything
+    stops and kept for a rollback."""
+
+    sglang: Pinned = Field(description="SGLang as pip's requirement, pinned: `sglang==0.5.23`, extras allowed "
+                           "(`sglang[all]==0.5.23`); a build of your own by its version (`sglang==0.5.24.dev29907`).")
+    packages: list[Pinned] = Field(
+        default_factory=list, max_length=REQUIREMENTS_MAX,
+        description="Pinned companions installed with it (`flashinfer-python==0.5.3`, `torch==2.9.1`), each "
+        f"`name==version`, at most {REQUIREMENTS_MAX}.")
+    index_url: IndexUrl = Field("https://pypi.org/simple",
+                                description="Package index the hosts install from (pip --index-url): PyPI or an "
+                                "internal mirror; no credentials in it.")
+    extra_index_urls: list[IndexUrl] = Field(default_factory=list, max_length=8,
+                                             description="More indexes (pip --extra-index-url), e.g. PyTorch's "
+                                             "for CUDA wheels; at most 8.")
+    python: CommandPath = Field("/usr/bin/python3", description="The host's Python the venv is made from.")
+    disk_mib: int = Field(20480, ge=0, le=10_485_760,
+                          description=f"Free disk the install needs at {layout.ENGINES_DIR}, MiB: a CUDA SGLang "
+                          "venv (torch and its CUDA libraries, flashinfer, sgl-kernel) takes several GiB; the "
+                          "host is refused before the install with less, 0..10485760.")
+    install_timeout_s: float = Field(1800, ge=1, le=86_400, description="Longest the install may take (a pip "
+                                     "download of several GiB), 1..86400.")
+    keep: int = Field(2, ge=0, le=100, description="Engines no unit uses (neither the live one nor a kept "
+                      "backup's) kept, the newest; older ones are removed when an engine is installed, 0..100.")
+
+    @field_validator("sglang")
+    @classmethod
+    def _is_sglang(cls, v: str) -> str:
+        if canonicalize_name(_requirement(v).name) != "sglang":
+            raise ValueError("SGLang's requirement: sglang==VERSION (companions go in engine.packages)")
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _companions(cls, packages: list[str]) -> list[str]:
+        names = [canonicalize_name(_requirement(p).name) for p in packages]
+        if "sglang" in names:
+            raise ValueError("no sglang here: engine.sglang names it")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"each package once; found {', '.join(twice)} more than once")
+        return packages
+
+    @property
+    def version(self) -> str:
+        """SGLang's pinned version."""
+        return next(iter(_requirement(self.sglang).specifier)).version
+
+    @property
+    def name(self) -> str:
+        """The venv's directory name: SGLang's version and a hash of everything that decides what is
+        installed (the same declaration on every host gets the same name; another gets another)."""
+        what = self.model_dump(include={"sglang", "packages", "index_url", "extra_index_urls", "python"})
+        return f"sglang-{self.version}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]}"
+
+    @property
+    def requirements(self) -> list[str]:
+        return [self.sglang, *self.packages]
+
+
 WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # no '.': never mistaken for a unit
 SCOPE_PATTERN = re.compile(r"^(?![.-])[A-Za-z0-9:_.\\@*?-]{1,249}\.scope\Z")
 GLOB_MAX = 1024  # characters of a process pattern: matching costs pattern x text at worst
@@ -879,6 +990,8 @@ class ClassSpec(Strict):
     smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
     rolling: Rolling = Field(default_factory=Rolling, description="How many of its hosts restart at once, after the "
                              "canary.")
+    engine: EngineSpec | None = Field(None, description="The SGLang to install and run (its venv is the launcher); "
+                                      "unset: a hand-made environment at service.launcher.")
 
     @field_validator("workloads")
     @classmethod
@@ -896,6 +1009,9 @@ class ClassSpec(Strict):
                 f"service.tp_size {self.service.tp_size} does not divide gpu_class.gpu_count "
                 f"{self.gpu_class.gpu_count}"
             )
+        if self.engine is not None and self.service.launcher is not None:
+            raise ValueError("engine and service.launcher are exclusive: the deploy installs the declared engine and "
+                             "runs its venv; remove service.launcher, or engine to run a hand-made environment")
         if self.service_unit in self.service_workloads:
             raise ValueError(f"workloads lists the service's own unit {self.service_unit}")
         return self
@@ -904,6 +1020,18 @@ class ClassSpec(Strict):
     def service_unit(self) -> str:
         """The systemd unit's full name, e.g. sglang.service."""
         return f"{self.service.unit}.service"
+
+    def engine_label(self, installed_version: str = "") -> str:
+        """The engine, as the summary, make status and the deploy record name it: the declared
+        engine's name (its version and hash), else the version found at service.launcher."""
+        return self.engine.name if self.engine is not None else installed_version or "-"
+
+    @property
+    def launcher(self) -> str:
+        """The interpreter the unit runs: the declared engine's venv, else service.launcher."""
+        if self.engine is not None:
+            return layout.engine_launcher(self.engine.name)
+        return self.service.launcher or DEFAULT_LAUNCHER
 
     @property
     def service_workloads(self) -> list[str]:

@@ -85,7 +85,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
           secrets: Secrets | None, secrets_problem: str, now: float) -> HostStatus:
     """One host's row. secrets: the class's, read here; None when they cannot be (secrets_problem
     says why): their files are then compared by presence only."""
-    row = HostStatus(host, gpu_class=group, sglang=facts.engine.version or facts.engine.status)
+    row = HostStatus(host, gpu_class=group, sglang=spec.engine_label(facts.engine.version or facts.engine.status))
     row.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
     row.reasons += [f"nvidia-smi said: {w}" for w in facts.gpus.warnings]
     unit = facts.units.get(spec.service_unit)

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import gevent
 from paramiko import SSHException
+from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
@@ -232,3 +236,32 @@ def repo_state() -> tuple[str, bool | None]:
         return head.stdout.strip(), bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
     except (OSError, subprocess.TimeoutExpired):
         return "", None
+
+
+# The controller's cache (wheels it uploads to hosts that reach no index), outside the checkout
+CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
+DOWNLOAD_TIMEOUT_S = 600
+
+
+class WheelError(Exception):
+    pass
+
+
+def downloaded(where: Path, pip_args: list[str], what: str) -> list[Path]:
+    """Wheels `pip download <pip_args>` gets, downloaded once into `where` (a `complete` file, written
+    last, marks a finished download and lists them)."""
+    done = where / "complete"
+    if not done.exists():
+        logger.info(f"Downloading {what} into {where}")
+        where.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                   "--dest", str(where), *pip_args]
+        try:
+            got = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise WheelError(f"downloading {what} took more than {DOWNLOAD_TIMEOUT_S} s") from None
+        if got.returncode != 0:
+            raise WheelError(f"could not download {what}: "
+                             + (got.stderr.strip().splitlines() or ["pip said nothing"])[-1])
+        done.write_text("\n".join(sorted(p.name for p in where.glob("*.whl"))) + "\n")
+    return [where / name for name in done.read_text().split()]

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import sys
 import time
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, python, server, systemd
@@ -36,11 +34,10 @@ from fleet.report import RUN
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
 from tasks import rolling
-from tasks.common import HostLost, fail, run
+from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
 from tasks.install import upload
 from tasks.preflight import contained, refused
 
-CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
 HEALTH_TIMEOUT_S = 60  # smg answers /health within seconds of its start
 
 
@@ -129,10 +126,6 @@ def install_command(gw: Gateway, wheels: list[Path]) -> str:
             f"--find-links {found} smg=={gw.version}")
 
 
-class WheelError(Exception):
-    pass
-
-
 def platforms(machine: str) -> list[str]:
     """manylinux tags a host with a current glibc takes (smg's own is manylinux_2_17)."""
     return [f"manylinux{tag}_{machine}" for tag in ("1", "2010", "2014", "_2_17", "_2_28")]
@@ -140,29 +133,15 @@ def platforms(machine: str) -> list[str]:
 
 def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
     """smg, its dependencies and pip, for the host's Python and machine: downloaded once, kept in the
-    controller's cache (a `complete` file marks a finished download)."""
+    controller's cache."""
     if facts.problem:
         raise WheelError(f"expected a Python version and a machine name, found {facts.problem}")
     if not facts.python or not facts.machine:
         raise WheelError(f"expected a Python at {gw.python} (gateway.python), found none")
-    where = CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}"
-    done = where / "complete"
-    if not done.exists():
-        logger.info(f"Downloading smg {gw.version} for Python {facts.python} on {facts.machine} into {where}")
-        where.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                   "--only-binary=:all:", "--python-version", facts.python, "--implementation", "cp",
-                   *[a for p in platforms(facts.machine) for a in ("--platform", p)],
-                   "--dest", str(where), f"smg=={gw.version}", "pip"]
-        try:
-            got = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            raise WheelError(f"downloading smg {gw.version}'s wheels took more than 600 s") from None
-        if got.returncode != 0:
-            raise WheelError(f"could not download smg {gw.version} for Python {facts.python} on {facts.machine}: "
-                             + (got.stderr.strip().splitlines() or ["pip said nothing"])[-1])
-        done.write_text("\n".join(sorted(p.name for p in where.glob("*.whl"))) + "\n")
-    return [where / name for name in done.read_text().split()]
+    return downloaded(CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}",
+                      ["--only-binary=:all:", "--python-version", facts.python, "--implementation", "cp",
+                       *[a for p in platforms(facts.machine) for a in ("--platform", p)], f"smg=={gw.version}", "pip"],
+                      f"smg {gw.version} for Python {facts.python} on {facts.machine}")
 
 
 def _wait_health(state, host, gw: Gateway) -> bool:

@@ -26,7 +26,7 @@ from facts.gpu import GpuProcesses
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
 from facts.status import StatusSnapshot
-from fleet import gate, lock, rollout
+from fleet import engine, gate, lock, rollout
 from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
 from fleet.groupdata import SpecError, validate_class
 from fleet.plan import Before, FoundProcess, Held, Pending, UnitBefore
@@ -42,7 +42,7 @@ PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}; ", f"
 PROGRAMS = ("systemctl", "journalctl", "curl", "nvidia-smi", "sha1sum", "stat", "cat", "cut", "sed", "tr", "head",
             "base64", "mktemp", "rm", "timeout", "env", "grep", "mkdir", "mv", "ls", "tail", "xargs", "flock",
             "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname", "awk",
-            "kill")  # kill too: a stub, so the workloads' stop never signals a process of this machine
+            "kill", "df")  # kill too: a stub, so the workloads' stop never signals a process of this machine
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=12,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                           HealthCheck.function_scoped_fixture])
@@ -113,12 +113,18 @@ FIELDS = {
                                     {"name": "bare", "process_name": v, "give_back": False}],
     "service.environment": lambda v: {"CUDA_HOME": v, f"X{v}": "1"}, "smoke.prompt": lambda v: f"hi {v}",
     "gpu_class.accepted_models": lambda v: [f"NVIDIA {v}"],
+    # a declared engine (its venv is the launcher then): what reaches pip's and the venv's command lines
+    "engine.python": lambda v: f"/usr/{v}/python3", "engine.index_url": lambda v: f"https://mirror.lan/{v}",
+    "engine.extra_index_urls": lambda v: [f"http://10.0.0.9:8080/{v}"],
 }
 
 
 def spec_with(field: str, value) -> ClassSpec:
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
     top, _, key = field.split(":")[0].partition(".")
+    if top == "engine":  # exclusive with a hand-made launcher
+        data["service"] = {k: v for k, v in data["service"].items() if k != "launcher"}
+        data["engine"] = {"sglang": "sglang==0.5.23"}
     if key:
         data[top] = {**data.get(top, {}), key: value}
     else:
@@ -158,6 +164,9 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
         gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
         gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
         lock.release_command(spec), lock.renew_command(spec), GpuProcesses().command(1),
+        *([engine.survey_command(spec), engine.args_check_command(spec, 1),
+           engine.install_command(spec, engine.pip_wheel_path("pip-24.3.1-py3-none-any.whl"), [spec.engine.name])]
+          if spec.engine else []),
     ]
 
 

@@ -11,7 +11,7 @@ import pytest
 from fleet import layout
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = [layout.CONFIG_DIR, layout.STATE_ROOT, layout.LOCK_ROOT, layout.ENGINE_CACHE_DIR,
+ROOTS = [layout.CONFIG_DIR, layout.STATE_ROOT, layout.LOCK_ROOT, layout.ENGINE_CACHE_DIR, layout.ENGINES_DIR, layout.ENGINE_PIP_DIR,
          layout.GATEWAY_CONFIG_DIR, layout.UNITS_DIR]
 DEPLOY_CODE = sorted(p for d in ("fleet", "facts", "tasks", "ops") for p in (REPO / d).rglob("*.py")) \
     + [REPO / "deploy.py"]

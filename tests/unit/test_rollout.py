@@ -733,7 +733,7 @@ def test_table_has_every_host_and_reason():
         HostReport("gpu-c", verdict="REFUSED", reasons=["another deploy holds the lock"]),
     ]
     lines = table(reports).splitlines()
-    assert lines[0].split() == ["host", "class", "GPUs", "found", "action", "verdict", "ready", "smoke"]
+    assert lines[0].split() == ["host", "class", "GPUs", "found", "engine", "action", "verdict", "ready", "smoke"]
     hosts = [line.split()[0] for line in lines[2:] if not line.startswith("    - ")]
     assert hosts == ["gpu-a", "gpu-b", "gpu-c"]
     assert lines.index("    - the unit stopped: failed (failed, result exit-code)") == lines.index(

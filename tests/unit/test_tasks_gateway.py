@@ -20,7 +20,7 @@ from fleet.gateway import GatewayHost, Replica, discovery_file, health_command
 from fleet.groupdata import load_class_specs, load_gateways
 from fleet.report import RUN
 from fleet.rollout import sha1, write_command
-from tasks import gateway, preflight
+from tasks import common, gateway, preflight
 
 SPEC = make_spec(service={"host": "0.0.0.0"})
 KEY = "sk-Gateway0123456789abcdef"
@@ -140,7 +140,7 @@ def downloading(monkeypatch, returncode=0, stderr="", raises=None):
             (gateway.Path(dest) / w).write_text("")
         return subprocess.CompletedProcess(command, returncode, "", stderr)
 
-    monkeypatch.setattr(gateway.subprocess, "run", run)
+    monkeypatch.setattr(common.subprocess, "run", run)
     return ran
 
 
@@ -159,7 +159,7 @@ def test_wheels_are_downloaded_once_for_the_hosts_python_and_machine(group_dir, 
     ({"returncode": 1, "stderr": "ERROR: No matching distribution found for smg==1.13.0\n"},
      "could not download smg 1.13.0 for Python 3.11 on x86_64: ERROR: No matching distribution found for smg==1.13.0"),
     ({"returncode": 1}, "could not download smg 1.13.0 for Python 3.11 on x86_64: pip said nothing"),
-    ({"raises": subprocess.TimeoutExpired("pip", 600)}, "downloading smg 1.13.0's wheels took more than 600 s"),
+    ({"raises": subprocess.TimeoutExpired("pip", common.DOWNLOAD_TIMEOUT_S)}, "downloading smg 1.13.0 for Python 3.11 on x86_64 took more than 600 s"),
 ])
 def test_a_download_that_fails_is_a_wheel_error_and_caches_nothing(group_dir, monkeypatch, kwargs, said):
     gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]

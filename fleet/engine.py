@@ -1,0 +1,204 @@
+"""The declared engine on a host (fleet.spec.EngineSpec): the commands that survey, install and
+check it, what their answers say, and which unused engines go. No pyinfra here (tasks/engine.py
+runs them).
+
+An engine is a venv of its own, named by what it installs (EngineSpec.name), built at
+layout.engine_partial(NAME) and renamed to layout.engine_dir(NAME) only once pip succeeded and its freeze
+is written: a unit only ever runs a complete venv. One install at a time per host (a flock);
+an interrupted one leaves its .partial behind, which the next install removes before it starts.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from facts import captured
+from fleet import layout
+from fleet.render import server_argv
+from fleet.spec import ClassSpec
+from fleet.wire import block, frames, lines_of, mark
+
+# What an engine directory is called (EngineSpec.name); anything else under ENGINES_DIR is not ours
+NAME = re.compile(r"sglang-[0-9A-Za-z.+!_-]{1,64}-[0-9a-f]{12}\Z")
+FREEZE = "engine.lock"  # the exact versions installed, one `name==version` a line
+LOG = "install.log"
+SAID_LIMIT = 4000  # bytes of pip's output brought back for the message
+
+
+def _q(path: str) -> str:
+    return shlex.quote(path)
+
+
+# --- which engines there are, and which a unit runs -------------------------------------
+
+def survey_command(spec: ClassSpec) -> str:
+    """The engines installed (mtime and name, a line each) and the launchers the live unit and the
+    kept backups' units run: what garbage collection must keep."""
+    e = _q(layout.ENGINES_DIR)
+    uses = f"{layout.ENGINES_DIR}/sglang-[^/]*/bin/python"
+    return "; ".join([
+        block("engines", f"cd {e} && stat -c '%Y %n' -- sglang-*"),
+        block("uses", f"grep -rhoa -- {_q(uses)} {_q(spec.unit_file)} {_q(spec.backups_dir)}"),
+    ])
+
+
+@dataclass(frozen=True)
+class Survey:
+    engines: dict[str, int]  # name -> mtime
+    uses: frozenset[str]  # engines a unit runs (the live one, a kept backup's)
+
+
+def read_survey(answer: str) -> Survey:
+    parts = {f.key: f.text or "" for f in frames(answer)}
+    engines = {}
+    for line in lines_of(parts.get("engines", "")):
+        mtime, _, name = line.partition(" ")
+        if mtime.isascii() and mtime.isdigit() and NAME.match(name):
+            engines[name] = int(mtime)
+    prefix, suffix = layout.ENGINES_DIR + "/", "/bin/python"
+    uses = {u[len(prefix):-len(suffix)] for u in lines_of(parts.get("uses", ""))
+            if u.startswith(prefix) and u.endswith(suffix)}
+    return Survey(engines, frozenset(n for n in uses if NAME.match(n)))
+
+
+def to_remove(survey: Survey, declared: str, keep: int) -> list[str]:
+    """The engines no unit runs, but the `keep` newest and the declared one: removed before an
+    install (a pending rollout returns to the files it backed up, whose unit is a kept backup's)."""
+    unused = sorted((n for n in survey.engines if n not in survey.uses and n != declared),
+                    key=lambda n: (-survey.engines[n], n))
+    return unused[keep:]
+
+
+# --- the install ------------------------------------------------------------------------
+
+def pip_wheel_path(wheel_name: str) -> str:
+    return f"{layout.ENGINE_PIP_DIR}/{wheel_name}"
+
+
+def pip_install_argv(spec: ClassSpec) -> list[str]:
+    """pip's arguments: the engine's indexes and pinned requirements, nothing interactive."""
+    e = spec.engine
+    argv = ["install", "--no-input", "--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off",
+            "--retries", "1", "--timeout", "30", "--index-url", e.index_url]
+    for url in e.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    # an http:// index was declared so (an internal mirror without TLS): pip ignores one it is not told to trust
+    for url in [e.index_url, *e.extra_index_urls]:
+        if urlsplit(url).scheme == "http":
+            argv += ["--trusted-host", urlsplit(url).netloc]
+    return argv + e.requirements
+
+
+def failed_log(name: str) -> str:
+    """pip's log of an install of `name` that did not complete (in the venv once it did)."""
+    return f"{layout.engine_partial(name)}.{LOG}"
+
+
+def install_command(spec: ClassSpec, pip_wheel: str, remove: list[str]) -> str:
+    """Under the host's install lock: remove `remove` and any partial install, check the free disk,
+    build the venv beside the live ones, and rename it into place when pip and the freeze are done.
+    pip_wheel: its path on the host (pip_wheel_path). Records: busy | removed=NAME... then
+    installed=already | disk=KiB, then pip=RC (its output's tail as data) and installed=new."""
+    e = spec.engine
+    root, name = layout.ENGINES_DIR, e.name
+    final, partial, log = layout.engine_dir(name), layout.engine_partial(name), failed_log(name)
+    venv_python = f"{partial}/bin/python"
+    pip = " ".join(_q(a) for a in [venv_python, f"{pip_wheel}/pip", *pip_install_argv(spec)])
+    # the declared indexes only: no pip configuration of the host's adds one (credentials: netrc)
+    build = f"{_q(e.python)} -m venv --without-pip {_q(partial)} && PIP_CONFIG_FILE=/dev/null {pip}"
+    freeze = ("import importlib.metadata as m; "
+              "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))")
+    # console scripts name the interpreter they were installed with: the partial's, until renamed
+    shebangs = (f"for f in {_q(partial)}/bin/*; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && "
+                f"sed -i {_q(f'1s|^#!{partial}/|#!{final}/|')} \"$f\"; done")
+    need_kib = e.disk_mib * 1024
+    return "; ".join([
+        f"mkdir -p {_q(root)} && exec 9>{_q(layout.ENGINE_INSTALL_LOCK)}",
+        f"if ! flock -n 9; then {mark('busy')}; exit 0; fi",
+        *[f"rm -rf -- {_q(layout.engine_dir(n))} && {mark('removed', n)}" for n in remove],
+        f"rm -rf -- {_q(root)}/.*.partial",
+        f"if [ -x {_q(final)}/bin/python ]; then {mark('installed', 'already')}; exit 0; fi",
+        f"avail=$(df -Pk -- {_q(root)} | awk 'NR == 2 {{ print $4 }}'); printf '@@disk=%s\\n' \"$avail\"",
+        f"[ \"${{avail:-0}}\" -ge {need_kib} ] 2>/dev/null || exit 0",
+        f"timeout -k 10 {max(1, int(e.install_timeout_s))} sh -c {_q(build)} > {_q(log)} 2>&1; rc=$?",
+        f"printf '@@pip=%s\\n' $rc; tail -c {SAID_LIMIT} {_q(log)} | base64 -w0; echo",
+        f"if [ $rc != 0 ]; then rm -rf -- {_q(partial)}; exit 0; fi",
+        f"{_q(venv_python)} -c {_q(freeze)} > {_q(f'{partial}/{FREEZE}')} && {{ {shebangs}; true; }} && "
+        f"mv -f -- {_q(log)} {_q(f'{partial}/{LOG}')} && mv -T -- {_q(partial)} {_q(final)} && "
+        f"{mark('installed', 'new')} || {{ rc=$?; rm -rf -- {_q(partial)}; printf '@@finish=%s\\n' $rc; }}",
+    ])
+
+
+@dataclass(frozen=True)
+class Installed:
+    outcome: str  # "already", "new", or what stopped it: "busy", "disk", "pip", "finish", "no answer"
+    removed: tuple[str, ...] = ()
+    free_kib: int | None = None
+    pip_rc: str = ""
+    pip_said: str = ""  # the tail of pip's output
+
+
+def read_install(answer: str) -> Installed:
+    found = frames(answer)
+    removed = tuple(f.value for f in found if f.key == "removed" and NAME.match(f.value))
+    keys = {f.key: f for f in found}
+    disk = keys.get("disk")
+    free = int(disk.value) if disk is not None and disk.value.isascii() and disk.value.isdigit() else None
+    if "busy" in keys:
+        return Installed("busy", removed)
+    if "installed" in keys and keys["installed"].value in ("already", "new"):
+        return Installed(keys["installed"].value, removed, free)
+    if "pip" in keys:
+        pip = keys["pip"]
+        outcome = "finish" if pip.value == "0" and "finish" in keys else "pip"
+        return Installed(outcome, removed, free, keys["finish"].value if outcome == "finish" else pip.value,
+                         pip.text or "")
+    if disk is not None:
+        return Installed("disk", removed, free)
+    return Installed("no answer", removed)
+
+
+def pip_reason(said: str) -> str:
+    """pip's own reason, as one line: why it discarded a candidate (a wheel whose metadata names
+    another version), then its ERROR lines (else its last line)."""
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+    discarded = [ln.split("): ", 1)[-1] for ln in lines if ln.startswith("Discarding ")]
+    errors = [ln for ln in lines if ln.startswith(("ERROR:", "Error:"))] or lines[-1:]
+    return " ".join(discarded[-1:] + errors)
+
+
+# --- the new engine's own check of the command line -------------------------------------
+
+ARGS_CHECK = "import sys; from sglang.srt.server_args import prepare_server_args; prepare_server_args(sys.argv[1:])"
+
+
+def checked_argv(spec: ClassSpec) -> list[str]:
+    """The server's flags as the unit passes them, without --config (its file holds the secrets
+    and is not live yet; the spec owns every key in it)."""
+    argv = server_argv(spec)[3:]
+    if "--config" in argv:
+        i = argv.index("--config")
+        argv = argv[:i] + argv[i + 2:]
+    return argv
+
+
+def args_check_command(spec: ClassSpec, timeout_s: float) -> str:
+    """The new engine's parser (prepare_server_args, as the server runs it first) over the command
+    line: a flag that version renamed or dropped fails here, before anything stops."""
+    env = " ".join(_q(f"{k}={v}") for k, v in spec.service.environment.items())
+    argv = " ".join(_q(a) for a in checked_argv(spec))
+    return captured("args", f"env {env} {_q(spec.launcher)} -c {_q(ARGS_CHECK)} {argv}", timeout_s)
+
+
+def read_args_check(answer: str) -> str | None:
+    """None if the parser took the command line, else what it said (its last line)."""
+    f = next((f for f in frames(answer) if f.key == "args"), None)
+    if f is not None and f.value == "0":
+        return None
+    if f is None:
+        return "no answer"
+    lines = [ln.strip() for ln in (f.text or "").splitlines() if ln.strip()]
+    return f"exit {f.value}: " + (lines[-1] if lines else "(no message)")

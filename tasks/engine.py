@@ -1,0 +1,113 @@
+"""Engine: the declared SGLang (group_data `engine`) installed into a venv of its own beside the live
+one, and checked there, before anything stops (fleet/engine.py has the commands and the rules):
+
+  survey   which engines are installed, which the live unit and the kept backups run
+  install  pip (run from the controller's pip wheel: a host's Python needs no pip of its own) into
+           a hidden .partial beside the others, renamed once complete; unused engines beyond
+           engine.keep removed first
+  check    the new venv's capabilities (the engine fact's own command: cached as preflight reads
+           them) against the spec, and its parser over the unit's command line
+
+A host that fails any of it is refused with the old service and the training as they were.
+"""
+
+from __future__ import annotations
+
+import time
+
+from paramiko import SSHException
+from pyinfra import host
+from pyinfra.operations import python
+
+from facts.sglang import SglangEngine
+from fleet import bounds, guards, layout
+from fleet import engine as rules
+from fleet.parse import parse_engine
+from fleet.report import RUN
+from fleet.wire import excerpt
+from tasks.common import CACHE, HostLost, WheelError, connector_arguments, downloaded, fail, run
+from tasks.preflight import Preflight, refused
+
+PIP = "pip==24.3.1"  # what installs every engine: the same pip on every host, whatever its Python has
+
+
+def install(pf: Preflight) -> None:
+    if pf.plan.install_engine is None:
+        return
+    try:
+        (wheel,) = downloaded(CACHE / "wheels" / PIP.replace("==", "-"), ["--no-deps", "--only-binary=:all:", PIP], PIP)
+    except (WheelError, ValueError) as e:
+        refused(RUN.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
+        return
+    python.call(name="Install the declared engine beside the live one, and check it (nothing stops)",
+                function=_install_or_lost, pf=pf, wheel=str(wheel))
+
+
+def _install_or_lost(state, host, pf: Preflight, wheel: str) -> bool:
+    try:
+        return _install(host, pf, wheel)
+    except HostLost as e:  # nothing was begun: the host is as it was, but for a partial install
+        return fail(host, e.why, f"{host.name}: engine {pf.spec.engine.name}: the next run removes a partial "
+                                 "install it left", verdict="LOST")
+
+
+def _install(host, pf: Preflight, wheel: str) -> bool:
+    spec, name = pf.spec, pf.spec.engine.name
+    refuse = lambda why: fail(host, f"{host.name}: engine {name}: {why}; nothing was stopped", verdict="REFUSED")  # noqa: E731
+    _, out = run(host, rules.survey_command(spec), bounds.reading(spec, "the survey of the installed engines"))
+    remove = rules.to_remove(rules.read_survey(out), name, spec.engine.keep)
+
+    on_host = rules.pip_wheel_path(wheel.rsplit("/", 1)[-1])
+    ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR}", bounds.disk("the pip wheel's directory"))
+    try:
+        ok = ok and host.put_file(wheel, on_host, **connector_arguments(host))
+    except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
+        ok, out = False, str(e)
+    if not ok:
+        return refuse(f"could not upload {PIP}'s wheel to {on_host}: {excerpt(out)}")
+
+    host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {spec.engine.index_url})")
+    started = time.monotonic()
+    _, out = run(host, rules.install_command(spec, on_host, remove), bounds.install(spec))
+    done = rules.read_install(out)
+    for gone in done.removed:
+        host.log(f"removed engine {gone} (no unit runs it; engine.keep {spec.engine.keep})")
+    if done.outcome == "busy":
+        return refuse(f"expected no other install on the host, found one running (it holds "
+                      f"{layout.ENGINE_INSTALL_LOCK}): run again once it is done")
+    if done.outcome == "disk":
+        return refuse(f"expected {spec.engine.disk_mib} MiB free at {layout.ENGINES_DIR} (engine.disk_mib), found "
+                      f"{(done.free_kib or 0) / 1024:.1f} MiB")
+    if done.outcome in ("pip", "finish"):
+        what = "pip" if done.outcome == "pip" else "writing its freeze and renaming it into place"
+        index = ", ".join([spec.engine.index_url, *spec.engine.extra_index_urls])
+        return refuse(f"expected pip to install {', '.join(spec.engine.requirements)} from {index}, found {what} "
+                      f"exit {done.pip_rc}: {excerpt(rules.pip_reason(done.pip_said), 600)} (the partial venv is "
+                      f"removed; pip's log: {rules.failed_log(name)})")
+    if done.outcome == "no answer":
+        return refuse(f"expected the install's records, found {excerpt(out, 300)}")
+    if done.outcome == "new":
+        host.log(f"engine {name} installed in {time.monotonic() - started:.1f}s at {layout.engine_dir(name)}")
+    return _checked(host, pf, refuse)
+
+
+def _checked(host, pf: Preflight, refuse) -> bool:
+    """The new engine against the spec, from its own venv, as preflight checks a live one."""
+    spec, timeout = pf.spec, pf.spec.readiness.command_timeout_s
+    started = time.monotonic()
+    _, out = run(host, SglangEngine().command(spec.launcher, timeout, spec.service.environment,
+                                               layout.ENGINE_CACHE_DIR), bounds.reading(spec, "the new engine's check"))
+    engine = parse_engine(out)
+    if engine.status == "no launcher":
+        return refuse(f"expected its venv at {spec.launcher}, found no executable there")
+    violations = guards.engine_violations(host.name, spec, engine)
+    if violations:
+        return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict="REFUSED")
+    _, out = run(host, rules.args_check_command(spec, timeout), bounds.reading(spec, "the new engine's parser"))
+    problem = rules.read_args_check(out)
+    if problem is not None:
+        return refuse(f"expected SGLang {engine.version}'s parser (prepare_server_args) to take the unit's command "
+                      f"line, found {excerpt(problem, 300)}")
+    host.log(f"engine {spec.engine.name} checked in {time.monotonic() - started:.1f}s: SGLang {engine.version}, "
+             f"offers {', '.join(engine.algorithms)}; the command line parses")
+    return True

@@ -1,0 +1,224 @@
+"""The declared engine (fleet/spec.py EngineSpec, fleet/engine.py): its validation and name, and its
+commands run for real here: a venv built by the controller's own pip from a package index on
+loopback, holding the SGLang double's wheels (lab/wheels.py), then checked as a host checks it."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pip
+import pytest
+from pydantic import ValidationError
+
+from facts.sglang import SglangEngine
+from fleet import engine as rules
+from fleet import layout
+from fleet.groupdata import SpecError, validate_class
+from fleet.guards import engine_violations
+from fleet.parse import parse_engine
+from fleet.render import server_argv
+from fleet.spec import ClassSpec, EngineSpec
+from lab.wheels import build_wheels
+from tests.unit.builders import SPEC, make_spec
+
+PIP = Path(pip.__file__).parent.parent  # `python DIR/pip` runs the controller's pip as from a wheel
+DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/m/draft", "block_size": 8, "tree_budget": 64}
+
+
+def engine_spec(**engine) -> ClassSpec:
+    data = SPEC.model_dump(mode="json")
+    data["service"].pop("launcher")
+    return ClassSpec.model_validate({**data, "engine": {"sglang": "sglang==0.5.23", **engine}})
+
+
+# --- the spec -----------------------------------------------------------------------------
+
+def test_the_engine_is_named_by_what_it_installs_and_its_venv_is_the_launcher():
+    a = engine_spec()
+    assert a.engine.name.startswith("sglang-0.5.23-") and rules.NAME.match(a.engine.name)
+    assert a.launcher == f"{layout.ENGINES_DIR}/{a.engine.name}/bin/python" == server_argv(a)[0]
+    assert engine_spec().engine.name == a.engine.name  # the same declaration, the same venv on every host
+    others = [engine_spec(sglang="sglang==0.5.24.dev29907"), engine_spec(packages=["torch==2.9.1"]),
+              engine_spec(index_url="http://10.0.0.5:8080/simple/"), engine_spec(python="/usr/bin/python3.12")]
+    assert len({a.engine.name, *(o.engine.name for o in others)}) == 5
+    assert engine_spec(keep=5, disk_mib=1).engine.name == a.engine.name  # how it is kept is not what it is
+    assert SPEC.launcher == "/opt/sglang/bin/python" and SPEC.engine is None
+
+
+def test_a_spec_round_trips_through_its_record():
+    spec = engine_spec()
+    assert ClassSpec.model_validate(json.loads(spec.model_dump_json())) == spec
+
+
+def test_engine_and_a_hand_made_launcher_are_exclusive():
+    data = SPEC.model_dump(mode="json")
+    with pytest.raises(ValidationError, match="engine and service.launcher are exclusive"):
+        ClassSpec.model_validate({**data, "engine": {"sglang": "sglang==0.5.23"}})
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("sglang", "sglang>=0.5", "pinned to one version"),
+    ("sglang", "sglang==0.5.*", "pinned to one version"),
+    ("sglang", "sglang @ https://example.invalid/sglang.whl", "pinned to one version"),
+    ("sglang", "sglang==0.5.23; python_version < '3.9'", "pinned to one version"),
+    ("sglang", "torch==2.9.1", "SGLang's requirement"),
+    ("sglang", "sglang==0.5.23 --index-url http://evil", "a pip requirement"),
+    ("packages", ["sglang==0.5.23"], "no sglang here"),
+    ("packages", ["torch==2.9.1", "Torch==2.9.0"], "torch more than once"),
+    ("packages", ["torch"], "pinned to one version"),
+    ("index_url", "ftp://mirror/simple", "an http(s) URL"),
+    ("index_url", "https://user:s3cret@mirror/simple", "without credentials"),
+    ("index_url", "https://mirror /simple", "an http(s) URL"),
+    ("extra_index_urls", ["file:///srv/wheels"], "an http(s) URL"),
+    ("python", "python3", "absolute path"),
+])
+def test_bad_engine_fields_are_refused_naming_the_rule(field, value, said):
+    data = SPEC.model_dump(mode="json")
+    data["service"].pop("launcher")
+    with pytest.raises(SpecError) as e:
+        validate_class("group_data/x.py", {**data, "engine": {"sglang": "sglang==0.5.23", field: value}})
+    (problem,) = e.value.problems
+    assert problem.startswith(f"group_data/x.py: engine.{field}") and said in problem and "s3cret" not in problem
+
+
+# --- survey and garbage collection ---------------------------------------------------------
+
+def names(*versions: str) -> list[str]:
+    return [engine_spec(sglang=f"sglang=={v}").engine.name for v in versions]
+
+
+def test_unused_engines_beyond_keep_go_oldest_first_never_one_a_unit_runs_nor_the_declared():
+    live, backup, declared, new, mid, old = names("0.5.20", "0.5.21", "0.5.23", "0.5.19", "0.5.18", "0.5.17")
+    survey = rules.Survey({live: 1, backup: 2, declared: 3, new: 30, mid: 20, old: 10}, frozenset({live, backup}))
+    assert rules.to_remove(survey, declared, keep=1) == [mid, old]
+    assert rules.to_remove(survey, declared, keep=0) == [new, mid, old]
+    assert rules.to_remove(survey, declared, keep=5) == []
+
+
+def test_the_survey_reads_only_engine_names_and_the_launchers_units_run():
+    good, other = names("0.5.23", "0.5.22")
+    engines = f"100 {good}\n200 {other}\n300 not-an-engine\nxx {good}x\n"
+    uses = f"{layout.engine_launcher(good)}\n/opt/elsewhere/bin/python\n{layout.ENGINES_DIR}/../../etc/bin/python\n"
+    answer = "\n".join(["@@engines", _b64(engines), "@@uses", _b64(uses)]) + "\n"
+    survey = rules.read_survey(answer)
+    assert survey.engines == {good: 100, other: 200} and survey.uses == {good}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# --- the install, for real --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """A package index on loopback: http.server's listing of simple/sglang/ is a PEP 503 page."""
+    root = tmp_path_factory.mktemp("index")
+    (root / "simple" / "sglang").mkdir(parents=True)
+    build_wheels(root / "simple" / "sglang")
+    handler = functools.partial(_Quiet, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def engines(tmp_path, monkeypatch):
+    """fleet.layout's engine places under tmp_path; the host's lab config (no import cost)."""
+    root = tmp_path / "engines"
+    monkeypatch.setattr(layout, "ENGINES_DIR", str(root))
+    monkeypatch.setattr(layout, "ENGINE_INSTALL_LOCK", str(root / ".install.lock"))
+    monkeypatch.setattr(layout, "ENGINE_PIP_DIR", str(root / ".pip"))
+    host_json = tmp_path / "host.json"
+    host_json.write_text(json.dumps({"engine_import_seconds": 0}))
+    monkeypatch.setenv("LAB_HOST_JSON", str(host_json))
+    monkeypatch.setenv("LAB_SGLANG_IMPORT_LOG", str(tmp_path / "imports.log"))
+    return root
+
+
+def sh(command: str) -> str:
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=300).stdout
+
+
+def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(index, engines, tmp_path):
+    spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=index, disk_mib=1,
+                       python="/usr/bin/python3").model_copy(update={"speculative": make_spec(DDTREE).speculative})
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    assert done.outcome == "new", done
+    venv = engines / spec.engine.name
+    assert "sglang==0.5.24.dev29907" in (venv / rules.FREEZE).read_text().split()
+    assert not list(engines.glob(".*.partial")) and (venv / rules.LOG).is_file()
+    engine = parse_engine(sh(SglangEngine().command(spec.launcher, 60, {}, str(tmp_path / "cache"))))
+    assert engine.version == "0.5.24.dev29907" and "DDTREE" in engine.algorithms
+    assert engine_violations("gpu1", spec, engine) == []
+    assert rules.read_args_check(sh(rules.args_check_command(spec, 60))) is None
+    # a second install finds it complete
+    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "already"
+
+
+def test_ddtree_on_0523_is_refused_by_the_new_engine_itself(index, engines, tmp_path):
+    spec = engine_spec(index_url=index, disk_mib=1).model_copy(update={"speculative": make_spec(DDTREE).speculative})
+    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "new"
+    engine = parse_engine(sh(SglangEngine().command(spec.launcher, 60, {}, str(tmp_path / "cache"))))
+    (v,) = [v for v in engine_violations("gpu1", spec, engine) if v.check == "speculative algorithm"]
+    assert "SGLang 0.5.23 at " + spec.launcher in str(v) and "not DDTree" in str(v)
+    said = rules.read_args_check(sh(rules.args_check_command(spec, 60)))
+    assert said is not None and "--speculative-ddtree-budget" in said
+
+
+@pytest.mark.parametrize("version, said", [
+    ("9.9.9", "No matching distribution found for sglang==9.9.9"),
+    ("0.5.25", "0.5.26"),  # a wheel whose metadata names another version than its file
+])
+def test_a_failed_pip_leaves_no_partial_and_says_pips_reason(index, engines, version, said):
+    spec = engine_spec(sglang=f"sglang=={version}", index_url=index, disk_mib=1)
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    assert done.outcome == "pip" and done.pip_rc != "0" and said in rules.pip_reason(done.pip_said)
+    assert not (engines / spec.engine.name).exists() and not list(engines.glob(".*.partial"))
+
+
+def test_an_unreachable_index_fails_the_install(engines):
+    spec = engine_spec(index_url="http://127.0.0.1:9/simple/", disk_mib=1)
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    assert done.outcome == "pip" and "sglang==0.5.23" in rules.pip_reason(done.pip_said)
+
+
+def test_too_little_disk_refuses_before_pip_runs(index, engines):
+    spec = engine_spec(index_url=index, disk_mib=10_485_760)
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    assert done.outcome == "disk" and done.free_kib and not (engines / spec.engine.name).exists()
+
+
+def test_a_partial_left_by_an_interrupted_install_is_removed_and_removals_are_said(index, engines):
+    spec = engine_spec(index_url=index, disk_mib=1)
+    (engines / f".{spec.engine.name}.partial" / "bin").mkdir(parents=True)
+    old = names("0.5.1")[0]
+    (engines / old).mkdir()
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [old])))
+    assert done.outcome == "new" and done.removed == (old,)
+    assert sorted(p.name for p in engines.iterdir()) == [".install.lock", spec.engine.name]
+
+
+def test_an_install_running_holds_off_another(index, engines):
+    spec = engine_spec(index_url=index, disk_mib=1)
+    engines.mkdir()
+    holder = subprocess.Popen(["flock", str(engines / ".install.lock"), "sleep", "30"])
+    try:
+        subprocess.run(["sh", "-c", f"until ! flock -n {engines}/.install.lock true; do sleep 0.05; done"], timeout=10)
+        assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "busy"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (engines / spec.engine.name).exists()
