@@ -30,7 +30,7 @@ from lab import lab as labmod  # noqa: E402
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 HOST = "pro6000-1"
-LAB = ('[lab]\nname = "benchengine"\nsubnet = "10.207.0.0/24"\n\n[[hosts]]\nname = "mirror-1"\nrole = "mirror"\n\n'
+LAB = ('[lab]\nname = "benchengin"\nsubnet = "10.207.0.0/24"\n\n[[hosts]]\nname = "mirror-1"\nrole = "mirror"\n\n'
        f'[[hosts]]\nname = "{HOST}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
        'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 3\nengine_import_seconds = 8\n'
        'workloads = ["dflash-train"]\npreinstalled = {}\n')

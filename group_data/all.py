@@ -23,3 +23,9 @@ smoke = {
     "max_tokens": 16,
     "timeout_s": 120,
 }
+
+# The SGLang a class runs (README, "Engines"; every key in the spec reference). Not declared here, so
+# each class runs its own hand-made environment at service.launcher. Declared (in a class file, or
+# here for all), the deploy installs it into a venv of its own beside the live one and checks it there
+# before anything stops; the class then drops service.launcher (the two are exclusive). E.g.:
+#   engine = {"sglang": "sglang==0.5.23", "index_url": "https://pypi.org/simple", "keep": 2}
