@@ -82,13 +82,16 @@ def pip_install_argv(spec: ClassSpec) -> list[str]:
     """pip's arguments: the engine's indexes and pinned requirements, nothing interactive."""
     e = spec.engine
     argv = ["install", "--no-input", "--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off",
-            "--retries", "1", "--timeout", "30", "--index-url", e.index_url]
+            "--retries", "1", "--timeout", "30"]
+    argv += ["--index-url", e.index_url] if e.index_url else ["--no-index"]
     for url in e.extra_index_urls:
         argv += ["--extra-index-url", url]
     # an http:// index was declared so (an internal mirror without TLS): pip ignores one it is not told to trust
-    for url in [e.index_url, *e.extra_index_urls]:
+    for url in [u for u in [e.index_url, *e.extra_index_urls] if u]:
         if urlsplit(url).scheme == "http":
             argv += ["--trusted-host", urlsplit(url).netloc]
+    if e.wheels:
+        argv += ["--find-links", layout.engine_wheels(e.name)]
     return argv + e.requirements
 
 
@@ -124,7 +127,8 @@ def install_command(spec: ClassSpec, pip_wheel: str, remove: list[str]) -> str:
         f"avail=$(df -Pk -- {_q(root)} | awk 'NR == 2 {{ print $4 }}'); printf '@@disk=%s\\n' \"$avail\"",
         f"[ \"${{avail:-0}}\" -ge {need_kib} ] 2>/dev/null || exit 0",
         f"timeout -k 10 {max(1, int(e.install_timeout_s))} sh -c {_q(build)} > {_q(log)} 2>&1; rc=$?",
-        f"printf '@@pip=%s\\n' $rc; tail -c {SAID_LIMIT} {_q(log)} | base64 -w0; echo",
+        f"rm -rf -- {_q(layout.engine_wheels(name))}; printf '@@pip=%s\\n' $rc; "
+        f"tail -c {SAID_LIMIT} {_q(log)} | base64 -w0; echo",
         f"if [ $rc != 0 ]; then rm -rf -- {_q(partial)}; exit 0; fi",
         f"{_q(venv_python)} -c {_q(freeze)} > {_q(f'{partial}/{FREEZE}')} && {{ {shebangs}; true; }} && "
         f"mv -f -- {_q(log)} {_q(f'{partial}/{LOG}')} && mv -T -- {_q(partial)} {_q(final)} && "

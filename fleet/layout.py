@@ -15,6 +15,7 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
                                            is emptied at boot, and so is a dead deploy's lock
   /var/cache/sglang-fleet/engine/          what the installed engine can do (facts/sglang.py)
   /var/cache/sglang-fleet/pip/             the pip wheel engines are installed with (tasks/engine.py)
+  /var/cache/sglang-fleet/wheels/E/        engine E's declared wheel files, uploaded for its install
   /opt/sglang-fleet/engines/E/             a declared engine's venv (E: fleet.spec.EngineSpec.name),
                                            its freeze (engine.lock) and install log (fleet/engine.py);
                                            .E.partial while being built
@@ -37,6 +38,7 @@ ENGINE_CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it 
 ENGINES_DIR = "/opt/sglang-fleet/engines"
 ENGINE_INSTALL_LOCK = f"{ENGINES_DIR}/.install.lock"  # held (flock) while an install runs
 ENGINE_PIP_DIR = "/var/cache/sglang-fleet/pip"  # the pip wheel engines are installed with (uploaded again if gone)
+ENGINE_WHEELS_DIR = "/var/cache/sglang-fleet/wheels"  # an engine's declared wheel files, while it installs
 GATEWAY_CONFIG_DIR = "/etc/smg"
 STAGED_SUFFIX = ".sglang-fleet-new"
 
@@ -112,6 +114,10 @@ def engine_dir(name: str) -> str:
 
 def engine_launcher(name: str) -> str:
     return f"{engine_dir(name)}/bin/python"
+
+
+def engine_wheels(name: str) -> str:
+    return f"{ENGINE_WHEELS_DIR}/{name}"
 
 
 def engine_partial(name: str) -> str:

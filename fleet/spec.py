@@ -14,11 +14,12 @@ import re
 import typing
 import unicodedata
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Annotated, Literal, Union
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from pydantic import (
     AfterValidator,
@@ -735,6 +736,18 @@ def _index_url(v: str) -> str:
 IndexUrl = Annotated[Text, AfterValidator(_index_url), Kind("index URL")]
 
 
+def _wheel_file(v: str) -> str:
+    try:
+        parse_wheel_filename(PurePosixPath(v).name)
+    except InvalidWheelFilename as e:
+        raise ValueError(f"a wheel file's path (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl): {e}") from None
+    return v
+
+
+WheelFile = Annotated[Text, AfterValidator(_wheel_file), Kind("wheel file")]
+WHEELS_MAX = 1024  # wheel files of one engine (a whole wheelhouse: torch and its CUDA libraries are ~30)
+
+
 class EngineSpec(Strict):
     """The SGLang a class runs, installed by the deploy (tasks/engine.py): each distinct engine in its
     own venv (fleet/layout.py), named by what it installs, built beside the live one before anything
@@ -746,12 +759,20 @@ class EngineSpec(Strict):
         default_factory=list, max_length=REQUIREMENTS_MAX,
         description="Pinned companions installed with it (`flashinfer-python==0.5.3`, `torch==2.9.1`), each "
         f"`name==version`, at most {REQUIREMENTS_MAX}.")
-    index_url: IndexUrl = Field("https://pypi.org/simple",
-                                description="Package index the hosts install from (pip --index-url): PyPI or an "
-                                "internal mirror; no credentials in it.")
+    index_url: IndexUrl | None = Field("https://pypi.org/simple",
+                                       description="Package index the hosts install from (pip --index-url): PyPI or "
+                                       "an internal mirror; no credentials in it. None: no index (pip --no-index), "
+                                       "everything from `wheels`, for hosts that reach none.")
     extra_index_urls: list[IndexUrl] = Field(default_factory=list, max_length=8,
                                              description="More indexes (pip --extra-index-url), e.g. PyTorch's "
                                              "for CUDA wheels; at most 8.")
+    wheels: list[WheelFile] = Field(
+        default_factory=list, max_length=WHEELS_MAX,
+        description="Wheel files on the controller (relative to where the deploy runs, or absolute), uploaded to "
+        "each host that installs this engine and offered to pip beside the index (pip --find-links): a build of "
+        "your own (sglang PR 29907's DDTree), or a whole wheelhouse (group_data is Python: "
+        "`sorted(str(p) for p in Path('wheelhouse').glob('*.whl'))`). A wheel is known by its file name: a rebuild "
+        f"takes a new version or build tag (NAME-VERSION-BUILD-...), at most {WHEELS_MAX}.")
     python: CommandPath = Field("/usr/bin/python3", description="The host's Python the venv is made from.")
     disk_mib: int = Field(20480, ge=0, le=10_485_760,
                           description=f"Free disk the install needs at {layout.ENGINES_DIR}, MiB: a CUDA SGLang "
@@ -790,6 +811,8 @@ class EngineSpec(Strict):
         """The venv's directory name: SGLang's version and a hash of everything that decides what is
         installed (the same declaration on every host gets the same name; another gets another)."""
         what = self.model_dump(include={"sglang", "packages", "index_url", "extra_index_urls", "python"})
+        if self.wheels:
+            what["wheels"] = sorted(PurePosixPath(w).name for w in self.wheels)
         return f"sglang-{self.version}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]}"
 
     @property

@@ -90,16 +90,34 @@ def _entry(name: str) -> zipfile.ZipInfo:
 
 
 def build_wheel(build: Build, dest: Path) -> Path:
-    dist_info = f"sglang-{build.version}.dist-info"
     files = sorted(_sources() + [("sglang/_build.json", (json.dumps(build.build_json(), indent=1) + "\n").encode())])
-    metadata = (f"Metadata-Version: 2.1\nName: sglang\nVersion: {build.metadata_version or build.version}\n"
-                f"Summary: LAB DOUBLE of SGLang (not SGLang): {build.about}\nRequires-Python: >=3.10\n")
+    return _write(dest, build.filename, "sglang", build.version, build.metadata_version or build.version,
+                  f"LAB DOUBLE of SGLang (not SGLang): {build.about}", files)
+
+
+# A plugin that needs the DDTree build (as SGLang plugins pin the SGLang they extend): asked for beside
+# sglang==0.5.23, pip finds no resolution.
+PLUGIN = ("lab-ddtree-plugin", "1.0", "sglang==0.5.24.dev29907")
+
+
+def build_plugin(dest: Path) -> Path:
+    name, version, needs = PLUGIN
+    module = name.replace("-", "_")
+    return _write(dest, f"{module}-{version}-py3-none-any.whl", name, version, version,
+                  "LAB: a plugin of the DDTree build", [(f"{module}/__init__.py", b"")], [needs])
+
+
+def _write(dest: Path, filename: str, name: str, version: str, metadata_version: str, summary: str,
+           files: list[tuple[str, bytes]], requires: tuple[str, ...] | list[str] = ()) -> Path:
+    dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
+    metadata = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version}\nSummary: {summary}\n"
+                "Requires-Python: >=3.10\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
     wheel = "Wheel-Version: 1.0\nGenerator: sglang-fleet lab/wheels.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    files += [(f"{dist_info}/METADATA", metadata.encode()), (f"{dist_info}/WHEEL", wheel.encode())]
+    files = files + [(f"{dist_info}/METADATA", metadata.encode()), (f"{dist_info}/WHEEL", wheel.encode())]
     record = "".join(_record_line(n, d) + "\n" for n, d in files) + f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))
     dest.mkdir(parents=True, exist_ok=True)
-    path = dest / build.filename
+    path = dest / filename
     tmp = path.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w") as z:
         for name, data in files:
@@ -109,8 +127,8 @@ def build_wheel(build: Build, dest: Path) -> Path:
 
 
 def build_wheels(dest: Path) -> list[Path]:
-    """Every build of BUILDS as a wheel in `dest`; returns their paths, in BUILDS' order."""
-    return [build_wheel(b, Path(dest)) for b in BUILDS]
+    """Every build of BUILDS as a wheel in `dest`, then the plugin; returns their paths, in that order."""
+    return [build_wheel(b, Path(dest)) for b in BUILDS] + [build_plugin(Path(dest))]
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ A host that fails any of it is refused with the old service and the training as 
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from paramiko import SSHException
 from pyinfra import host
@@ -36,39 +38,59 @@ def install(pf: Preflight) -> None:
         return
     try:
         (wheel,) = downloaded(CACHE / "wheels" / PIP.replace("==", "-"), ["--no-deps", "--only-binary=:all:", PIP], PIP)
+        wheels = declared_wheels(pf.spec)
     except (WheelError, ValueError) as e:
         refused(RUN.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
         return
     python.call(name="Install the declared engine beside the live one, and check it (nothing stops)",
-                function=_install_or_lost, pf=pf, wheel=str(wheel))
+                function=_install_or_lost, pf=pf, uploads=[(str(wheel), rules.pip_wheel_path(wheel.name)), *[
+                    (str(w), f"{layout.engine_wheels(pf.spec.engine.name)}/{w.name}") for w in wheels]])
 
 
-def _install_or_lost(state, host, pf: Preflight, wheel: str) -> bool:
+def declared_wheels(spec) -> list[Path]:
+    """engine.wheels on the controller, each a readable file (ValueError naming the first that is not)."""
+    found = []
+    for w in spec.engine.wheels:
+        path = Path(w).expanduser()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise ValueError(f"engine.wheels: expected a readable wheel file at {w} (from {Path.cwd()}), found "
+                             + ("a directory" if path.is_dir() else "none"))
+        found.append(path)
+    return found
+
+
+def _install_or_lost(state, host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     try:
-        return _install(host, pf, wheel)
+        return _install(host, pf, uploads)
     except HostLost as e:  # nothing was begun: the host is as it was, but for a partial install
         return fail(host, e.why, f"{host.name}: engine {pf.spec.engine.name}: the next run removes a partial "
                                  "install it left", verdict="LOST")
 
 
-def _install(host, pf: Preflight, wheel: str) -> bool:
+def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
+    """uploads: (controller path, host path) of the pip wheel first, then the engine's own wheels."""
     spec, name = pf.spec, pf.spec.engine.name
     refuse = lambda why: fail(host, f"{host.name}: engine {name}: {why}; nothing was stopped", verdict="REFUSED")  # noqa: E731
     _, out = run(host, rules.survey_command(spec), bounds.reading(spec, "the survey of the installed engines"))
-    remove = rules.to_remove(rules.read_survey(out), name, spec.engine.keep)
+    survey = rules.read_survey(out)
+    remove = rules.to_remove(survey, name, spec.engine.keep)
 
-    on_host = rules.pip_wheel_path(wheel.rsplit("/", 1)[-1])
-    ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR}", bounds.disk("the pip wheel's directory"))
-    try:
-        ok = ok and host.put_file(wheel, on_host, **connector_arguments(host))
-    except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
-        ok, out = False, str(e)
-    if not ok:
-        return refuse(f"could not upload {PIP}'s wheel to {on_host}: {excerpt(out)}")
+    if name not in survey.engines:  # else installed since preflight: nothing to upload
+        ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR} && rm -rf {layout.engine_wheels(name)} && "
+                            f"mkdir -p {layout.engine_wheels(name)}", bounds.disk("the uploads' directories"))
+        for local, remote in uploads:
+            try:
+                ok = ok and host.put_file(local, remote, **connector_arguments(host))
+            except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
+                ok, out = False, str(e)
+            if not ok:
+                return refuse(f"could not upload {local} to {remote}: {excerpt(out)}")
 
-    host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {spec.engine.index_url})")
+    index = spec.engine.index_url or "no index"
+    host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {index}"
+             + (f" and {len(spec.engine.wheels)} uploaded wheel(s)" if spec.engine.wheels else "") + ")")
     started = time.monotonic()
-    _, out = run(host, rules.install_command(spec, on_host, remove), bounds.install(spec))
+    _, out = run(host, rules.install_command(spec, uploads[0][1], remove), bounds.install(spec))
     done = rules.read_install(out)
     for gone in done.removed:
         host.log(f"removed engine {gone} (no unit runs it; engine.keep {spec.engine.keep})")
@@ -80,7 +102,8 @@ def _install(host, pf: Preflight, wheel: str) -> bool:
                       f"{(done.free_kib or 0) / 1024:.1f} MiB")
     if done.outcome in ("pip", "finish"):
         what = "pip" if done.outcome == "pip" else "writing its freeze and renaming it into place"
-        index = ", ".join([spec.engine.index_url, *spec.engine.extra_index_urls])
+        index = ", ".join([spec.engine.index_url or "no index", *spec.engine.extra_index_urls]
+                          + ([f"the wheels uploaded to {layout.engine_wheels(name)}"] if spec.engine.wheels else []))
         return refuse(f"expected pip to install {', '.join(spec.engine.requirements)} from {index}, found {what} "
                       f"exit {done.pip_rc}: {excerpt(rules.pip_reason(done.pip_said), 600)} (the partial venv is "
                       f"removed; pip's log: {rules.failed_log(name)})")

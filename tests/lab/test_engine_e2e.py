@@ -6,7 +6,8 @@ One run refuses, before anything stops, a class asking DDTREE of engine 0.5.23 (
 engine is installed and checked, and lacks it), a class whose install fills the disk (a6000-1: a
 small tmpfs) and a class asking a version the index does not have (h200-1). Then the DDTree
 build is installed beside the old one and deployed; a build that crashes on load is rolled back to
-it; an install killed with the controller changes nothing live, and the next run finishes it.
+it; an install killed with the controller changes nothing live, and the next run finishes it; and
+the DDTree build from wheel files the controller uploads, with no index at all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import subprocess
 
 import pytest
 from e2e import BIN, REPO, deploy, health, interrupted, main_pid, records, sh, summary_row, workdir
+
+from lab.wheels import BUILDS, build_wheel
 
 ENGINES = "/opt/sglang-fleet/engines"
 HOST = ('gpu_count = {n}\ngpu_memory_mib = {mib}\nload_seconds = 1\nengine_import_seconds = 1\n'
@@ -178,3 +181,17 @@ def test_an_install_killed_with_the_controller_changes_nothing_live_and_the_next
     assert not [n for n in left if n.startswith("sglang-0.5.24.dev1-")], left
     assert [n for n in left if n.startswith("sglang-0.5.24.dev29907-")], left
     assert health(lab, "pro6000-1") == "200"
+
+
+def test_a_build_from_the_controllers_wheel_files_installs_without_any_index(englab):
+    lab, tmp, _ = englab
+    wheel = build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp / "dist")
+    asked = f"journalctl -u lab-pypi.service -o cat | grep -c '^{lab.host('pro6000-1').ip} '"
+    before = sh(lab, "mirror-1", asked)
+    run = deploy(lab, workdir(tmp / "wheels", pro6000=f"{engine(None, '0.5.24.dev29907', wheels=[str(wheel)])}\n"
+                                                     f"{DDTREE}"), "--limit", "pro6000-1")
+    assert run.returncode == 0 and "OK" in summary_row(run.out, "pro6000-1"), run.out
+    assert "from no index and 1 uploaded wheel(s)" in run.out
+    assert "--speculative-algorithm DDTREE" in argv(lab, "pro6000-1") and health(lab, "pro6000-1") == "200"
+    assert sh(lab, "mirror-1", asked) == before  # pip asked the index nothing
+    assert sh(lab, "pro6000-1", "ls -A /var/cache/sglang-fleet/wheels") == ""  # the uploads gone once installed

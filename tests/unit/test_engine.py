@@ -8,12 +8,14 @@ import base64
 import functools
 import http.server
 import json
+import shutil
 import subprocess
 import threading
 from pathlib import Path
 
 import pip
 import pytest
+from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from facts.sglang import SglangEngine
@@ -23,9 +25,9 @@ from fleet.groupdata import SpecError, validate_class
 from fleet.guards import engine_violations
 from fleet.parse import parse_engine
 from fleet.render import server_argv
-from fleet.spec import ClassSpec, EngineSpec
-from lab.wheels import build_wheels
-from tests.unit.builders import SPEC, make_spec
+from fleet.spec import ClassSpec
+from lab.wheels import BUILDS, PLUGIN, build_wheel, build_wheels
+from builders import SPEC, make_spec
 
 PIP = Path(pip.__file__).parent.parent  # `python DIR/pip` runs the controller's pip as from a wheel
 DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/m/draft", "block_size": 8, "tree_budget": 64}
@@ -48,6 +50,10 @@ def test_the_engine_is_named_by_what_it_installs_and_its_venv_is_the_launcher():
               engine_spec(index_url="http://10.0.0.5:8080/simple/"), engine_spec(python="/usr/bin/python3.12")]
     assert len({a.engine.name, *(o.engine.name for o in others)}) == 5
     assert engine_spec(keep=5, disk_mib=1).engine.name == a.engine.name  # how it is kept is not what it is
+    built = [engine_spec(wheels=[f"/w/{n}"]).engine.name for n in ("sglang-0.5.23-py3-none-any.whl",
+                                                                     "sglang-0.5.23-1-py3-none-any.whl")]
+    assert len({a.engine.name, *built}) == 3  # a rebuild by its build tag is another engine
+    assert engine_spec(wheels=["/elsewhere/sglang-0.5.23-py3-none-any.whl"]).engine.name == built[0]
     assert SPEC.launcher == "/opt/sglang/bin/python" and SPEC.engine is None
 
 
@@ -77,6 +83,7 @@ def test_engine_and_a_hand_made_launcher_are_exclusive():
     ("index_url", "https://mirror /simple", "an http(s) URL"),
     ("extra_index_urls", ["file:///srv/wheels"], "an http(s) URL"),
     ("python", "python3", "absolute path"),
+    ("wheels", ["dist/sglang.tar.gz"], "a wheel file's path"),
 ])
 def test_bad_engine_fields_are_refused_naming_the_rule(field, value, said):
     data = SPEC.model_dump(mode="json")
@@ -120,8 +127,10 @@ def _b64(text: str) -> str:
 def index(tmp_path_factory):
     """A package index on loopback: http.server's listing of simple/sglang/ is a PEP 503 page."""
     root = tmp_path_factory.mktemp("index")
-    (root / "simple" / "sglang").mkdir(parents=True)
-    build_wheels(root / "simple" / "sglang")
+    for wheel in build_wheels(root / "built"):  # each under its project's page, as PEP 503 lays them out
+        project = root / "simple" / canonicalize_name(wheel.name.split("-")[0])
+        project.mkdir(parents=True, exist_ok=True)
+        wheel.rename(project / wheel.name)
     handler = functools.partial(_Quiet, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -141,6 +150,7 @@ def engines(tmp_path, monkeypatch):
     monkeypatch.setattr(layout, "ENGINES_DIR", str(root))
     monkeypatch.setattr(layout, "ENGINE_INSTALL_LOCK", str(root / ".install.lock"))
     monkeypatch.setattr(layout, "ENGINE_PIP_DIR", str(root / ".pip"))
+    monkeypatch.setattr(layout, "ENGINE_WHEELS_DIR", str(tmp_path / "wheels"))
     host_json = tmp_path / "host.json"
     host_json.write_text(json.dumps({"engine_import_seconds": 0}))
     monkeypatch.setenv("LAB_HOST_JSON", str(host_json))
@@ -222,3 +232,24 @@ def test_an_install_running_holds_off_another(index, engines):
         holder.kill()
         holder.wait()
     assert not (engines / spec.engine.name).exists()
+
+
+def test_an_engine_from_uploaded_wheels_alone_installs_without_any_index(engines, tmp_path):
+    wheel = build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp_path / "dist")
+    spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=None, wheels=[str(wheel)], disk_mib=1)
+    assert "--no-index" in rules.pip_install_argv(spec) and "--index-url" not in rules.pip_install_argv(spec)
+    uploaded = Path(layout.engine_wheels(spec.engine.name))
+    uploaded.mkdir(parents=True)
+    shutil.copy(wheel, uploaded)  # what tasks/engine.py uploads
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    assert done.outcome == "new", done
+    assert "sglang==0.5.24.dev29907" in (engines / spec.engine.name / rules.FREEZE).read_text().split()
+    assert not uploaded.exists()  # installed: the uploads go
+
+
+def test_a_resolution_conflict_is_pips_own_reason(index, engines):
+    name, version, needs = PLUGIN
+    spec = engine_spec(index_url=index, packages=[f"{name}=={version}"], disk_mib=1)
+    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    reason = rules.pip_reason(done.pip_said)
+    assert done.outcome == "pip" and "conflicting dependencies" in reason and "ResolutionImpossible" in reason, reason

@@ -1,0 +1,375 @@
+"""tasks/engine over a pyinfra Host whose commands the test answers (fakehost): the declared engine
+surveyed, its pip wheel uploaded, installed beside the live one (the unused engines beyond
+engine.keep removed first) and checked from its own venv, before anything stops; every answer that
+stops it refuses the host with nothing stopped and nothing more sent; a host that stops answering
+is LOST; and the generation-time step that downloads pip's wheel into the controller's cache or
+refuses the host. Each command is named by comparing it with what fleet/ builds for the spec; the
+clock is scripted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from answers import answer, record
+from builders import HELP_0523, SGLANG_0523, SPEC, converged
+from fakehost import Call, Clock, Script, fake_host, fresh_run, preflight_of  # noqa: F401
+from pyinfra.context import ctx_host, ctx_state
+
+from facts.sglang import SglangEngine
+from fleet import bounds, layout
+from fleet import engine as rules
+from fleet.parse import Engine, parse_algorithms
+from fleet.report import RUN
+from fleet.spec import ClassSpec
+from tasks import engine, preflight
+from tasks.common import CACHE, LOST, WheelError
+
+ENGINE = {"sglang": "sglang==0.5.24.dev29907", "index_url": "http://10.0.0.5:8080/simple/"}
+DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash", "block_size": 8,
+          "tree_budget": 64}
+
+
+def engine_spec(speculative=None, **fields) -> ClassSpec:
+    """builders.SPEC with a declared engine (ENGINE, `fields` over it) instead of a hand-made launcher."""
+    data = SPEC.model_dump(mode="json")
+    data["service"].pop("launcher")
+    if speculative is not None:
+        data["speculative"] = speculative
+    return ClassSpec.model_validate({**data, "engine": {**ENGINE, **fields}})
+
+
+NEW = engine_spec(DDTREE)  # DDTree, which the live 0.5.23 cannot serve: hence the new engine
+NAME = NEW.engine.name
+# the host serves SPEC from its hand-made venv; the declared engine is not there yet
+HOST = converged(SPEC, engine=Engine("no launcher"))
+PF = preflight_of(NEW, HOST)
+WHEEL = str(CACHE / "wheels" / "pip-24.3.1" / "pip-24.3.1-py3-none-any.whl")  # as install(pf) passes it
+ON_HOST = rules.pip_wheel_path("pip-24.3.1-py3-none-any.whl")
+
+# --- what the host answers, framed as fleet/engine.py's commands and the engine fact print it --------
+
+# 0.5.23's --help with upstream PR 29907 (DDTree): the algorithm among the builtins, and its flag
+HELP_DDTREE = HELP_0523.replace("DFLASH, DSPARK, UNO.", "DFLASH, DSPARK, UNO, DDTREE.").replace(
+    "  --speculative-dflash-block-size SPECULATIVE_DFLASH_BLOCK_SIZE\n",
+    "  --speculative-ddtree-budget SPECULATIVE_DDTREE_BUDGET\n"
+    "                        DDTREE only. Nodes of the draft tree verified per step.\n"
+    "  --speculative-dflash-block-size SPECULATIVE_DFLASH_BLOCK_SIZE\n")
+DDTREE_ENGINE = answer(record("version", "0.5.24.dev29907\n", "0"), record("help", HELP_DDTREE, "0"))
+ENGINE_0523 = answer(record("version", "0.5.23\n", "0"), record("help", HELP_0523, "0"))
+
+NOTHING_INSTALLED = answer(record("engines", ""), record("uses", ""))
+FREE_KIB = "52428800"
+PIP_OK = ("Looking in indexes: http://10.0.0.5:8080/simple/\nCollecting sglang==0.5.24.dev29907\n"
+          "Installing collected packages: sglang\nSuccessfully installed sglang-0.5.24.dev29907\n")
+INSTALLED = answer(record("disk", value=FREE_KIB), record("pip", PIP_OK, "0"), record("installed", value="new"))
+ALREADY = answer(record("installed", value="already"))
+PARSES = answer(record("args", "", "0"))
+CHECKED = {"survey": NOTHING_INSTALLED, "install": INSTALLED, "engine": DDTREE_ENGINE, "args": PARSES}
+TAKES = {"install": 95.0, "engine": 11.0, "args": 2.5}  # seconds each command takes on the scripted clock
+
+
+class Named:
+    """A command _install sends for `spec`, by name: each compared with what fleet/ builds for it."""
+
+    def __init__(self, spec: ClassSpec):
+        timeout = spec.readiness.command_timeout_s
+        self.exact = {rules.survey_command(spec): "survey", f"mkdir -p {layout.ENGINE_PIP_DIR}": "mkdir pip",
+                      SglangEngine().command(spec.launcher, timeout, spec.service.environment,
+                                             layout.ENGINE_CACHE_DIR): "engine",
+                      rules.args_check_command(spec, timeout): "args"}
+        # the install's first step (its lock), whatever it removes after it
+        self.install = rules.install_command(spec, ON_HOST, []).split("; ", 1)[0] + "; "
+
+    def __call__(self, call: Call | str) -> str:
+        if isinstance(call, Call) and call.kind == "upload":
+            return f"upload {call.command}"
+        command = call.command if isinstance(call, Call) else call
+        if command in self.exact:
+            return self.exact[command]
+        return "install" if command.startswith(self.install) else f"unknown: {command[:80]}"
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(engine, "time", clock)
+    return clock
+
+
+def uploading(fake, result: bool | BaseException = True):
+    """The upload as the task makes it: fakehost's put_file reads a file object, and tasks/engine
+    uploads a local path (the cached wheel), so it is replaced here: recorded, then `result`."""
+    def put_file(src, dest, **kwargs):
+        fake.calls.append(Call(dest, bool(kwargs.get("_sudo")), "upload"))
+        if isinstance(result, BaseException):
+            raise result
+        fake.uploads[dest] = src
+        return result
+
+    fake.host.put_file = put_file
+
+
+def installing(answers: dict, pf=PF, upload: bool | BaseException = True, clock=None):
+    """_install_or_lost on a host answering `answers` (name -> answer(s)); (ok, what it was sent by
+    name, the fake, the host's row or None)."""
+    named, script = Named(pf.spec), Script(answers, key=Named(pf.spec))
+
+    def answering(command):
+        if clock is not None:
+            clock.sleep(TAKES.get(named(command), 0))
+        return script(command)
+
+    fake = fake_host(answering)
+    uploading(fake, upload)
+    ok = engine._install_or_lost(None, fake.host, pf, WHEEL)
+    return ok, [named(c) for c in fake.calls], fake, RUN.hosts.get("h")
+
+
+UP_TO_INSTALL = ["survey", "mkdir pip", f"upload {ON_HOST}", "install"]
+
+
+def the_install(fake) -> str:
+    (command,) = [c for c in fake.commands() if Named(NEW)(c) == "install"]
+    return command
+
+
+def refusal(row) -> str:
+    assert row.verdict == "REFUSED" and len(row.reasons) == 1, row.reasons
+    (reason,) = row.reasons
+    assert reason.startswith(f"h: engine {NAME}: expected ") and reason.endswith("; nothing was stopped"), reason
+    return reason
+
+
+# --- an install that completes ---------------------------------------------------------------
+
+def test_a_new_engine_is_installed_from_the_uploaded_pip_wheel_then_checked_from_its_own_venv(clock):
+    ok, sent, fake, row = installing(CHECKED, clock=clock)
+    assert ok is True and row is None  # nothing failed: the host's row is the plan's
+    assert sent == [*UP_TO_INSTALL, "engine", "args"]
+    assert fake.uploads == {ON_HOST: WHEEL} and ON_HOST.startswith(layout.ENGINE_PIP_DIR + "/")
+    assert the_install(fake) == rules.install_command(NEW, ON_HOST, [])  # pip run from the uploaded wheel
+    assert fake.logged == [
+        f"installing engine {NAME} (sglang==0.5.24.dev29907 from http://10.0.0.5:8080/simple/)",
+        f"engine {NAME} installed in 95.0s at {layout.engine_dir(NAME)}",
+        f"engine {NAME} checked in 13.5s: SGLang 0.5.24.dev29907, offers {', '.join(parse_algorithms(HELP_DDTREE))}; "
+        "the command line parses"]
+    assert "DDTREE" in fake.logged[-1]
+
+
+def test_an_engine_already_installed_is_not_installed_again_but_still_checked():
+    ok, sent, fake, row = installing({**CHECKED, "install": ALREADY})
+    assert ok is True and row is None and sent == [*UP_TO_INSTALL, "engine", "args"]
+    assert not any(" installed in " in line for line in fake.logged)
+    assert fake.logged[-1].startswith(f"engine {NAME} checked in ")
+
+
+def test_the_engines_removed_first_are_the_unused_ones_beyond_engine_keep_oldest_first():
+    live, backup, newest, middle, oldest = (engine_spec(sglang=f"sglang=={v}").engine.name
+                                            for v in ("0.5.23", "0.5.22", "0.5.21", "0.5.20", "0.5.19"))
+    installed = f"50 {live}\n40 {backup}\n30 {newest}\n20 {middle}\n10 {oldest}\n60 {NAME}\n5 not-an-engine\n"
+    uses = f"{layout.engine_launcher(live)}\n{layout.engine_launcher(backup)}\n"
+    removed = answer(record("removed", value=oldest), record("disk", value=FREE_KIB), record("pip", PIP_OK, "0"),
+                     record("installed", value="new"))
+    spec = engine_spec(DDTREE, keep=2)
+    ok, sent, fake, _ = installing({**CHECKED, "survey": answer(record("engines", installed), record("uses", uses)),
+                                    "install": removed}, pf=preflight_of(spec, HOST))
+    # neither what a unit runs (the live one, a kept backup's), nor the declared one, nor the 2 newest unused
+    assert ok and the_install(fake) == rules.install_command(spec, ON_HOST, [oldest])
+    assert f"removed engine {oldest} (no unit runs it; engine.keep 2)" in fake.logged
+
+
+def test_with_engine_keep_0_every_unused_engine_is_removed_newest_first():
+    others = [engine_spec(sglang=f"sglang=={v}").engine.name for v in ("0.5.21", "0.5.20")]
+    spec = engine_spec(DDTREE, keep=0)
+    ok, _, fake, _ = installing({**CHECKED, "survey": answer(record("engines", f"10 {others[1]}\n30 {others[0]}\n"),
+                                                             record("uses", ""))}, pf=preflight_of(spec, HOST))
+    assert ok and the_install(fake) == rules.install_command(spec, ON_HOST, others)
+
+
+# --- an install that stops: refused, nothing after it --------------------------------------------
+
+PIP_NO_MATCH = (
+    "Looking in indexes: http://10.0.0.5:8080/simple/, https://pypi.org/simple/\n"
+    "ERROR: Could not find a version that satisfies the requirement sglang==9.9.9 (from versions: 0.5.22, "
+    "0.5.23, 0.5.24.dev29907)\n"
+    "ERROR: No matching distribution found for sglang==9.9.9\n")
+
+
+def test_another_install_running_refuses_the_host_naming_its_lock():
+    ok, sent, _, row = installing({**CHECKED, "install": answer(record("busy"))})
+    assert ok is False and sent == UP_TO_INSTALL
+    assert refusal(row) == (f"h: engine {NAME}: expected no other install on the host, found one running (it holds "
+                            f"{layout.ENGINE_INSTALL_LOCK}): run again once it is done; nothing was stopped")
+
+
+def test_too_little_disk_refuses_the_host_with_the_free_space_in_mib():
+    ok, sent, _, row = installing({**CHECKED, "install": answer(record("disk", value="1536000"))})
+    assert ok is False and sent == UP_TO_INSTALL
+    assert refusal(row) == (f"h: engine {NAME}: expected 20480 MiB free at {layout.ENGINES_DIR} (engine.disk_mib), "
+                            "found 1500.0 MiB; nothing was stopped")
+
+
+def test_a_failed_pip_refuses_the_host_with_pips_reason_its_indexes_and_its_log():
+    spec = engine_spec(DDTREE, sglang="sglang==9.9.9", extra_index_urls=["https://pypi.org/simple/"])
+    failed = answer(record("disk", value=FREE_KIB), record("pip", PIP_NO_MATCH, "1"))
+    ok, sent, _, row = installing({**CHECKED, "install": failed}, pf=preflight_of(spec, HOST))
+    assert ok is False and sent == UP_TO_INSTALL
+    name = spec.engine.name
+    assert row.verdict == "REFUSED" and row.reasons == [
+        f"h: engine {name}: expected pip to install sglang==9.9.9 from http://10.0.0.5:8080/simple/, "
+        "https://pypi.org/simple/, found pip exit 1: 'ERROR: Could not find a version that satisfies the requirement "
+        "sglang==9.9.9 (from versions: 0.5.22, 0.5.23, 0.5.24.dev29907) ERROR: No matching distribution found for "
+        f"sglang==9.9.9' (the partial venv is removed; pip's log: {rules.failed_log(name)}); nothing was stopped"]
+
+
+def test_a_venv_that_pip_built_but_could_not_be_put_in_place_refuses_the_host():
+    finished = answer(record("disk", value=FREE_KIB), record("pip", PIP_OK, "0"), record("finish", value="1"))
+    ok, sent, _, row = installing({**CHECKED, "install": finished})
+    assert ok is False and sent == UP_TO_INSTALL
+    reason = refusal(row)
+    assert ("expected pip to install sglang==0.5.24.dev29907 from http://10.0.0.5:8080/simple/, found writing its "
+            "freeze and renaming it into place exit 1: 'Successfully installed sglang-0.5.24.dev29907'") in reason
+    assert f"pip's log: {rules.failed_log(NAME)})" in reason
+
+
+def test_an_install_that_answers_no_records_refuses_the_host_quoting_what_it_said():
+    said = "sh: 1: cannot create /opt/sglang-fleet/engines/.install.lock: Read-only file system\n"
+    ok, sent, _, row = installing({**CHECKED, "install": (False, said)})
+    assert ok is False and sent == UP_TO_INSTALL
+    assert refusal(row) == (f"h: engine {NAME}: expected the install's records, found "
+                            f"{said.rstrip()!r}; nothing was stopped")
+
+
+@pytest.mark.parametrize("upload, said", [
+    (False, "''"),  # put_file said no, and nothing else
+    (OSError("Failure: No space left on device"), "'Failure: No space left on device'"),
+])
+def test_an_upload_of_pips_wheel_that_fails_refuses_the_host_before_the_install(upload, said):
+    ok, sent, _, row = installing(CHECKED, upload=upload)
+    assert ok is False and sent == ["survey", "mkdir pip", f"upload {ON_HOST}"]
+    assert row.verdict == "REFUSED" and row.reasons == [
+        f"h: engine {NAME}: could not upload pip==24.3.1's wheel to {ON_HOST}: {said}; nothing was stopped"]
+
+
+def test_a_pip_directory_that_cannot_be_made_refuses_the_host_with_no_upload():
+    said = f"mkdir: cannot create directory '{layout.ENGINE_PIP_DIR}': Read-only file system"
+    ok, sent, _, row = installing({**CHECKED, "mkdir pip": (False, said)})
+    assert ok is False and sent == ["survey", "mkdir pip"]
+    assert row.verdict == "REFUSED" and row.reasons == [
+        f"h: engine {NAME}: could not upload pip==24.3.1's wheel to {ON_HOST}: {said!r}; nothing was stopped"]
+
+
+# --- the new engine's check ------------------------------------------------------------------
+
+def test_a_new_engine_without_its_launcher_refuses_the_host_naming_the_venv():
+    ok, sent, _, row = installing({**CHECKED, "engine": answer(record("launcher", value="missing"))})
+    assert ok is False and sent == [*UP_TO_INSTALL, "engine"]
+    assert refusal(row) == (f"h: engine {NAME}: expected its venv at {layout.engine_launcher(NAME)}, found no "
+                            "executable there; nothing was stopped")
+
+
+def test_a_new_engine_that_lacks_the_specs_algorithm_refuses_the_host_with_the_guards_words_and_no_args_check():
+    ok, sent, _, row = installing({**CHECKED, "engine": ENGINE_0523})
+    assert ok is False and sent == [*UP_TO_INSTALL, "engine"]
+    launcher = layout.engine_launcher(NAME)
+    assert row.verdict == "REFUSED" and row.reasons == [
+        f"h: speculative algorithm: expected an engine with DDTREE, found SGLang 0.5.23 at {launcher}, which offers "
+        f"{', '.join(SGLANG_0523.algorithms)}; this engine only does linear DFlash, not DDTree: to serve that, the "
+        "spec must say `algorithm: DFLASH`; nothing was stopped",
+        "h: SGLang flags: expected flags SGLang 0.5.23 knows, found unknown --speculative-ddtree-budget; nothing was "
+        "stopped"]
+
+
+def test_a_parser_that_rejects_the_units_command_line_refuses_the_host_quoting_it():
+    # its --help lists the flag, its parser does not take it (a plugin's, a renamed dest): the check runs the parser
+    rejected = answer(record("args", "usage: launch_server.py [-h] --model-path MODEL_PATH ...\n"
+                                     "launch_server.py: error: unrecognized arguments: --speculative-ddtree-budget "
+                                     "64\n", "2"))
+    ok, sent, _, row = installing({**CHECKED, "args": rejected})
+    assert ok is False and sent == [*UP_TO_INSTALL, "engine", "args"]
+    assert refusal(row) == (
+        f"h: engine {NAME}: expected SGLang 0.5.24.dev29907's parser (prepare_server_args) to take the unit's command "
+        "line, found 'exit 2: launch_server.py: error: unrecognized arguments: --speculative-ddtree-budget 64'; "
+        "nothing was stopped")
+
+
+# --- a host that stops answering ---------------------------------------------------------------
+
+@pytest.mark.parametrize("at, raised, found", [
+    ("install", TimeoutError(), f"expected an answer within {bounds.install(NEW).seconds:g}s "
+                                f"({bounds.install(NEW).basis}), found none"),
+    ("survey", EOFError("the link went down"),
+     f"expected an answer within {bounds.reading(NEW, '').seconds:g}s (readiness.command_timeout_s "
+     f"{NEW.readiness.command_timeout_s:g} + {bounds.MARGIN_S}), found the connection broken (EOFError: "
+     "'the link went down')"),
+])
+def test_a_command_without_an_answer_leaves_the_host_lost_and_sends_nothing_more(at, raised, found):
+    ok, sent, _, row = installing({**CHECKED, at: raised})
+    assert ok is False and sent == UP_TO_INSTALL[:UP_TO_INSTALL.index(at) + 1]
+    what = {"install": bounds.install(NEW).what, "survey": "the survey of the installed engines"}[at]
+    assert row.verdict == "LOST" and row.reasons == [
+        LOST["h"], f"h: engine {NAME}: the next run removes a partial install it left"]
+    assert LOST["h"] == f"h: {what}: {found}"
+
+
+# --- at generation time: pip's wheel into the controller's cache --------------------------------
+
+def generating(monkeypatch, pf, downloaded):
+    """install(pf) for host `h`: (the operations it queued, its row or None)."""
+    queued = []
+    queue = SimpleNamespace(call=lambda **kwargs: queued.append(kwargs))
+    monkeypatch.setattr(engine, "python", queue)
+    monkeypatch.setattr(preflight, "python", queue)
+    monkeypatch.setattr(engine, "downloaded", downloaded)
+    fake = fake_host(Script({}))
+    with ctx_state.use(fake.host.state), ctx_host.use(fake.host):
+        engine.install(pf)
+    assert fake.calls == []  # nothing runs on the host while operations are generated
+    return queued, RUN.hosts.get("h")
+
+
+def test_a_plan_that_installs_an_engine_downloads_pips_wheel_once_and_queues_the_install(monkeypatch):
+    asked = []
+
+    def downloaded(where, pip_args, what):
+        asked.append((where, pip_args, what))
+        return [Path(WHEEL)]
+
+    assert PF.plan.install_engine == NAME
+    queued, row = generating(monkeypatch, PF, downloaded)
+    assert asked == [(CACHE / "wheels" / "pip-24.3.1", ["--no-deps", "--only-binary=:all:", "pip==24.3.1"],
+                      "pip==24.3.1")]
+    assert queued == [{"name": "Install the declared engine beside the live one, and check it (nothing stops)",
+                       "function": engine._install_or_lost, "pf": PF, "wheel": WHEEL}]
+    assert row is None
+
+
+def test_a_plan_without_an_engine_to_install_queues_nothing_and_downloads_nothing(monkeypatch):
+    pf = preflight_of(NEW, converged(NEW))  # the declared engine is the one the host has
+    assert pf.plan.install_engine is None
+    queued, row = generating(monkeypatch, pf, lambda *a: pytest.fail("downloaded pip's wheel for nothing"))
+    assert queued == [] and row is None
+
+
+@pytest.mark.parametrize("downloaded, said", [
+    (WheelError("could not download pip==24.3.1: ERROR: No matching distribution found for pip==24.3.1"),
+     "could not download pip==24.3.1: ERROR: No matching distribution found for pip==24.3.1"),
+    (WheelError("downloading pip==24.3.1 took more than 600 s"), "downloading pip==24.3.1 took more than 600 s"),
+])
+def test_a_pip_wheel_that_cannot_be_downloaded_refuses_the_host_at_generation_time(monkeypatch, downloaded, said):
+    def failing(*args):
+        raise downloaded
+
+    queued, row = generating(monkeypatch, PF, failing)
+    assert [q["name"] for q in queued] == ["Refuse host (preflight failed)"]
+    assert (row.verdict, row.action, row.reasons) == ("REFUSED", "none", [f"h: engine {NAME}: {said}"])
+
+
+def test_a_cache_that_lists_other_than_one_wheel_refuses_the_host_at_generation_time(monkeypatch):
+    two = [Path(WHEEL), Path(WHEEL).with_name("pip-24.3-py3-none-any.whl")]
+    queued, row = generating(monkeypatch, PF, lambda *a: two)
+    assert [q["name"] for q in queued] == ["Refuse host (preflight failed)"]
+    assert row.verdict == "REFUSED" and row.reasons[0].startswith(f"h: engine {NAME}: ")
+
