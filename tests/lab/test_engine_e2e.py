@@ -195,3 +195,8 @@ def test_a_build_from_the_controllers_wheel_files_installs_without_any_index(eng
     assert "--speculative-algorithm DDTREE" in argv(lab, "pro6000-1") and health(lab, "pro6000-1") == "200"
     assert sh(lab, "mirror-1", asked) == before  # pip asked the index nothing
     assert sh(lab, "pro6000-1", "ls -A /var/cache/sglang-fleet/wheels") == ""  # the uploads gone once installed
+    verify = subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", str(REPO / "tests/verify"),
+                             "--inventory", str(lab.inventory), "-k", "pro6000-1"],
+                            cwd=tmp / "wheels", capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0 and "test_the_declared_engine_is_installed_as_declared" not in verify.stdout, \
+        verify.stdout[-3000:]

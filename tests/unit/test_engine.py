@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pip
 import pytest
+from builders import SPEC, make_spec
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
@@ -27,7 +28,6 @@ from fleet.parse import parse_engine
 from fleet.render import server_argv
 from fleet.spec import ClassSpec
 from lab.wheels import BUILDS, PLUGIN, build_wheel, build_wheels
-from builders import SPEC, make_spec
 
 PIP = Path(pip.__file__).parent.parent  # `python DIR/pip` runs the controller's pip as from a wheel
 DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/m/draft", "block_size": 8, "tree_budget": 64}

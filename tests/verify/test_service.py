@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.systemd import SystemdVersion
-from fleet import guards
+from fleet import guards, layout
+from fleet.engine import FREEZE
 from fleet.gate import CURL, auth_option, url
 from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
 from fleet.plan import workload_of
@@ -116,3 +120,19 @@ def test_no_unfinished_rollout(node, target):
     assert not pending.exists, (f"{spec.pending_file}: a rollout was interrupted and not finished; "
                                 "make deploy finishes it or rolls it back")
     assert not node.file(spec.lock_file).exists, f"{spec.lock_file}: a deploy holds the lock"
+
+
+def test_the_declared_engine_is_installed_as_declared(node, target):
+    """Its venv complete (its freeze is written last, before the rename) and holding each pinned version."""
+    engine = target.spec.engine
+    if engine is None:
+        return  # a hand-made environment at service.launcher: not the deploy's to install
+    freeze = node.file(f"{layout.engine_dir(engine.name)}/{FREEZE}")
+    assert freeze.exists, f"{layout.engine_dir(engine.name)}: no {FREEZE}, the engine's install is not complete"
+    installed = dict(line.split("==", 1) for line in freeze.content_string.split() if "==" in line)
+    installed = {canonicalize_name(name): version for name, version in installed.items()}
+    for requirement in engine.requirements:
+        r = Requirement(requirement)
+        want = next(iter(r.specifier)).version
+        assert installed.get(canonicalize_name(r.name)) == want, \
+            f"{engine.name}: {r.name} {installed.get(canonicalize_name(r.name), 'not installed')}, want {want}"
