@@ -91,6 +91,14 @@ def install(spec: ClassSpec) -> Bound:
                         spec.engine.install_timeout_s + 10)
 
 
+def engine_check(spec: ClassSpec) -> Bound:
+    """A new engine's checks (tasks/engine.py): its import and --help one after the other, its parser
+    beside them, each bounded by readiness.command_timeout_s."""
+    timeout = spec.readiness.command_timeout_s
+    return Bound("the new engine's checks", 2 * timeout + MARGIN_S,
+                 f"2 x readiness.command_timeout_s {timeout:g} + {MARGIN_S}")
+
+
 def gateway(what: str) -> Bound:
     return Bound(what, GATEWAY_S, "a gateway command's bound")
 

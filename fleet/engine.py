@@ -64,6 +64,15 @@ def read_survey(answer: str) -> Survey:
     return Survey(engines, frozenset(n for n in uses if NAME.match(n)))
 
 
+def running_engine(cmdline: tuple[str, ...] | list[str] | None) -> str | None:
+    """The declared engine a server runs (its interpreter is one's venv), by its arguments."""
+    if not cmdline:
+        return None
+    prefix, suffix = layout.ENGINES_DIR + "/", "/bin/python"
+    name = cmdline[0][len(prefix):-len(suffix)] if cmdline[0].startswith(prefix) and cmdline[0].endswith(suffix) else ""
+    return name if NAME.match(name) else None
+
+
 def to_remove(survey: Survey, declared: str, keep: int) -> list[str]:
     """The engines no unit runs, but the `keep` newest and the declared one: removed before an
     install (a pending rollout returns to the files it backed up, whose unit is a kept backup's)."""
@@ -195,6 +204,14 @@ def args_check_command(spec: ClassSpec, timeout_s: float) -> str:
     env = " ".join(_q(f"{k}={v}") for k, v in spec.service.environment.items())
     argv = " ".join(_q(a) for a in checked_argv(spec))
     return captured("args", f"env {env} {_q(spec.launcher)} -c {_q(ARGS_CHECK)} {argv}", timeout_s)
+
+
+def check_command(spec: ClassSpec, timeout_s: float, engine_fact: str) -> str:
+    """The new engine's capabilities (`engine_fact`: facts.sglang.SglangEngine's command, so preflight
+    reads the same cache) and its parser over the command line, at once: each imports SGLang (seconds
+    on a real host), and they do not depend on each other. The parser's records follow the fact's."""
+    return (f"a=$(mktemp) || exit 1; {{ {args_check_command(spec, timeout_s)}; }} > \"$a\" 2>/dev/null & "
+            f"{engine_fact}; wait; cat \"$a\"; rm -f \"$a\"")
 
 
 def read_args_check(answer: str) -> str | None:

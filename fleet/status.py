@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
+from fleet.engine import running_engine
 from fleet.gateway import READY, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_serving
 from fleet.parse import HostFacts
@@ -85,7 +86,9 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
           secrets: Secrets | None, secrets_problem: str, now: float) -> HostStatus:
     """One host's row. secrets: the class's, read here; None when they cannot be (secrets_problem
     says why): their files are then compared by presence only."""
-    row = HostStatus(host, gpu_class=group, sglang=spec.engine_label(facts.engine.version or facts.engine.status))
+    # what runs: a declared engine by its venv, else the SGLang at the declared launcher
+    running = running_engine(facts.runtime.cmdline)
+    row = HostStatus(host, gpu_class=group, sglang=running or facts.engine.version or facts.engine.status)
     row.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
     row.reasons += [f"nvidia-smi said: {w}" for w in facts.gpus.warnings]
     unit = facts.units.get(spec.service_unit)

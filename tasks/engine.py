@@ -118,15 +118,14 @@ def _checked(host, pf: Preflight, refuse) -> bool:
     """The new engine against the spec, from its own venv, as preflight checks a live one."""
     spec, timeout = pf.spec, pf.spec.readiness.command_timeout_s
     started = time.monotonic()
-    _, out = run(host, SglangEngine().command(spec.launcher, timeout, spec.service.environment,
-                                               layout.ENGINE_CACHE_DIR), bounds.reading(spec, "the new engine's check"))
+    fact = SglangEngine().command(spec.launcher, timeout, spec.service.environment, layout.ENGINE_CACHE_DIR)
+    _, out = run(host, rules.check_command(spec, timeout, fact), bounds.engine_check(spec))
     engine = parse_engine(out)
     if engine.status == "no launcher":
         return refuse(f"expected its venv at {spec.launcher}, found no executable there")
     violations = guards.engine_violations(host.name, spec, engine)
     if violations:
         return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict="REFUSED")
-    _, out = run(host, rules.args_check_command(spec, timeout), bounds.reading(spec, "the new engine's parser"))
     problem = rules.read_args_check(out)
     if problem is not None:
         return refuse(f"expected SGLang {engine.version}'s parser (prepare_server_args) to take the unit's command "

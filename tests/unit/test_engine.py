@@ -170,10 +170,10 @@ def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(i
     venv = engines / spec.engine.name
     assert "sglang==0.5.24.dev29907" in (venv / rules.FREEZE).read_text().split()
     assert not list(engines.glob(".*.partial")) and (venv / rules.LOG).is_file()
-    engine = parse_engine(sh(SglangEngine().command(spec.launcher, 60, {}, str(tmp_path / "cache"))))
+    out = sh(checks(spec, tmp_path))
+    engine = parse_engine(out)
     assert engine.version == "0.5.24.dev29907" and "DDTREE" in engine.algorithms
-    assert engine_violations("gpu1", spec, engine) == []
-    assert rules.read_args_check(sh(rules.args_check_command(spec, 60))) is None
+    assert engine_violations("gpu1", spec, engine) == [] and rules.read_args_check(out) is None
     # a second install finds it complete
     assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "already"
 
@@ -181,11 +181,16 @@ def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(i
 def test_ddtree_on_0523_is_refused_by_the_new_engine_itself(index, engines, tmp_path):
     spec = engine_spec(index_url=index, disk_mib=1).model_copy(update={"speculative": make_spec(DDTREE).speculative})
     assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "new"
-    engine = parse_engine(sh(SglangEngine().command(spec.launcher, 60, {}, str(tmp_path / "cache"))))
-    (v,) = [v for v in engine_violations("gpu1", spec, engine) if v.check == "speculative algorithm"]
+    out = sh(checks(spec, tmp_path))
+    (v,) = [v for v in engine_violations("gpu1", spec, parse_engine(out)) if v.check == "speculative algorithm"]
     assert "SGLang 0.5.23 at " + spec.launcher in str(v) and "not DDTree" in str(v)
-    said = rules.read_args_check(sh(rules.args_check_command(spec, 60)))
+    said = rules.read_args_check(out)
     assert said is not None and "--speculative-ddtree-budget" in said
+
+
+def checks(spec: ClassSpec, tmp_path: Path) -> str:
+    """The new engine's checks as tasks/engine.py runs them: its fact and its parser at once."""
+    return rules.check_command(spec, 60, SglangEngine().command(spec.launcher, 60, {}, str(tmp_path / "cache")))
 
 
 @pytest.mark.parametrize("version, said", [
@@ -253,3 +258,11 @@ def test_a_resolution_conflict_is_pips_own_reason(index, engines):
     done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
     reason = rules.pip_reason(done.pip_said)
     assert done.outcome == "pip" and "conflicting dependencies" in reason and "ResolutionImpossible" in reason, reason
+
+
+def test_status_names_the_engine_a_server_runs_by_its_venv():
+    name = engine_spec().engine.name
+    assert rules.running_engine([layout.engine_launcher(name), "-m", "sglang.launch_server"]) == name
+    for other in (["/opt/sglang/bin/python", "-m"], [f"{layout.ENGINES_DIR}/../x/bin/python"], [], None,
+                  [f"{layout.ENGINES_DIR}/{name}/bin/python3"]):
+        assert rules.running_engine(other) is None

@@ -164,7 +164,7 @@ def commands(spec: ClassSpec, lock_text: str) -> list[str]:
         gate.observe_command(spec), gate.wait_command(spec, lock_text, 1), gate.smoke_command(spec),
         gate.metrics_command(spec), lock.take_command(spec, {"holder": lock_text, "pid": 1, "since": 1}, seen),
         lock.release_command(spec), lock.renew_command(spec), GpuProcesses().command(1),
-        *([engine.survey_command(spec), engine.args_check_command(spec, 1),
+        *([engine.survey_command(spec), engine.check_command(spec, 1, "true"),
            engine.install_command(spec, engine.pip_wheel_path("pip-24.3.1-py3-none-any.whl"), [spec.engine.name])]
           if spec.engine else []),
     ]
