@@ -40,7 +40,8 @@ def survey_command(spec: ClassSpec) -> str:
     e = _q(layout.ENGINES_DIR)
     uses = f"{layout.ENGINES_DIR}/sglang-[^/]*/bin/python"
     return "; ".join([
-        block("engines", f"cd {e} && stat -c '%Y %n' -- sglang-*"),
+        # complete ones only (the freeze is written last): an incomplete directory is nobody's engine
+        block("engines", f"cd {e} && for d in sglang-*; do [ -s \"$d/{FREEZE}\" ] && stat -c '%Y %n' -- \"$d\"; done"),
         block("uses", f"grep -rhoa -- {_q(uses)} {_q(spec.unit_file)} {_q(spec.backups_dir)}"),
     ])
 
@@ -132,7 +133,9 @@ def install_command(spec: ClassSpec, pip_wheel: str, remove: list[str]) -> str:
         f"if ! flock -n 9; then {mark('busy')}; exit 0; fi",
         *[f"rm -rf -- {_q(layout.engine_dir(n))} && {mark('removed', n)}" for n in remove],
         f"rm -rf -- {_q(root)}/.*.partial",
-        f"if [ -x {_q(final)}/bin/python ]; then {mark('installed', 'already')}; exit 0; fi",
+        f"if [ -x {_q(final)}/bin/python ] && [ -s {_q(final)}/{FREEZE} ]; then {mark('installed', 'already')}; "
+        f"exit 0; fi",
+        f"rm -rf -- {_q(final)}",  # not complete (made by hand, or damaged): built again
         f"avail=$(df -Pk -- {_q(root)} | awk 'NR == 2 {{ print $4 }}'); printf '@@disk=%s\\n' \"$avail\"",
         f"[ \"${{avail:-0}}\" -ge {need_kib} ] 2>/dev/null || exit 0",
         f"timeout -k 10 {max(1, int(e.install_timeout_s))} sh -c {_q(build)} > {_q(log)} 2>&1; rc=$?",
@@ -172,6 +175,14 @@ def read_install(answer: str) -> Installed:
     if disk is not None:
         return Installed("disk", removed, free)
     return Installed("no answer", removed)
+
+
+def the_pip_wheel(wheels: list) -> object:
+    """The one pip wheel a download left (ValueError else)."""
+    if len(wheels) != 1:
+        raise ValueError(f"expected one pip wheel in the controller's cache, found {len(wheels)}: "
+                         f"{', '.join(str(w) for w in wheels) or 'none'}")
+    return wheels[0]
 
 
 def pip_reason(said: str) -> str:

@@ -37,7 +37,8 @@ def install(pf: Preflight) -> None:
     if pf.plan.install_engine is None:
         return
     try:
-        (wheel,) = downloaded(CACHE / "wheels" / PIP.replace("==", "-"), ["--no-deps", "--only-binary=:all:", PIP], PIP)
+        wheel = rules.the_pip_wheel(downloaded(CACHE / "wheels" / PIP.replace("==", "-"),
+                                               ["--no-deps", "--only-binary=:all:", PIP], PIP))
         wheels = declared_wheels(pf.spec)
     except (WheelError, ValueError) as e:
         refused(RUN.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
@@ -62,9 +63,9 @@ def declared_wheels(spec) -> list[Path]:
 def _install_or_lost(state, host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     try:
         return _install(host, pf, uploads)
-    except HostLost as e:  # nothing was begun: the host is as it was, but for a partial install
-        return fail(host, e.why, f"{host.name}: engine {pf.spec.engine.name}: the next run removes a partial "
-                                 "install it left", verdict="LOST")
+    except HostLost as e:  # nothing was begun: the host is as it was, but for what the install left
+        return fail(host, e.why, f"{host.name}: engine {pf.spec.engine.name}: nothing live changed; the next run "
+                                 "keeps a complete install and removes a partial one", verdict="LOST")
 
 
 def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
@@ -78,17 +79,17 @@ def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     if name not in survey.engines:  # else installed since preflight: nothing to upload
         ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR} && rm -rf {layout.engine_wheels(name)} && "
                             f"mkdir -p {layout.engine_wheels(name)}", bounds.disk("the uploads' directories"))
+        if not ok:
+            return refuse(f"expected the uploads' directories made, found {excerpt(out)}")
         for local, remote in uploads:
             try:
-                ok = ok and host.put_file(local, remote, **connector_arguments(host))
+                said = "" if host.put_file(local, remote, **connector_arguments(host)) else "the transfer failed"
             except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
-                ok, out = False, str(e)
-            if not ok:
-                return refuse(f"could not upload {local} to {remote}: {excerpt(out)}")
+                said = str(e)
+            if said:
+                return refuse(f"expected {local} uploaded to {remote}, found {excerpt(said)}")
 
-    index = spec.engine.index_url or "no index"
-    host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {index}"
-             + (f" and {len(spec.engine.wheels)} uploaded wheel(s)" if spec.engine.wheels else "") + ")")
+    host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {_sources(spec)})")
     started = time.monotonic()
     _, out = run(host, rules.install_command(spec, uploads[0][1], remove), bounds.install(spec))
     done = rules.read_install(out)
@@ -98,20 +99,30 @@ def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
         return refuse(f"expected no other install on the host, found one running (it holds "
                       f"{layout.ENGINE_INSTALL_LOCK}): run again once it is done")
     if done.outcome == "disk":
+        free = f"{done.free_kib / 1024:.1f} MiB" if done.free_kib is not None else "no figure from df"
         return refuse(f"expected {spec.engine.disk_mib} MiB free at {layout.ENGINES_DIR} (engine.disk_mib), found "
-                      f"{(done.free_kib or 0) / 1024:.1f} MiB")
-    if done.outcome in ("pip", "finish"):
-        what = "pip" if done.outcome == "pip" else "writing its freeze and renaming it into place"
-        index = ", ".join([spec.engine.index_url or "no index", *spec.engine.extra_index_urls]
-                          + ([f"the wheels uploaded to {layout.engine_wheels(name)}"] if spec.engine.wheels else []))
-        return refuse(f"expected pip to install {', '.join(spec.engine.requirements)} from {index}, found {what} "
-                      f"exit {done.pip_rc}: {excerpt(rules.pip_reason(done.pip_said), 600)} (the partial venv is "
+                      f"{free}")
+    if done.outcome == "pip":
+        return refuse(f"expected pip to install {', '.join(spec.engine.requirements)} from {_sources(spec)}, found "
+                      f"pip exit {done.pip_rc}: {excerpt(rules.pip_reason(done.pip_said), 600)} (the partial venv is "
                       f"removed; pip's log: {rules.failed_log(name)})")
+    if done.outcome == "finish":
+        return refuse(f"expected its freeze written and the venv renamed into place once pip was done, found exit "
+                      f"{done.pip_rc} (the partial venv is removed)")
     if done.outcome == "no answer":
         return refuse(f"expected the install's records, found {excerpt(out, 300)}")
     if done.outcome == "new":
         host.log(f"engine {name} installed in {time.monotonic() - started:.1f}s at {layout.engine_dir(name)}")
     return _checked(host, pf, refuse)
+
+
+def _sources(spec) -> str:
+    """Where pip looks for the engine, in words."""
+    e = spec.engine
+    where = [u for u in [e.index_url, *e.extra_index_urls] if u]
+    if e.wheels:
+        where.append(f"{len(e.wheels)} wheel(s) uploaded to {layout.engine_wheels(e.name)}")
+    return ", ".join(where) + ("" if e.index_url else " (no index)")
 
 
 def _checked(host, pf: Preflight, refuse) -> bool:

@@ -191,7 +191,8 @@ def test_a_build_from_the_controllers_wheel_files_installs_without_any_index(eng
     run = deploy(lab, workdir(tmp / "wheels", pro6000=f"{engine(None, '0.5.24.dev29907', wheels=[str(wheel)])}\n"
                                                      f"{DDTREE}"), "--limit", "pro6000-1")
     assert run.returncode == 0 and "OK" in summary_row(run.out, "pro6000-1"), run.out
-    assert "from no index and 1 uploaded wheel(s)" in run.out
+    assert "1 wheel(s) uploaded to /var/cache/sglang-fleet/wheels/sglang-0.5.24.dev29907-" in run.out and \
+        "(no index))" in run.out
     assert "--speculative-algorithm DDTREE" in argv(lab, "pro6000-1") and health(lab, "pro6000-1") == "200"
     assert sh(lab, "mirror-1", asked) == before  # pip asked the index nothing
     assert sh(lab, "pro6000-1", "ls -A /var/cache/sglang-fleet/wheels") == ""  # the uploads gone once installed

@@ -266,3 +266,19 @@ def test_status_names_the_engine_a_server_runs_by_its_venv():
     for other in (["/opt/sglang/bin/python", "-m"], [f"{layout.ENGINES_DIR}/../x/bin/python"], [], None,
                   [f"{layout.ENGINES_DIR}/{name}/bin/python3"]):
         assert rules.running_engine(other) is None
+
+
+def test_a_directory_at_the_engines_name_that_is_not_complete_is_nobodys_and_is_built_again(index, engines):
+    spec = engine_spec(index_url=index, disk_mib=1)
+    (engines / spec.engine.name / "bin").mkdir(parents=True)  # made by hand, or damaged: no freeze
+    survey = rules.read_survey(sh(rules.survey_command(spec)))
+    assert spec.engine.name not in survey.engines
+    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "new"
+    assert spec.engine.name in rules.read_survey(sh(rules.survey_command(spec))).engines
+
+
+def test_one_pip_wheel_is_what_a_download_must_leave():
+    assert rules.the_pip_wheel(["pip-24.3.1-py3-none-any.whl"]) == "pip-24.3.1-py3-none-any.whl"
+    for wheels in ([], ["a.whl", "b.whl"]):
+        with pytest.raises(ValueError, match=f"expected one pip wheel in the controller's cache, found {len(wheels)}"):
+            rules.the_pip_wheel(wheels)
