@@ -427,7 +427,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
     bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
     if any(h.entry["role"] == "mirror" for h in lab.hosts):
-        mirror.cached_pypiserver()  # a download, the first time: before anything of the lab is made
+        mirror.cached_pypiserver()  # downloads, the first time: before anything of the lab is made
+        mirror.cached_dependencies()
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,

@@ -14,6 +14,7 @@ pypiserver also logs each request's URL and status on two lines of their own.
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -47,14 +48,14 @@ class MirrorError(RuntimeError):
     pass
 
 
-def _pip(*args: str) -> None:
+def _pip(*args: str, what: str = f"pypiserver {PYPISERVER_VERSION}") -> None:
     command = [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        raise MirrorError(f"pip {args[0]} of pypiserver {PYPISERVER_VERSION} took more than 600 s") from None
+        raise MirrorError(f"pip {args[0]} of {what} took more than 600 s") from None
     if done.returncode:
-        raise MirrorError(f"pip {args[0]} of pypiserver {PYPISERVER_VERSION} failed: "
+        raise MirrorError(f"pip {args[0]} of {what} failed: "
                           + (done.stderr.strip().splitlines() or ["pip said nothing"])[-1])
 
 
@@ -79,6 +80,27 @@ def cached_pypiserver() -> Path:
     for python in pythons:
         _pip("download", "--only-binary=:all:", "--python-version", python, "--dest", str(where),
              *_requirements(python))
+    done.write_text("\n".join(pythons) + "\n")
+    return where
+
+
+# What the SGLang double's wheels require, as SGLang's do (it reads --config files with PyYAML): the
+# index serves it too, so an engine's venv resolves its dependencies from the index, as a real one does.
+DEPENDENCIES = ("pyyaml==6.0.2",)
+
+
+def cached_dependencies() -> Path:
+    """DEPENDENCIES' wheels for every lab Python on this machine's architecture: downloaded once."""
+    where = base.cache_dir() / "wheels" / ("index-" + "-".join(d.replace("==", "-") for d in DEPENDENCIES))
+    done = where / "complete"
+    pythons = sorted({image.python for image in base.IMAGES.values()})
+    if done.exists() and set(pythons) <= set(done.read_text().split()):
+        return where
+    where.mkdir(parents=True, exist_ok=True)
+    for python in pythons:
+        _pip("download", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+             "--platform", f"manylinux2014_{platform.machine()}", "--dest", str(where), *DEPENDENCIES,
+             what=", ".join(DEPENDENCIES))
     done.write_text("\n".join(pythons) + "\n")
     return where
 

@@ -92,8 +92,10 @@ def _entry(name: str) -> zipfile.ZipInfo:
 def build_wheel(build: Build, dest: Path) -> Path:
     files = sorted(_sources() + [("sglang/_build.json", (json.dumps(build.build_json(), indent=1) + "\n").encode())])
     return _write(dest, build.filename, "sglang", build.version, build.metadata_version or build.version,
-                  f"LAB DOUBLE of SGLang (not SGLang): {build.about}", files)
+                  f"LAB DOUBLE of SGLang (not SGLang): {build.about}", files, REQUIRES)
 
+
+REQUIRES = ("PyYAML",)  # as SGLang's own: the double reads --config files with it (lab/mirror.py serves it)
 
 # A plugin that needs the DDTree build (as SGLang plugins pin the SGLang they extend): asked for beside
 # sglang==0.5.23, pip finds no resolution.

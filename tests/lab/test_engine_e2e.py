@@ -19,6 +19,7 @@ import subprocess
 import pytest
 from e2e import BIN, REPO, deploy, health, interrupted, main_pid, records, sh, summary_row, workdir
 
+from lab.mirror import cached_dependencies
 from lab.wheels import BUILDS, build_wheel
 
 ENGINES = "/opt/sglang-fleet/engines"
@@ -185,13 +186,15 @@ def test_an_install_killed_with_the_controller_changes_nothing_live_and_the_next
 
 def test_a_build_from_the_controllers_wheel_files_installs_without_any_index(englab):
     lab, tmp, _ = englab
-    wheel = build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp / "dist")
+    # a wheelhouse: the build and what it requires (PyYAML, for the host's Python 3.11)
+    house = [build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp / "dist"),
+             *cached_dependencies().glob("*-cp311-*.whl")]
     asked = f"journalctl -u lab-pypi.service -o cat | grep -c '^{lab.host('pro6000-1').ip} '"
     before = sh(lab, "mirror-1", asked)
-    run = deploy(lab, workdir(tmp / "wheels", pro6000=f"{engine(None, '0.5.24.dev29907', wheels=[str(wheel)])}\n"
+    run = deploy(lab, workdir(tmp / "wheels", pro6000=f"{engine(None, '0.5.24.dev29907', wheels=[str(w) for w in house])}\n"
                                                      f"{DDTREE}"), "--limit", "pro6000-1")
     assert run.returncode == 0 and "OK" in summary_row(run.out, "pro6000-1"), run.out
-    assert "1 wheel(s) uploaded to /var/cache/sglang-fleet/wheels/sglang-0.5.24.dev29907-" in run.out and \
+    assert "2 wheel(s) uploaded to /var/cache/sglang-fleet/wheels/sglang-0.5.24.dev29907-" in run.out and \
         "(no index))" in run.out
     assert "--speculative-algorithm DDTREE" in argv(lab, "pro6000-1") and health(lab, "pro6000-1") == "200"
     assert sh(lab, "mirror-1", asked) == before  # pip asked the index nothing

@@ -13,7 +13,6 @@ import subprocess
 import threading
 from pathlib import Path
 
-import pip
 import pytest
 from builders import SPEC, make_spec
 from packaging.utils import canonicalize_name
@@ -21,15 +20,27 @@ from pydantic import ValidationError
 
 from facts.sglang import SglangEngine
 from fleet import engine as rules
+from fleet.engine import the_pip_wheel
 from fleet import layout
 from fleet.groupdata import SpecError, validate_class
 from fleet.guards import engine_violations
 from fleet.parse import parse_engine
 from fleet.render import server_argv
 from fleet.spec import ClassSpec
+from lab import mirror
+from tasks.common import CACHE, downloaded
+from tasks.engine import PIP
 from lab.wheels import BUILDS, PLUGIN, build_wheel, build_wheels
 
-PIP = Path(pip.__file__).parent.parent  # `python DIR/pip` runs the controller's pip as from a wheel
+
+
+
+@pytest.fixture(scope="module")
+def pip_wheel() -> str:
+    """The pip wheel a deploy installs engines with (tasks/engine.py), from the controller's cache: a
+    wheel alone on sys.path, as on a host (the project venv's pip would bring the venv's packages)."""
+    return str(the_pip_wheel(downloaded(CACHE / "wheels" / PIP.replace("==", "-"),
+                                        ["--no-deps", "--only-binary=:all:", PIP], PIP)))
 DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/m/draft", "block_size": 8, "tree_budget": 64}
 
 
@@ -127,10 +138,11 @@ def _b64(text: str) -> str:
 def index(tmp_path_factory):
     """A package index on loopback: http.server's listing of simple/sglang/ is a PEP 503 page."""
     root = tmp_path_factory.mktemp("index")
-    for wheel in build_wheels(root / "built"):  # each under its project's page, as PEP 503 lays them out
+    # the double's wheels and what they require (PyYAML), each under its project's page, as PEP 503 lays them out
+    for wheel in [*build_wheels(root / "built"), *mirror.cached_dependencies().glob("*.whl")]:
         project = root / "simple" / canonicalize_name(wheel.name.split("-")[0])
         project.mkdir(parents=True, exist_ok=True)
-        wheel.rename(project / wheel.name)
+        shutil.copy(wheel, project / wheel.name)
     handler = functools.partial(_Quiet, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -162,10 +174,10 @@ def sh(command: str) -> str:
     return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=300).stdout
 
 
-def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(index, engines, tmp_path):
+def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(index, engines, tmp_path, pip_wheel):
     spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=index, disk_mib=1,
                        python="/usr/bin/python3").model_copy(update={"speculative": make_spec(DDTREE).speculative})
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     assert done.outcome == "new", done
     venv = engines / spec.engine.name
     assert "sglang==0.5.24.dev29907" in (venv / rules.FREEZE).read_text().split()
@@ -175,12 +187,12 @@ def test_an_engine_installs_beside_the_others_and_is_checked_from_its_own_venv(i
     assert engine.version == "0.5.24.dev29907" and "DDTREE" in engine.algorithms
     assert engine_violations("gpu1", spec, engine) == [] and rules.read_args_check(out) is None
     # a second install finds it complete
-    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "already"
+    assert rules.read_install(sh(rules.install_command(spec, pip_wheel, []))).outcome == "already"
 
 
-def test_ddtree_on_0523_is_refused_by_the_new_engine_itself(index, engines, tmp_path):
+def test_ddtree_on_0523_is_refused_by_the_new_engine_itself(index, engines, tmp_path, pip_wheel):
     spec = engine_spec(index_url=index, disk_mib=1).model_copy(update={"speculative": make_spec(DDTREE).speculative})
-    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "new"
+    assert rules.read_install(sh(rules.install_command(spec, pip_wheel, []))).outcome == "new"
     out = sh(checks(spec, tmp_path))
     (v,) = [v for v in engine_violations("gpu1", spec, parse_engine(out)) if v.check == "speculative algorithm"]
     assert "SGLang 0.5.23 at " + spec.launcher in str(v) and "not DDTree" in str(v)
@@ -197,65 +209,69 @@ def checks(spec: ClassSpec, tmp_path: Path) -> str:
     ("9.9.9", "No matching distribution found for sglang==9.9.9"),
     ("0.5.25", "0.5.26"),  # a wheel whose metadata names another version than its file
 ])
-def test_a_failed_pip_leaves_no_partial_and_says_pips_reason(index, engines, version, said):
+def test_a_failed_pip_leaves_no_partial_and_says_pips_reason(index, engines, version, said, pip_wheel):
     spec = engine_spec(sglang=f"sglang=={version}", index_url=index, disk_mib=1)
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     assert done.outcome == "pip" and done.pip_rc != "0" and said in rules.pip_reason(done.pip_said)
     assert not (engines / spec.engine.name).exists() and not list(engines.glob(".*.partial"))
 
 
-def test_an_unreachable_index_fails_the_install(engines):
+def test_an_unreachable_index_fails_the_install(engines, pip_wheel):
     spec = engine_spec(index_url="http://127.0.0.1:9/simple/", disk_mib=1)
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     assert done.outcome == "pip" and "sglang==0.5.23" in rules.pip_reason(done.pip_said)
 
 
-def test_too_little_disk_refuses_before_pip_runs(index, engines):
+def test_too_little_disk_refuses_before_pip_runs(index, engines, pip_wheel):
     spec = engine_spec(index_url=index, disk_mib=10_485_760)
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     assert done.outcome == "disk" and done.free_kib and not (engines / spec.engine.name).exists()
 
 
-def test_a_partial_left_by_an_interrupted_install_is_removed_and_removals_are_said(index, engines):
+def test_a_partial_left_by_an_interrupted_install_is_removed_and_removals_are_said(index, engines, pip_wheel):
     spec = engine_spec(index_url=index, disk_mib=1)
     (engines / f".{spec.engine.name}.partial" / "bin").mkdir(parents=True)
     old = names("0.5.1")[0]
     (engines / old).mkdir()
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [old])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [old])))
     assert done.outcome == "new" and done.removed == (old,)
     assert sorted(p.name for p in engines.iterdir()) == [".install.lock", spec.engine.name]
 
 
-def test_an_install_running_holds_off_another(index, engines):
+def test_an_install_running_holds_off_another(index, engines, pip_wheel):
     spec = engine_spec(index_url=index, disk_mib=1)
     engines.mkdir()
     holder = subprocess.Popen(["flock", str(engines / ".install.lock"), "sleep", "30"])
     try:
         subprocess.run(["sh", "-c", f"until ! flock -n {engines}/.install.lock true; do sleep 0.05; done"], timeout=10)
-        assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "busy"
+        assert rules.read_install(sh(rules.install_command(spec, pip_wheel, []))).outcome == "busy"
     finally:
         holder.kill()
         holder.wait()
     assert not (engines / spec.engine.name).exists()
 
 
-def test_an_engine_from_uploaded_wheels_alone_installs_without_any_index(engines, tmp_path):
-    wheel = build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp_path / "dist")
-    spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=None, wheels=[str(wheel)], disk_mib=1)
+def test_an_engine_from_uploaded_wheels_alone_installs_without_any_index(engines, tmp_path, pip_wheel):
+    # a wheelhouse: the build and what it requires (PyYAML, for this machine's python3)
+    house = [build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp_path / "dist"),
+             *mirror.cached_dependencies().glob("*-cp311-*.whl")]
+    spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=None, wheels=[str(w) for w in house], disk_mib=1)
     assert "--no-index" in rules.pip_install_argv(spec) and "--index-url" not in rules.pip_install_argv(spec)
     uploaded = Path(layout.engine_wheels(spec.engine.name))
     uploaded.mkdir(parents=True)
-    shutil.copy(wheel, uploaded)  # what tasks/engine.py uploads
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    for wheel in house:  # what tasks/engine.py uploads
+        shutil.copy(wheel, uploaded)
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     assert done.outcome == "new", done
-    assert "sglang==0.5.24.dev29907" in (engines / spec.engine.name / rules.FREEZE).read_text().split()
+    frozen = (engines / spec.engine.name / rules.FREEZE).read_text().split()
+    assert "sglang==0.5.24.dev29907" in frozen and "PyYAML==6.0.2" in frozen
     assert not uploaded.exists()  # installed: the uploads go
 
 
-def test_a_resolution_conflict_is_pips_own_reason(index, engines):
+def test_a_resolution_conflict_is_pips_own_reason(index, engines, pip_wheel):
     name, version, needs = PLUGIN
     spec = engine_spec(index_url=index, packages=[f"{name}=={version}"], disk_mib=1)
-    done = rules.read_install(sh(rules.install_command(spec, str(PIP), [])))
+    done = rules.read_install(sh(rules.install_command(spec, pip_wheel, [])))
     reason = rules.pip_reason(done.pip_said)
     assert done.outcome == "pip" and "conflicting dependencies" in reason and "ResolutionImpossible" in reason, reason
 
@@ -268,16 +284,16 @@ def test_status_names_the_engine_a_server_runs_by_its_venv():
         assert rules.running_engine(other) is None
 
 
-def test_a_directory_at_the_engines_name_that_is_not_complete_is_nobodys_and_is_built_again(index, engines):
+def test_a_directory_at_the_engines_name_that_is_not_complete_is_nobodys_and_is_built_again(index, engines, pip_wheel):
     spec = engine_spec(index_url=index, disk_mib=1)
     (engines / spec.engine.name / "bin").mkdir(parents=True)  # made by hand, or damaged: no freeze
     survey = rules.read_survey(sh(rules.survey_command(spec)))
     assert spec.engine.name not in survey.engines
-    assert rules.read_install(sh(rules.install_command(spec, str(PIP), []))).outcome == "new"
+    assert rules.read_install(sh(rules.install_command(spec, pip_wheel, []))).outcome == "new"
     assert spec.engine.name in rules.read_survey(sh(rules.survey_command(spec))).engines
 
 
-def test_one_pip_wheel_is_what_a_download_must_leave():
+def test_one_pip_wheel_is_what_a_download_must_leave(pip_wheel):
     assert rules.the_pip_wheel(["pip-24.3.1-py3-none-any.whl"]) == "pip-24.3.1-py3-none-any.whl"
     for wheels in ([], ["a.whl", "b.whl"]):
         with pytest.raises(ValueError, match=f"expected one pip wheel in the controller's cache, found {len(wheels)}"):

@@ -44,7 +44,8 @@ def installed(built, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for version in wheels.GOOD:
         target = tmp_path_factory.mktemp(f"site-{version}")
-        done = pip("install", "--quiet", "--no-index", "--find-links", str(built), "--target", str(target),
+        # --no-deps: PyYAML, which each requires, is the index's (lab/mirror.py); the controller has it
+        done = pip("install", "--quiet", "--no-index", "--no-deps", "--find-links", str(built), "--target", str(target),
                    f"sglang=={version}")
         assert done.returncode == 0, done.stderr
         out[version] = target
