@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,6 +28,11 @@ def workdir(tmp: Path, **overrides: str) -> Path:
         with open(tmp / "group_data" / f"{group}.py", "a") as f:
             f.write("\n" + text + "\n")
     return tmp
+
+
+def verify_checks() -> int:
+    """How many checks `make verify` runs on one GPU host (tests/verify/test_service.py's tests)."""
+    return len(re.findall(r"(?m)^def test_", (REPO / "tests/verify/test_service.py").read_text()))
 
 
 def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -117,10 +117,14 @@ def test_each_bad_engine_is_refused_before_anything_stops(englab):
     assert not [n for n in engines(lab, "h200-1") if n.startswith("sglang-")]
 
 
+KEYED = 'service = {**service, "api_key": {"env": "LAB_ENGINE_API_KEY"}}'  # its --config file: PyYAML in the venv
+KEY = {"LAB_ENGINE_API_KEY": "sk-engine-0123456789abcdef"}
+
+
 def test_the_ddtree_engine_is_installed_beside_the_old_one_and_serves(englab):
     lab, tmp, index = englab
-    run = deploy(lab, workdir(tmp / "ddtree", pro6000=f"{engine(index, '0.5.24.dev29907')}\n{DDTREE}"),
-                 "--limit", "pro6000-1")
+    run = deploy(lab, workdir(tmp / "ddtree", pro6000=f"{engine(index, '0.5.24.dev29907')}\n{DDTREE}\n{KEYED}"),
+                 "--limit", "pro6000-1", env=KEY)
     assert run.returncode == 0, run.out
     (name,) = [n for n in engines(lab, "pro6000-1") if n.startswith("sglang-0.5.24.dev29907-")]
     row = summary_row(run.out, "pro6000-1")
@@ -132,14 +136,16 @@ def test_the_ddtree_engine_is_installed_beside_the_old_one_and_serves(englab):
     # installed and checked while the old service and the training ran; the old engines kept
     assert run.out.index(f"engine {name} installed") < run.out.index("stopping dflash-train")
     assert sh(lab, "pro6000-1", f"test -x /opt/sglang/bin/python && ls {ENGINES}/*/engine.lock | wc -l") == "2"
-    assert "sglang==0.5.24.dev29907" in sh(lab, "pro6000-1", f"cat {ENGINES}/{name}/engine.lock").split()
+    frozen = sh(lab, "pro6000-1", f"cat {ENGINES}/{name}/engine.lock").split()
+    assert "sglang==0.5.24.dev29907" in frozen and "PyYAML==6.0.2" in frozen  # resolved from the index
+    assert "--config /etc/sglang/sglang.yaml" in running and KEY["LAB_ENGINE_API_KEY"] not in running
     record = records(lab, "pro6000-1")[-1]
     assert (record["result"], record["engine"], record["sglang"]) == ("ok", name, "0.5.24.dev29907")
     history = subprocess.run([str(BIN / "python"), "-m", "ops", "history", str(lab.inventory), "pro6000-1"],
                              cwd=REPO, capture_output=True, text=True, timeout=120).stdout
     assert f"engine {name}" in history
-    again = deploy(lab, workdir(tmp / "ddtree-again", pro6000=f"{engine(index, '0.5.24.dev29907')}\n{DDTREE}"),
-                   "--limit", "pro6000-1")
+    again = deploy(lab, workdir(tmp / "ddtree-again", pro6000=f"{engine(index, '0.5.24.dev29907')}\n{DDTREE}\n"
+                                                           f"{KEYED}"), "--limit", "pro6000-1", env=KEY)
     assert again.returncode == 0 and "none (already as declared)" in summary_row(again.out, "pro6000-1"), again.out
 
 
