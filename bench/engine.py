@@ -16,19 +16,17 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.rollout import server_times  # noqa: E402
+from bench.common import converge, workdir  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 
-PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 HOST = "pro6000-1"
 LAB = ('[lab]\nname = "benchengin"\nsubnet = "10.207.0.0/24"\n\n[[hosts]]\nname = "mirror-1"\nrole = "mirror"\n\n'
        f'[[hosts]]\nname = "{HOST}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
@@ -36,28 +34,13 @@ LAB = ('[lab]\nname = "benchengin"\nsubnet = "10.207.0.0/24"\n\n[[hosts]]\nname 
        'workloads = ["dflash-train"]\npreinstalled = {}\n')
 
 
-def converge(lab, cwd: Path) -> tuple[float, str]:
-    t = time.monotonic()
-    p = subprocess.run([PYINFRA, "-y", "--debug", str(lab.inventory), "deploy.py"], cwd=cwd, capture_output=True,
-                       text=True, timeout=900)
-    if p.returncode:
-        raise SystemExit(f"bench: the run failed (exit {p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
-    return time.monotonic() - t, p.stdout + p.stderr
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2)
     runs = ap.parse_args().runs
     with tempfile.TemporaryDirectory() as tmp:
-        path, wd = Path(tmp) / "engine.toml", Path(tmp) / "wd"
+        path, wd = Path(tmp) / "engine.toml", workdir(Path(tmp))
         path.write_text(LAB)
-        wd.mkdir()
-        for name in ("deploy.py", "tasks", "fleet", "facts", "templates"):
-            (wd / name).symlink_to(REPO / name)
-        (wd / "group_data").mkdir()
-        for f in (REPO / "group_data").glob("*.py"):
-            (wd / "group_data" / f.name).write_text(f.read_text())
         pro = wd / "group_data" / "pro6000.py"
         declared = pro.read_text()
         lab = labmod.up(path)

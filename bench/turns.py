@@ -13,31 +13,20 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import converge, workdir  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 
-PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 HOSTS = ("turn-1", "turn-2", "turn-3")
 LAB = '[lab]\nname = "benchturn"\n' + "".join(
     f'\n[[hosts]]\nname = "{h}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
     'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 3\n' for h in HOSTS)
-
-
-def converge(lab, cwd: Path) -> tuple[float, str]:
-    t = time.monotonic()
-    p = subprocess.run([PYINFRA, "-y", "--debug", str(lab.inventory), "deploy.py"], cwd=cwd, capture_output=True,
-                       text=True, timeout=900)
-    if p.returncode:
-        raise SystemExit(f"bench: the run failed (exit {p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
-    return time.monotonic() - t, p.stdout + p.stderr
 
 
 def main() -> int:
@@ -45,14 +34,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2)
     runs = ap.parse_args().runs
     with tempfile.TemporaryDirectory() as tmp:
-        path, wd = Path(tmp) / "turns.toml", Path(tmp) / "wd"
+        path, wd = Path(tmp) / "turns.toml", workdir(Path(tmp))
         path.write_text(LAB)
-        wd.mkdir()
-        for name in ("deploy.py", "tasks", "fleet", "facts", "templates"):
-            (wd / name).symlink_to(REPO / name)
-        (wd / "group_data").mkdir()
-        for f in (REPO / "group_data").glob("*.py"):
-            (wd / "group_data" / f.name).write_text(f.read_text())
         pro = wd / "group_data" / "pro6000.py"
         declared = pro.read_text()
         lab = labmod.up(path)
