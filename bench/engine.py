@@ -69,7 +69,7 @@ def main() -> int:
             print(f"engine switch on {HOST} ({len(walls)} runs, 0.5.23 <-> the DDTree build, each a new venv), "
                   f"medians: run {statistics.median(walls):.1f}s; before anything stops: the install (venv + pip from "
                   f"the lab's index) {statistics.median(installs):.1f}s and the new engine's checks (3 imports of "
-                  f"8 s, as the lab's engine_import_seconds) {statistics.median(checks):.1f}s; downtime (old server's stop "
+                  f"8 s, the lab's engine_import_seconds, the parser's beside the other two) {statistics.median(checks):.1f}s; downtime (old server's stop "
                   f"{statistics.median(stops):.1f}s + new one's load {statistics.median(loads):.1f}s) "
                   f"{statistics.median(stops) + statistics.median(loads):.1f}s")
             wall, out = converge(lab, wd)
