@@ -23,8 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.rollout import server_times  # noqa: E402
-from bench.common import converge, workdir  # noqa: E402
+from bench.common import converge, server_times, workdir  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 
 HOST = "pro6000-1"

@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import server_times  # noqa: E402
 from fleet.groupdata import load_class_specs  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 from ops.fleet import Fleet  # noqa: E402
@@ -60,20 +61,6 @@ def converge(lab, cwd: Path = REPO) -> tuple[float, dict[str, int], int, int]:
     for host in re.findall(r"Running command on (\S+?):", p.stdout + p.stderr):
         counts[host] = counts.get(host, 0) + 1
     return wall, counts, (p.stdout + p.stderr).count("Attempting upload of"), p.returncode
-
-
-def server_times(lab, host: str) -> tuple[float, float]:
-    """(stop, load) of the server's last restart, from its journal (systemd's clock): the old
-    server's stop (SGLang drains, checking every 5 s), then start to "ready to roll"."""
-    out = lab.ssh(host, "journalctl -u sglang.service -o json --no-pager -n 400", timeout=30).stdout
-    entries = [json.loads(line) for line in out.splitlines()]
-
-    def last(prefix: str) -> int:
-        return int([e for e in entries if str(e.get("MESSAGE", "")).startswith(prefix)][-1]["__REALTIME_TIMESTAMP"])
-
-    ready = [e for e in entries if "ready to roll" in str(e.get("MESSAGE", ""))]
-    stop = (last("Stopped sglang.service") - last("Stopping sglang.service")) / 1e6
-    return stop, (int(ready[-1]["__REALTIME_TIMESTAMP"]) - last("Started sglang.service")) / 1e6
 
 
 def change_runs(lab, runs: int) -> None:
