@@ -19,7 +19,7 @@ from facts import captured
 from fleet import layout
 from fleet.render import server_argv
 from fleet.spec import ClassSpec
-from fleet.wire import block, frames, lines_of, mark
+from fleet.wire import ascii_int, block, frames, lines_of, mark
 
 # What an engine directory is called (EngineSpec.name); anything else under ENGINES_DIR is not ours
 NAME = re.compile(r"sglang-[0-9A-Za-z.+!_-]{1,64}-[0-9a-f]{12}\Z")
@@ -57,8 +57,9 @@ def read_survey(answer: str) -> Survey:
     engines = {}
     for line in lines_of(parts.get("engines", "")):
         mtime, _, name = line.partition(" ")
-        if mtime.isascii() and mtime.isdigit() and NAME.match(name):
-            engines[name] = int(mtime)
+        seconds = ascii_int(mtime)
+        if seconds is not None and NAME.match(name):
+            engines[name] = seconds
     prefix, suffix = layout.ENGINES_DIR + "/", "/bin/python"
     uses = {u[len(prefix):-len(suffix)] for u in lines_of(parts.get("uses", ""))
             if u.startswith(prefix) and u.endswith(suffix)}
@@ -162,7 +163,7 @@ def read_install(answer: str) -> Installed:
     removed = tuple(f.value for f in found if f.key == "removed" and NAME.match(f.value))
     keys = {f.key: f for f in found}
     disk = keys.get("disk")
-    free = int(disk.value) if disk is not None and disk.value.isascii() and disk.value.isdigit() else None
+    free = ascii_int(disk.value) if disk is not None else None
     if "busy" in keys:
         return Installed("busy", removed)
     if "installed" in keys and keys["installed"].value in ("already", "new"):
