@@ -60,19 +60,20 @@ def read_survey(answer: str) -> Survey:
         seconds = ascii_int(mtime)
         if seconds is not None and NAME.match(name):
             engines[name] = seconds
+    uses = {engine_of(u) for u in lines_of(parts.get("uses", ""))}
+    return Survey(engines, frozenset(uses - {None}))
+
+
+def engine_of(launcher: str) -> str | None:
+    """The engine whose venv's interpreter `launcher` is (layout.engine_launcher), else None."""
     prefix, suffix = layout.ENGINES_DIR + "/", "/bin/python"
-    uses = {u[len(prefix):-len(suffix)] for u in lines_of(parts.get("uses", ""))
-            if u.startswith(prefix) and u.endswith(suffix)}
-    return Survey(engines, frozenset(n for n in uses if NAME.match(n)))
+    name = launcher[len(prefix):-len(suffix)] if launcher.startswith(prefix) and launcher.endswith(suffix) else ""
+    return name if NAME.match(name) else None
 
 
 def running_engine(cmdline: tuple[str, ...] | list[str] | None) -> str | None:
     """The declared engine a server runs (its interpreter is one's venv), by its arguments."""
-    if not cmdline:
-        return None
-    prefix, suffix = layout.ENGINES_DIR + "/", "/bin/python"
-    name = cmdline[0][len(prefix):-len(suffix)] if cmdline[0].startswith(prefix) and cmdline[0].endswith(suffix) else ""
-    return name if NAME.match(name) else None
+    return engine_of(cmdline[0]) if cmdline else None
 
 
 def to_remove(survey: Survey, declared: str, keep: int) -> list[str]:

@@ -695,8 +695,6 @@ class Rolling(Strict):
         return max(1, hosts * int(self.max_unavailable.rstrip("%")) // 100)
 
 
-# --- workloads: the GPU jobs stopped in the host's turn and given back on a rollback -------------
-
 # --- engine: the SGLang a class runs, installed by the deploy --------------------------------
 
 REQUIREMENTS_MAX = 64  # companions of one engine
@@ -820,6 +818,8 @@ class EngineSpec(Strict):
     def requirements(self) -> list[str]:
         return [self.sglang, *self.packages]
 
+
+# --- workloads: the GPU jobs stopped in the host's turn and given back on a rollback -------------
 
 WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")  # no '.': never mistaken for a unit
 SCOPE_PATTERN = re.compile(r"^(?![.-])[A-Za-z0-9:_.\\@*?-]{1,249}\.scope\Z")
@@ -1044,11 +1044,6 @@ class ClassSpec(Strict):
     def service_unit(self) -> str:
         """The systemd unit's full name, e.g. sglang.service."""
         return f"{self.service.unit}.service"
-
-    def engine_label(self, installed_version: str = "") -> str:
-        """The engine, as the summary, make status and the deploy record name it: the declared
-        engine's name (its version and hash), else the version found at service.launcher."""
-        return self.engine.name if self.engine is not None else installed_version or "-"
 
     @property
     def launcher(self) -> str:

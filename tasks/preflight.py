@@ -97,7 +97,7 @@ def _check(report, group_dir: str) -> Preflight | None:
         return refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
                                  "preflight command (see pyinfra's error above)"])
     report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
-    report.engine = spec.engine_label(facts.engine.version)
+    report.engine = spec.engine.name if spec.engine else facts.engine.version or "-"  # declared, else found
     for warning in facts.gpus.warnings:  # harmless to the rollout, worth an operator's look
         _warn(report, f"{host.name}: nvidia-smi said: {warning}")
     for warning in guards.drain_warnings(host.name, spec, facts):
