@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
 
 from lab import base, labfile, mirror, provision, wheels  # noqa: E402
 from lab.labfile import LabFileError  # noqa: E402
+from tasks.common import WheelError  # noqa: E402
 
 STATE = REPO / ".lab"
 DEFAULT_LAB = REPO / "lab" / "default.toml"
@@ -427,8 +428,7 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
     bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
     if any(h.entry["role"] == "mirror" for h in lab.hosts):
-        mirror.cached_pypiserver()  # downloads, the first time: before anything of the lab is made
-        mirror.cached_dependencies()
+        mirror.download()  # the first time: before anything of the lab is made
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -853,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"  {p}", file=sys.stderr)
         return 2
-    except (LabError, mirror.MirrorError) as e:
+    except (LabError, mirror.MirrorError, WheelError) as e:
         print(f"lab: {e}", file=sys.stderr)
         return 1
 

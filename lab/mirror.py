@@ -2,10 +2,10 @@
 serves the SGLang double's wheels (lab/wheels.py) on INDEX_PORT, as a fleet's own index would.
 
 Lab hosts reach no registry, so nothing is fetched from inside one: the controller downloads
-pypiserver's wheels once into its cache, ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}/wheels/
-pypiserver-<version>/, for the Python of every Debian release the lab builds (`complete`, written
-last, lists those Pythons), and installs them into the host's root with its own pip: they are
-pure-Python wheels, installed for the host's Python (--python-version).
+pypiserver's wheels once into its cache (tasks.common.downloaded: ${SGLANG_FLEET_CACHE:-~/.cache/
+sglang-fleet}/wheels/pypiserver-<version>-py<X.Y>/, one per Python of the Debian releases the lab
+builds), and installs them into the host's root with its own pip: they are pure-Python wheels,
+installed for the host's Python (--python-version).
 
 Access log: the journal of lab-pypi.service (`journalctl -u lab-pypi.service -o cat`): one line a
 request in Common Log Format, `CLIENT - - [DATE] "GET /simple/sglang/ HTTP/1.1" 200 SIZE`; with -v
@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from lab import base
+from tasks.common import downloaded
 
 PYPISERVER_VERSION = "2.4.2"  # needs Python >= 3.10: bookworm's 3.11, trixie's 3.13 (with legacy-cgi)
 INDEX_PORT = 8080
@@ -48,7 +49,7 @@ class MirrorError(RuntimeError):
     pass
 
 
-def _pip(*args: str, what: str = f"pypiserver {PYPISERVER_VERSION}") -> None:
+def _pip(*args: str, what: str = f"pypiserver {PYPISERVER_VERSION}") -> None:  # its install (downloads: tasks.common)
     command = [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -68,20 +69,15 @@ def _requirements(python: str) -> list[str]:
             *(["legacy-cgi>=2.6.4"] if version >= (3, 13) else [])]  # cgi left the standard library in 3.13
 
 
-def cached_pypiserver() -> Path:
-    """pypiserver's wheels and its dependencies', in the controller's cache: downloaded once."""
-    where = base.cache_dir() / "wheels" / f"pypiserver-{PYPISERVER_VERSION}"
-    done = where / "complete"
-    pythons = sorted({image.python for image in base.IMAGES.values()})
-    if done.exists() and set(pythons) <= set(done.read_text().split()):
-        return where
-    print(f"lab: downloading pypiserver {PYPISERVER_VERSION} for Python {', '.join(pythons)} into {where}", flush=True)
-    where.mkdir(parents=True, exist_ok=True)
-    for python in pythons:
-        _pip("download", "--only-binary=:all:", "--python-version", python, "--dest", str(where),
-             *_requirements(python))
-    done.write_text("\n".join(pythons) + "\n")
-    return where
+def _pythons() -> list[str]:
+    return sorted({image.python for image in base.IMAGES.values()})
+
+
+def cached_pypiserver(python: str) -> list[Path]:
+    """pypiserver's wheels and its dependencies' for `python` (X.Y), in the controller's cache."""
+    return downloaded(base.cache_dir() / "wheels" / f"pypiserver-{PYPISERVER_VERSION}-py{python}",
+                      ["--only-binary=:all:", "--python-version", python, *_requirements(python)],
+                      f"pypiserver {PYPISERVER_VERSION} for Python {python}")
 
 
 # What the SGLang double's wheels require, as SGLang's do (it reads --config files with PyYAML): the
@@ -89,27 +85,28 @@ def cached_pypiserver() -> Path:
 DEPENDENCIES = ("pyyaml==6.0.2",)
 
 
-def cached_dependencies() -> Path:
-    """DEPENDENCIES' wheels for every lab Python on this machine's architecture: downloaded once."""
-    where = base.cache_dir() / "wheels" / ("index-" + "-".join(d.replace("==", "-") for d in DEPENDENCIES))
-    done = where / "complete"
-    pythons = sorted({image.python for image in base.IMAGES.values()})
-    if done.exists() and set(pythons) <= set(done.read_text().split()):
-        return where
-    where.mkdir(parents=True, exist_ok=True)
-    for python in pythons:
-        _pip("download", "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
-             "--platform", f"manylinux2014_{platform.machine()}", "--dest", str(where), *DEPENDENCIES,
-             what=", ".join(DEPENDENCIES))
-    done.write_text("\n".join(pythons) + "\n")
-    return where
+def cached_dependencies() -> list[Path]:
+    """DEPENDENCIES' wheels for every lab Python on this machine's architecture, in the controller's cache."""
+    machine = platform.machine()
+    return [w for python in _pythons() for w in downloaded(
+        base.cache_dir() / "wheels" / f"index-{'-'.join(d.replace('==', '-') for d in DEPENDENCIES)}-py{python}-{machine}",
+        ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+         "--platform", f"manylinux2014_{machine}", *DEPENDENCIES], f"{', '.join(DEPENDENCIES)} for Python {python}")]
+
+
+def download() -> None:
+    """Everything a mirror host gets from the controller's cache, downloaded the first time."""
+    for python in _pythons():
+        cached_pypiserver(python)
+    cached_dependencies()
 
 
 def install_pypiserver(root: Path, python: str) -> None:
     """pypiserver into the host's root at PYPISERVER_DIR, for its `python` (X.Y), from the cache only."""
     target = root / PYPISERVER_DIR.lstrip("/")
     # --no-compile: the host's own Python compiles what it imports (the controller's .pyc would be for its version)
-    _pip("install", "--no-index", "--find-links", str(cached_pypiserver()), "--only-binary=:all:", "--no-compile",
+    wheels = cached_pypiserver(python)[0].parent
+    _pip("install", "--no-index", "--find-links", str(wheels), "--only-binary=:all:", "--no-compile",
          "--python-version", python, "--target", str(target), "--root-user-action=ignore", *_requirements(python))
     # its console scripts name the controller's interpreter; the unit runs `python3 -m pypiserver`
     shutil.rmtree(target / "bin", ignore_errors=True)

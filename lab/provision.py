@@ -336,7 +336,7 @@ def _provision_mirror(root: Path, entry: dict[str, Any]) -> dict[str, Any]:
     in its directory, and its unit, enabled. Returns its part of host.json."""
     mirror.install_pypiserver(root, IMAGES[entry["debian"]].python)
     built = wheels.build_wheels(root / mirror.INDEX_DIR.lstrip("/"))
-    for dependency in sorted(mirror.cached_dependencies().glob("*.whl")):
+    for dependency in mirror.cached_dependencies():
         shutil.copy(dependency, root / mirror.INDEX_DIR.lstrip("/") / dependency.name)
     write(root, f"/etc/systemd/system/{mirror.UNIT}", mirror.UNIT_TEXT)
     enable(root, mirror.UNIT)

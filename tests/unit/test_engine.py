@@ -139,7 +139,7 @@ def index(tmp_path_factory):
     """A package index on loopback: http.server's listing of simple/sglang/ is a PEP 503 page."""
     root = tmp_path_factory.mktemp("index")
     # the double's wheels and what they require (PyYAML), each under its project's page, as PEP 503 lays them out
-    for wheel in [*build_wheels(root / "built"), *mirror.cached_dependencies().glob("*.whl")]:
+    for wheel in [*build_wheels(root / "built"), *mirror.cached_dependencies()]:
         project = root / "simple" / canonicalize_name(wheel.name.split("-")[0])
         project.mkdir(parents=True, exist_ok=True)
         shutil.copy(wheel, project / wheel.name)
@@ -254,7 +254,7 @@ def test_an_install_running_holds_off_another(index, engines, pip_wheel):
 def test_an_engine_from_uploaded_wheels_alone_installs_without_any_index(engines, tmp_path, pip_wheel):
     # a wheelhouse: the build and what it requires (PyYAML, for this machine's python3)
     house = [build_wheel(next(b for b in BUILDS if b.version == "0.5.24.dev29907"), tmp_path / "dist"),
-             *mirror.cached_dependencies().glob("*-cp311-*.whl")]
+             *(w for w in mirror.cached_dependencies() if "-cp311-" in w.name)]
     spec = engine_spec(sglang="sglang==0.5.24.dev29907", index_url=None, wheels=[str(w) for w in house], disk_mib=1)
     assert "--no-index" in rules.pip_install_argv(spec) and "--index-url" not in rules.pip_install_argv(spec)
     uploaded = Path(layout.engine_wheels(spec.engine.name))
