@@ -7,6 +7,8 @@ The runbook, in order; a host that fails a step gets nothing after it but its ro
                 no local override), and the plan: what differs from the spec, and why
      engine     a declared engine not on the host yet: installed in a venv of its own beside the
                 live one and checked there (capabilities, its parser over the command line)
+     models     a declared revision (a model by repository and commit) missing or damaged: fetched
+                into its own directory, at most hub.max_parallel hosts at once, and checked
   2. begin      deploy lock, backup, pending-rollout record: from here every failure rolls
                 back, and an interrupted run is finished or rolled back by the next one
   3. install    upload the new unit, environment, secret beside the live ones
@@ -21,13 +23,14 @@ any replica restarts.
 The run ends with a table per host (class, GPUs found, action, verdict, time to ready).
 """
 
-from tasks import activate, engine, gateway, install, preflight, recovery
+from tasks import activate, engine, gateway, hub, install, preflight, recovery
 
 if gateway.is_gateway():
     gateway.converge()  # smg: install, unit, key, discovery file; restart only if they changed
 gateway.converged()  # where there is a gateway: no replica restarts before its steps are done
 if not gateway.is_gateway() and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
     engine.install(pf)  # the declared SGLang beside the live one, and checked, while everything still serves
+    hub.fetch(pf)  # the declared revisions of target and draft, and checked, while everything still serves
     recovery.begin(pf)
     install.stage(pf)
     activate.service(pf)

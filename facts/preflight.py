@@ -33,7 +33,7 @@ def snapshot_args(spec: ClassSpec) -> dict:
     """HostSnapshot's arguments for a host that is to run `spec`."""
     return {
         "engine": [spec.launcher, spec.service.environment, layout.ENGINE_CACHE_DIR],
-        "models": [spec.model_paths],
+        "models": [spec.model_paths, list(spec.hub_models)],
         "units": [spec.watched_units],
         "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
                      spec.lock_file, spec.pending_file],

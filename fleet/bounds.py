@@ -91,6 +91,18 @@ def install(spec: ClassSpec) -> Bound:
                         spec.engine.install_timeout_s + 10)
 
 
+def fetch(spec: ClassSpec) -> Bound:
+    """One revision's fetch (tasks/hub.py): the wait for its lock (a fetch a lost run left) and the
+    client, each under hub.fetch_timeout_s (the client killed 10 s after)."""
+    return _plus_margin("the fetch of a declared revision", "2 x hub.fetch_timeout_s + 10",
+                        2 * spec.hub.fetch_timeout_s + 10)
+
+
+def client_install(what: str) -> Bound:
+    """The hub client's install: pip from uploaded wheels, under a lock, each bounded by 600 s."""
+    return _plus_margin(what, "2 x 600 s + 10", 1210)
+
+
 def engine_check(spec: ClassSpec) -> Bound:
     """A new engine's checks (tasks/engine.py): its import and --help one after the other, its parser
     beside them, each bounded by readiness.command_timeout_s."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleet.hub import to_fetch
 from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
 from fleet.plan import read_pending, workload_of
 from fleet.render import MODULE, server_argv
@@ -119,8 +120,7 @@ def trained_block_size(draft: ModelDir) -> int | None:
 
 def model_violations(host: str, spec: ClassSpec, models: dict[str, ModelDir]) -> list[Violation]:
     s = spec.speculative
-    target_path = spec.service.model_path
-    draft_path = getattr(s, "draft_model_path", None)
+    target_path, draft_path = spec.target_path, spec.draft_path
     target, found = _readable(host, "target model", target_path, models)
     draft, problems = _readable(host, "draft model", draft_path, models) if draft_path else (None, [])
     found += problems
@@ -169,6 +169,17 @@ def model_violations(host: str, spec: ClassSpec, models: dict[str, ModelDir]) ->
             )
         )
     return found
+
+
+def preflight_model_violations(host: str, spec: ClassSpec, models: dict[str, ModelDir]) -> list[Violation]:
+    """model_violations, but where a declared revision is still to fetch (fleet.hub.to_fetch): the
+    fetch checks them all once it is done, before anything stops; a directory placed by hand must be
+    readable already."""
+    if not to_fetch(spec, models):
+        return model_violations(host, spec, models)
+    roles = {spec.target_path: "target model", spec.draft_path: "draft model"}
+    return [v for path in spec.model_paths if path not in spec.hub_models
+            for v in _readable(host, roles[path], path, models)[1]]
 
 
 def _mib(value: int | None) -> str:
@@ -264,7 +275,7 @@ def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
     return [
         *gpu_violations(host, spec, facts.gpus),
         *engine_violations(host, spec, facts.engine),
-        *model_violations(host, spec, facts.models),
+        *preflight_model_violations(host, spec, facts.models),
         # the declared workloads are stopped next; a failed nvidia-smi is reported once, above
         *(busy_gpus(host, spec, facts.gpu_processes) if facts.gpus.status == "ok" else []),
         *unit_violations(host, spec, facts.units),

@@ -16,6 +16,11 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
   /var/cache/sglang-fleet/engine/          what the installed engine can do (facts/sglang.py)
   /var/cache/sglang-fleet/pip/             the pip wheel engines are installed with (tasks/engine.py)
   /var/cache/sglang-fleet/wheels/E/        engine E's declared wheel files, uploaded for its install
+  /etc/sglang/U.hub-token                  the hub token (0600; only with hub.token), for the fetch
+  /opt/sglang-fleet/hub/C/                 the Hugging Face client the deploy fetches with (fleet/hub.py)
+  /opt/sglang-fleet/models/ORG/NAME/REV/   a model's revision (hub.models_dir), its manifest
+                                           (.sglang-fleet-files) written last; .REV.partial while
+                                           it is fetched, .REV.log the client's words
   /opt/sglang-fleet/engines/E/             a declared engine's venv (E: fleet.spec.EngineSpec.name),
                                            its freeze (engine.lock) and install log (fleet/engine.py);
                                            .E.partial while being built
@@ -36,6 +41,9 @@ STATE_ROOT = "/var/lib/sglang-fleet"
 LOCK_ROOT = "/run/sglang-fleet"
 ENGINE_CACHE_DIR = "/var/cache/sglang-fleet/engine"  # regenerable: removing it costs one import
 ENGINES_DIR = "/opt/sglang-fleet/engines"
+MODELS_DIR = "/opt/sglang-fleet/models"  # hub.models_dir's default: ORG/NAME/REVISION below it
+HUB_CLIENT_ROOT = "/opt/sglang-fleet/hub"  # the Hugging Face client the deploy fetches with (fleet/hub.py)
+HUB_HOME = "/var/cache/sglang-fleet/hf"  # the client's HF_HOME: nothing of it in root's home
 ENGINE_INSTALL_LOCK = f"{ENGINES_DIR}/.install.lock"  # held (flock) while an install runs
 ENGINE_PIP_DIR = "/var/cache/sglang-fleet/pip"  # the pip wheel engines are installed with (uploaded again if gone)
 ENGINE_WHEELS_DIR = "/var/cache/sglang-fleet/wheels"  # an engine's declared wheel files, while it installs
@@ -123,6 +131,20 @@ def engine_wheels(name: str) -> str:
 def engine_partial(name: str) -> str:
     """Where engine `name` is built until it is complete (hidden: never an engine's name)."""
     return f"{ENGINES_DIR}/.{name}.partial"
+
+
+def hub_client_dir(name: str) -> str:
+    return f"{HUB_CLIENT_ROOT}/{name}"
+
+
+def hub_client_wheels(name: str) -> str:
+    """The client's wheels, uploaded for its install."""
+    return f"{ENGINE_WHEELS_DIR}/{name}"
+
+
+def hub_token_file(unit: str) -> str:
+    """The 0600 file the client reads the hub token from (HF_TOKEN_PATH) while it fetches."""
+    return f"{CONFIG_DIR}/{unit}.hub-token"
 
 
 def staged_path(path: str) -> str:

@@ -17,14 +17,15 @@ from typing import Any, Literal
 
 from fleet.lock import LockFacts
 from fleet.spec import UNIT_NAME, UNIT_NAME_MAX
-from fleet.wire import Frame, Unreadable, ascii_int, clipped, excerpt, frames, load_json
+from fleet.wire import Frame, Unreadable, ascii_int, clipped, excerpt, frames, lines_of, load_json
 
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
 
 NvidiaSmiStatus = Literal["ok", "nvidia-smi missing", "nvidia-smi failed", "nvidia-smi hung"]
 TIMED_OUT = "124"  # coreutils timeout's exit status (facts.bounded)
 EngineStatus = Literal["ok", "no launcher", "not importable"]
-ModelStatus = Literal["ok", "no directory", "no config.json", "unreadable"]
+ModelStatus = Literal["ok", "no directory", "no config.json", "unreadable", "no manifest", "damaged"]
+NOT_FETCHED = ("no directory", "no manifest", "damaged")  # a revision the deploy fetches (again)
 
 # systemctl show property -> UnitState field; the units fact asks for exactly these.
 UNIT_PROPERTIES = {
@@ -466,7 +467,11 @@ def parse_model_dirs(answer: str | list[str]) -> dict[str, ModelDir]:
         if f.key == "path":
             path = f.value
         elif f.key == "missing":
-            models[path] = ModelDir(path, "no directory" if f.value == "directory" else "no config.json")
+            models[path] = ModelDir(path, {"directory": "no directory", "manifest": "no manifest"}.get(
+                f.value, "no config.json"))
+        elif f.key == "damaged":
+            models[path] = ModelDir(path, "damaged", message=clipped(
+                "size differs from its manifest: " + ", ".join(lines_of(f.text or "")), 300))
         elif f.key == "config" and f.value != "0":
             models[path] = ModelDir(path, "unreadable", message=_words(f.text))  # the reader's own words
         elif f.key == "config":

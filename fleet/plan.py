@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleet.gate import base_url
+from fleet.hub import to_fetch
 from fleet.parse import COMMAND_LINE_LIMIT, GpuProcess, GpuProcessList, HostFacts, UnitState
 from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, UnitSeen, desired_files, managed_dirs, managed_paths
@@ -273,10 +274,12 @@ class Plan:
     #                                 has a previous service to return to
     why: tuple[str, ...] = ()  # the drift found, in words
     install_engine: str | None = None  # the declared engine is not on the host: installed before anything stops
+    fetch_models: tuple[tuple[str, str], ...] = ()  # (directory, repo@revision) of each declared revision missing or
+    #                                                 damaged: fetched before anything stops
 
     @property
     def has_work(self) -> bool:
-        return bool(self.install_engine or self.interrupted or self.swap or self.repairs or self.dirs or self.stop_workloads
+        return bool(self.install_engine or self.fetch_models or self.interrupted or self.swap or self.repairs or self.dirs or self.stop_workloads
                     or self.daemon_reload or self.enable or self.restart or self.wait)
 
     def action(self) -> str:
@@ -284,6 +287,7 @@ class Plan:
         if not self.has_work:
             return "none (already as declared)"
         parts = [f"install engine {self.install_engine}"] if self.install_engine else []
+        parts += [f"fetch {model}" for _, model in self.fetch_models]
         if self.interrupted:
             started = f"started {_utc(self.interrupted.since)} by {self.interrupted.by}"
             if self.finish_rollback:
@@ -458,4 +462,5 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         replaces_service=any(before.files.get(f.path) != f.sha1 for f in want if f.restarts),
         why=tuple(why),
         install_engine=spec.engine.name if spec.engine is not None and facts.engine.status == "no launcher" else None,
+        fetch_models=tuple((p, spec.hub_models[p].describe()) for p in to_fetch(spec, facts.models)),
     )

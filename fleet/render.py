@@ -33,8 +33,8 @@ def speculative_args(spec: ClassSpec) -> list[tuple[str, ...]]:
     if s.algorithm == "none":
         return []
     args: list[tuple[str, ...]] = [("--speculative-algorithm", s.algorithm)]
-    if isinstance(s, (EagleFamily, DFlash, DDTree)) and s.draft_model_path:
-        args.append(("--speculative-draft-model-path", s.draft_model_path))
+    if isinstance(s, (EagleFamily, DFlash, DDTree)) and spec.draft_path:
+        args.append(("--speculative-draft-model-path", spec.draft_path))
     if isinstance(s, EagleFamily) and s.num_steps is not None:
         args.append(("--speculative-num-steps", _num(s.num_steps)))
     if isinstance(s, EagleFamily) and s.topk is not None:
@@ -54,7 +54,7 @@ def server_arg_groups(spec: ClassSpec) -> list[tuple[str, ...]]:
     """The server's flags, each with its value(s), in the order they are written."""
     svc = spec.service
     args: list[tuple[str, ...]] = [
-        ("--model-path", svc.model_path),
+        ("--model-path", spec.target_path),
         ("--served-model-name", svc.served_model_name),
         ("--host", svc.host),
         ("--port", _num(svc.port)),

@@ -32,13 +32,14 @@ class Secrets:
 
     server: dict[str, str] = field(default_factory=dict)  # SGLang flag (YAML key, e.g. api-key) -> value
     environment: dict[str, str] = field(default_factory=dict)  # secret environment variable -> value
+    hub_token: str | None = None  # hub.token's value: for the fetch only
 
     @property
     def api_key(self) -> str | None:
         return self.server.get("api-key")
 
     def values(self) -> list[str]:
-        return [*self.server.values(), *self.environment.values()]
+        return [*self.server.values(), *self.environment.values(), *([self.hub_token] if self.hub_token else [])]
 
     def redact(self, text: str) -> str:
         """SGLang logs its server_args with the keys in clear: never pass that on to a terminal.
@@ -72,11 +73,13 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
     """Every secret the spec declares, read now; SecretError naming each field, source and rule
     broken (never a value). where: the group file, for the messages."""
     problems: list[str] = []
-    values: dict[str, dict[str, str]] = {"server": {}, "environment": {}}
+    values: dict[str, dict[str, str]] = {"server": {}, "environment": {}, "hub": {}}
     declared = [("server", flag, f"service.{flag.replace('-', '_')}", source)
                 for flag, source in spec.service.server_secrets.items()]
     declared += [("environment", name, f"service.secret_environment.{name}", source)
                  for name, source in spec.service.secret_environment.items()]
+    if spec.hub.token is not None and spec.hub_models:  # read only where a model is fetched
+        declared.append(("hub", "token", "hub.token", spec.hub.token))
     for kind, name, field_name, source in declared:
         try:
             if kind == "server":
@@ -96,7 +99,7 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
             values[kind][name] = value
     if problems:
         raise SecretError(problems)
-    return Secrets(**values)
+    return Secrets(values["server"], values["environment"], values["hub"].get("token"))
 
 
 def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = os.environ,

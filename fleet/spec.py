@@ -440,6 +440,52 @@ def _extra_args(args):
     return args
 
 
+# --- weights: models by Hugging Face repository and commit (fetched by tasks/hub.py) ---------------
+
+# huggingface_hub's rules for a repo id (validate_repo_id), with the organisation required: it is a
+# directory of the revision's path
+REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?\Z")
+COMMIT = re.compile(r"[0-9a-f]{40}\Z")
+
+
+def _repo_id(v: str) -> str:
+    parts = v.split("/")
+    if len(parts) != 2 or not all(REPO_PART.match(p) for p in parts) or ".." in v or "--" in v or v.endswith(".git"):
+        raise ValueError("a Hugging Face model repository as ORG/NAME (letters, digits, . _ -; each part starting and "
+                         "ending with a letter or digit, at most 96 characters; no '..', '--' or final .git), e.g. "
+                         "'z-lab/Qwen3.6-27B-DFlash'")
+    return v
+
+
+def _commit(v: str) -> str:
+    if not COMMIT.match(v):
+        raise ValueError("a commit: its 40 lowercase hexadecimal digits (a branch or tag moves: two hosts would "
+                         "serve different weights; the repository's history page lists them)")
+    return v
+
+
+class HubModel(Strict):
+    """A model by its Hugging Face repository at one commit: fetched by the deploy (tasks/hub.py) from
+    hub.endpoint into hub.models_dir/ORG/NAME/REVISION, checked, and served from there."""
+
+    repo: Annotated[Text, AfterValidator(_repo_id)] = Field(description="The repository, ORG/NAME "
+                                                            "(`z-lab/Qwen3.6-27B-DFlash`).")
+    revision: Annotated[Text, AfterValidator(_commit)] = Field(description="The commit, its 40 hex digits.")
+
+    def describe(self) -> str:
+        return f"{self.repo}@{self.revision[:12]}"
+
+
+DRAFT_MODEL = ("Draft model by Hugging Face repository and commit (`{'repo': ..., 'revision': ...}`), fetched as "
+               "service.model is; its revision directory is then draft_model_path.")
+
+
+def _one_of(path: str | None, model: HubModel | None, path_name: str, model_name: str) -> None:
+    if (path is None) == (model is None):
+        raise ValueError(f"exactly one of {path_name} (a directory on the host, for weights placed by hand) and "
+                         f"{model_name} (a Hugging Face repository and commit the deploy fetches)")
+
+
 DEFAULT_LAUNCHER = "/opt/sglang/bin/python"  # where a hand-made SGLang environment usually is
 
 
@@ -453,7 +499,11 @@ class Service(Strict):
         description=f"Interpreter of a hand-made SGLang environment; runs `-m sglang.launch_server`. Unset: "
         f"{DEFAULT_LAUNCHER}, or the venv of the declared `engine` (the two are exclusive).",
     )
-    model_path: AbsPath = Field(description="Target model directory on the host.")
+    model_path: AbsPath | None = Field(None, description="Target model directory on the host, for weights placed "
+                                       "by hand. Exactly one of model_path and model.")
+    model: HubModel | None = Field(None, description="Target model by Hugging Face repository and commit, fetched "
+                                   "by the deploy into its revision directory (hub.models_dir/ORG/NAME/REVISION), "
+                                   "which then is model_path.")
     served_model_name: text(NAME_MAX) = Field(
         description=f"Name clients use in the OpenAI API (`model`); not starting with `-`, at most {NAME_MAX} "
         "characters.")
@@ -546,6 +596,11 @@ class Service(Strict):
         return env
 
     @model_validator(mode="after")
+    def _one_model(self) -> Service:
+        _one_of(self.model_path, self.model, "model_path", "model")
+        return self
+
+    @model_validator(mode="after")
     def _secret_env_apart(self) -> Service:
         both = sorted(set(self.environment) & set(self.secret_environment))
         if both:
@@ -571,17 +626,20 @@ class EagleFamily(Strict):
     algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"]
     draft_model_path: AbsPath | None = Field(
         None,
-        description="Draft model directory. Required for EAGLE3 and STANDALONE: without it SGLang "
+        description="Draft model directory (or draft_model). Required for EAGLE3 and STANDALONE: without it SGLang "
         "loads the target as its own draft and crashes later (sglang issue 36528). EAGLE/NEXTN "
         "may omit it only if the target has built-in draft (MTP) layers; preflight checks.",
     )
+    draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
     num_steps: int | None = Field(None, ge=1, le=64, description="--speculative-num-steps, 1..64.")
     topk: int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk, 1..64.")
     num_draft_tokens: int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens, 1..256.")
 
     @model_validator(mode="after")
     def _sglang_rules(self) -> EagleFamily:
-        if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path:
+        if self.draft_model_path is not None and self.draft_model is not None:
+            _one_of(self.draft_model_path, self.draft_model, "draft_model_path", "draft_model")
+        if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path and not self.draft_model:
             raise ValueError(
                 f"{self.algorithm} needs draft_model_path: without it SGLang loads the target "
                 "as its own draft (sglang issue 36528)"
@@ -610,8 +668,15 @@ class DFlash(Strict):
     """Linear DFlash (block diffusion draft, z-lab/dflash): SGLang 0.5.23's DFLASH."""
 
     algorithm: Literal["DFLASH"]
-    draft_model_path: AbsPath = Field(description="DFlash draft directory (required by SGLang).")
+    draft_model_path: AbsPath | None = Field(None, description="DFlash draft directory (SGLang requires a draft): "
+                                             "exactly one of draft_model_path and draft_model.")
+    draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
     block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
+
+    @model_validator(mode="after")
+    def _one_draft(self) -> DFlash:
+        _one_of(self.draft_model_path, self.draft_model, "draft_model_path", "draft_model")
+        return self
 
 
 class DDTree(Strict):
@@ -620,9 +685,16 @@ class DDTree(Strict):
     It is never served as linear DFLASH."""
 
     algorithm: Literal["DDTREE"]
-    draft_model_path: AbsPath = Field(description="DFlash draft directory the tree is built from.")
+    draft_model_path: AbsPath | None = Field(None, description="DFlash draft directory the tree is built from: "
+                                             "exactly one of draft_model_path and draft_model.")
+    draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
     block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
     tree_budget: int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step, 1..1024.")
+
+    @model_validator(mode="after")
+    def _one_draft(self) -> DDTree:
+        _one_of(self.draft_model_path, self.draft_model, "draft_model_path", "draft_model")
+        return self
 
 
 Speculative = Annotated[
@@ -817,6 +889,44 @@ class EngineSpec(Strict):
     @property
     def requirements(self) -> list[str]:
         return [self.sglang, *self.packages]
+
+
+class HubSpec(Strict):
+    """Where models declared by repository come from and where they go on the hosts (tasks/hub.py)."""
+
+    endpoint: IndexUrl = Field("https://huggingface.co", description="The Hugging Face endpoint the hosts fetch "
+                               "from (HF_ENDPOINT): the public hub or an internal mirror (olah, a proxy); no "
+                               "credentials in it.")
+    token: Source | None = Field(None, description="Where the access token comes from (`{'env': 'HF_TOKEN'}`), for "
+                                 "gated or private repositories: read when a deploy runs, uploaded to a 0600 file "
+                                 "for the fetch only (HF_TOKEN_PATH), never on a command line.")
+    models_dir: AbsPath = Field(layout.MODELS_DIR, description="Where the revisions go on the hosts: "
+                                "MODELS_DIR/ORG/NAME/REVISION (a local disk: SGLang reads the weights from it at "
+                                "every start).")
+    client: Annotated[Text, AfterValidator(_pinned)] = Field(
+        "huggingface_hub==2.4.0", description="The client that fetches, pinned: downloaded once into the "
+        "controller's wheel cache and installed on each host beside the engines (hosts need no index).")
+    python: CommandPath = Field("/usr/bin/python3", description="The host's Python the client runs with.")
+    max_parallel: int = Field(4, ge=1, le=1024, description="Hosts fetching from this endpoint at once in a run, "
+                              "across all classes, 1..1024: a class of many hosts does not hammer the hub (its rate "
+                              "limits) or a mirror's uplink.")
+    disk_margin_mib: int = Field(10240, ge=0, le=10_485_760, description="Free disk left at models_dir after a "
+                                 "fetch, MiB: a host with less than the revision's size plus this is refused before "
+                                 "the fetch, 0..10485760.")
+    fetch_timeout_s: float = Field(14400, ge=1, le=172_800, description="Longest one revision's fetch may take, "
+                                   "1..172800 s (a 55 GB 27B model at 100 MB/s: about 10 minutes).")
+    keep: int = Field(1, ge=0, le=100, description="Revisions of a repository no unit uses (neither the live one nor "
+                      "a kept backup's) kept, the newest; older ones are removed after a fetch, 0..100.")
+
+    @field_validator("client")
+    @classmethod
+    def _is_the_hub_client(cls, v: str) -> str:
+        if canonicalize_name(_requirement(v).name) != "huggingface-hub":
+            raise ValueError("huggingface_hub==VERSION (the client the deploy runs on the hosts)")
+        return v
+
+    def revision_dir(self, model: HubModel) -> str:
+        return f"{self.models_dir}/{model.repo}/{model.revision}"
 
 
 # --- workloads: the GPU jobs stopped in the host's turn and given back on a rollback -------------
@@ -1016,6 +1126,8 @@ class ClassSpec(Strict):
                              "canary.")
     engine: EngineSpec | None = Field(None, description="The SGLang to install and run (its venv is the launcher); "
                                       "unset: a hand-made environment at service.launcher.")
+    hub: HubSpec = Field(default_factory=HubSpec, description="Where models declared by repository (service.model, "
+                         "speculative.draft_model) are fetched from and kept.")
 
     @field_validator("workloads")
     @classmethod
@@ -1072,10 +1184,27 @@ class ClassSpec(Strict):
         return [self.service_unit, *self.service_workloads]
 
     @property
+    def target_path(self) -> str:
+        """The target's directory on the host: service.model_path, or its revision's."""
+        return self.service.model_path or self.hub.revision_dir(self.service.model)
+
+    @property
+    def draft_path(self) -> str | None:
+        """The draft's directory on the host, if the algorithm has one."""
+        s = self.speculative
+        model = getattr(s, "draft_model", None)
+        return getattr(s, "draft_model_path", None) or (self.hub.revision_dir(model) if model else None)
+
+    @property
     def model_paths(self) -> list[str]:
         """Target first, then the draft if the algorithm has one."""
-        draft = getattr(self.speculative, "draft_model_path", None)
-        return [self.service.model_path] + ([draft] if draft else [])
+        return [self.target_path] + ([self.draft_path] if self.draft_path else [])
+
+    @property
+    def hub_models(self) -> dict[str, HubModel]:
+        """The models declared by repository: their directory on the host -> the model."""
+        models = {self.target_path: self.service.model, self.draft_path: getattr(self.speculative, "draft_model", None)}
+        return {path: m for path, m in models.items() if m is not None}
 
     # Where the service's files and the deploy's state live on a host (fleet/layout.py)
     @property

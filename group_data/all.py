@@ -29,3 +29,10 @@ smoke = {
 # here for all), the deploy installs it into a venv of its own beside the live one and checks it there
 # before anything stops; the class then drops service.launcher (the two are exclusive). E.g.:
 #   engine = {"sglang": "sglang==0.5.23", "index_url": "https://pypi.org/simple", "keep": 2}
+
+# Where models declared by repository come from (README, "Weights by revision"). A class names its
+# target as service.model = {"repo": ..., "revision": <commit>} (and its draft as
+# speculative.draft_model) instead of a path; the deploy fetches that revision on each host into
+# hub.models_dir/ORG/NAME/REVISION before anything stops. The defaults: the public hub, no token,
+# 4 hosts fetching at once, 10 GiB left free. An internal mirror and a token, e.g.:
+#   hub = {"endpoint": "http://hf-mirror.internal:8090", "token": {"env": "HF_TOKEN"}, "max_parallel": 2}

@@ -37,8 +37,7 @@ def install(pf: Preflight) -> None:
     if pf.plan.install_engine is None:
         return
     try:
-        wheel = rules.the_pip_wheel(downloaded(CACHE / "wheels" / PIP.replace("==", "-"),
-                                               ["--no-deps", "--only-binary=:all:", PIP], PIP))
+        wheel = pip_wheel()
         wheels = declared_wheels(pf.spec)
     except (WheelError, ValueError) as e:
         refused(RUN.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
@@ -46,6 +45,12 @@ def install(pf: Preflight) -> None:
     python.call(name="Install the declared engine beside the live one, and check it (nothing stops)",
                 function=_install_or_lost, pf=pf, uploads=[(str(wheel), rules.pip_wheel_path(wheel.name)), *[
                     (str(w), f"{layout.engine_wheels(pf.spec.engine.name)}/{w.name}") for w in wheels]])
+
+
+def pip_wheel() -> Path:
+    """The pip wheel hosts install with (engines, the hub client), from the controller's cache."""
+    return rules.the_pip_wheel(downloaded(CACHE / "wheels" / PIP.replace("==", "-"),
+                                          ["--no-deps", "--only-binary=:all:", PIP], PIP))
 
 
 def declared_wheels(spec) -> list[Path]:

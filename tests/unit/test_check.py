@@ -89,7 +89,7 @@ BROKEN = {
     ),
     "dflash-without-draft": (
         class_file(speculative='{"algorithm": "DFLASH", "block_size": 16}'),
-        ["speculative.draft_model_path", "required, not given"],
+        ["speculative", "exactly one of draft_model_path", "and draft_model"],
     ),
     "port-0": (class_file(service='"port": 0'), ["service.port = 0", "greater than or equal to 1"]),
     "port-70000": (class_file(service='"port": 70000'), ["service.port = 70000", "less than or equal to 65535"]),
@@ -221,7 +221,7 @@ def test_problems_of_all_files_reported_together(tmp_path):
     assert r.stderr.startswith("3 problem(s) in group_data/:\n")
     assert "group_data/a.py: service.port = 0" in r.stderr
     assert "group_data/b.py: service.prot: unknown key" in r.stderr
-    assert "group_data/b.py: speculative.draft_model_path: required, not given" in r.stderr
+    assert "group_data/b.py: speculative = {'algorithm': 'DFLASH'}: exactly one of draft_model_path" in r.stderr
 
 
 def test_make_check_lists_the_gateway_files_problems_beside_the_classes(tmp_path):

@@ -1,0 +1,344 @@
+"""Models by Hugging Face repository and commit (fleet.spec.HubModel): the commands that survey,
+fetch and check a revision on a host, what their answers say, and which unused revisions go. No
+pyinfra here (tasks/hub.py runs them).
+
+A revision lives at hub.models_dir/ORG/NAME/REVISION. It is fetched by huggingface_hub (the real
+client, installed by the deploy at layout.hub_client_dir: hosts need no index) into a hidden
+.REVISION.partial beside it, which an interrupted fetch leaves behind and the next one resumes
+(huggingface_hub's local_dir keeps its .incomplete files). Once every file has its size, and its
+sha256 (LFS files) or git blob id (the others) where the endpoint gives one, the manifest
+(MANIFEST: `SIZE DIGEST NAME` a line) is written and the directory renamed into place: a unit
+only ever names a complete revision. Preflight checks each file's size against the manifest at
+every run; a file that differs makes the revision fetched again, beside the damaged one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+
+from fleet import layout
+from fleet.parse import NOT_FETCHED, ModelDir
+from fleet.spec import ClassSpec, HubModel, HubSpec
+from fleet.wire import ascii_int, block, frames, lines_of, mark
+
+MANIFEST = ".sglang-fleet-files"  # written last: a revision directory without it is not complete
+SAID_LIMIT = 4000  # characters of the client's words brought back for a message
+REVISION_DIR = re.compile(r"[A-Za-z0-9._-]{1,96}/[A-Za-z0-9._-]{1,96}/[0-9a-f]{40}\Z")  # ORG/NAME/REVISION
+
+
+def _q(path: str) -> str:
+    return shlex.quote(path)
+
+
+def to_fetch(spec: ClassSpec, models: dict[str, ModelDir]) -> list[str]:
+    """The declared revisions (their directories) preflight found missing, incomplete or damaged:
+    fetched before anything stops, and only then checked (preflight skips their checks)."""
+    return [p for p in spec.hub_models if models.get(p) is not None and models[p].status in NOT_FETCHED]
+
+
+# --- the client ------------------------------------------------------------------------
+
+def client_name(hub: HubSpec) -> str:
+    """The client's directory name: its pin and the Python it is installed for."""
+    what = f"{hub.client} {hub.python}"
+    return f"{hub.client.replace('==', '-')}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+
+
+def client_install_command(hub: HubSpec, pip_wheel: str) -> str:
+    """Under the client's install lock: pip --target a .partial from the uploaded wheels only (no
+    index), renamed into place once done. Records: installed=already|new, else pip=RC and its
+    output's tail."""
+    name = client_name(hub)
+    final, partial, wheels = layout.hub_client_dir(name), f"{layout.hub_client_dir(name)}.partial", \
+        layout.hub_client_wheels(name)
+    pip = " ".join(_q(a) for a in [hub.python, f"{pip_wheel}/pip", "install", "--no-input", "--no-index",
+                                   "--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off",
+                                   "--find-links", wheels, "--target", partial, hub.client])
+    return "; ".join([
+        f"mkdir -p {_q(layout.HUB_CLIENT_ROOT)} && exec 9>{_q(layout.HUB_CLIENT_ROOT)}/.install.lock && flock -w 600 9",
+        f"if [ -e {_q(final)}/.complete ]; then {mark('installed', 'already')}; exit 0; fi",
+        f"rm -rf -- {_q(partial)} {_q(final)}",
+        f"out=$(PIP_CONFIG_FILE=/dev/null timeout -k 10 600 {pip} 2>&1); rc=$?; printf '@@pip=%s\\n' $rc; "
+        f"printf '%s' \"$out\" | tail -c {SAID_LIMIT} | base64 -w0; echo",
+        f"rm -rf -- {_q(wheels)}",
+        f"if [ $rc != 0 ]; then rm -rf -- {_q(partial)}; exit 0; fi",
+        f"touch {_q(partial)}/.complete && mv -T -- {_q(partial)} {_q(final)} && {mark('installed', 'new')}",
+    ])
+
+
+def read_client_install(answer: str) -> tuple[str, str]:
+    """("already" | "new", "") or ("pip", its exit status and words) or ("no answer", "")."""
+    keys = {f.key: f for f in frames(answer)}
+    if "installed" in keys and keys["installed"].value in ("already", "new"):
+        return keys["installed"].value, ""
+    if "pip" in keys:
+        lines = [ln for ln in (keys["pip"].text or "").splitlines() if ln.strip()]
+        return "pip", f"exit {keys['pip'].value}: " + " ".join(
+            [ln.strip() for ln in lines if ln.startswith("ERROR")] or lines[-1:])
+    return "no answer", ""
+
+
+# --- which revisions there are, and which a unit names ----------------------------------
+
+def survey_command(spec: ClassSpec) -> str:
+    """Whether the client is installed; the complete revisions of the declared repositories
+    (mtime and ORG/NAME/REVISION, a line each); the revision directories the live unit and the
+    kept backups' units name (what garbage collection must keep)."""
+    root = spec.hub.models_dir
+    repos = " ".join(_q(r) for r in sorted({m.repo for m in spec.hub_models.values()}))
+    names_one = f"{root}/[A-Za-z0-9._-]*/[A-Za-z0-9._-]*/[0-9a-f]\\{{40\\}}"
+    return "; ".join([
+        f"if [ -e {_q(layout.hub_client_dir(client_name(spec.hub)))}/.complete ]; then {mark('client', 'yes')}; "
+        f"else {mark('client', 'no')}; fi",
+        block("revisions", f"cd {_q(root)} && for r in {repos}; do for d in \"$r\"/*; do "
+                           f"[ -s \"$d/{MANIFEST}\" ] && stat -c '%Y %n' -- \"$d\"; done; done"),
+        block("uses", f"grep -rhoa -- {_q(names_one)} {_q(spec.unit_file)} {_q(spec.backups_dir)}"),
+    ])
+
+
+@dataclass(frozen=True)
+class Survey:
+    client: bool
+    revisions: dict[str, int]  # ORG/NAME/REVISION -> mtime
+    uses: frozenset[str]  # ORG/NAME/REVISION a unit names
+
+
+def read_survey(answer: str, models_dir: str) -> Survey:
+    parts = {f.key: f for f in frames(answer)}
+    revisions = {}
+    for line in lines_of((parts["revisions"].text or "") if "revisions" in parts else ""):
+        mtime, _, name = line.partition(" ")
+        seconds = ascii_int(mtime)
+        if seconds is not None and REVISION_DIR.match(name):
+            revisions[name] = seconds
+    prefix = models_dir + "/"
+    uses = {u[len(prefix):] for u in lines_of((parts["uses"].text or "") if "uses" in parts else "")
+            if u.startswith(prefix) and REVISION_DIR.match(u[len(prefix):])}
+    return Survey("client" in parts and parts["client"].value == "yes", revisions, frozenset(uses))
+
+
+def to_remove(survey: Survey, declared: list[HubModel], keep: int) -> list[str]:
+    """Per declared repository: its revisions no unit names and not declared, but the `keep`
+    newest (a pending rollout returns to backed-up files, whose unit is a kept backup's)."""
+    wanted = {f"{m.repo}/{m.revision}" for m in declared}
+    gone: list[str] = []
+    for repo in sorted({m.repo for m in declared}):
+        unused = sorted((r for r in survey.revisions if r.rsplit("/", 1)[0] == repo and r not in survey.uses
+                         and r not in wanted), key=lambda r: (-survey.revisions[r], r))
+        gone += unused[keep:]
+    return gone
+
+
+def remove_command(models_dir: str, revisions: list[str]) -> str:
+    """Each revision directory removed (names checked by to_remove's caller: REVISION_DIR)."""
+    return "; ".join(f"rm -rf -- {_q(f'{models_dir}/{r}')} && {mark('removed', r)}" for r in revisions
+                     if REVISION_DIR.match(r)) or "true"
+
+
+# --- the fetch --------------------------------------------------------------------------
+
+# Run on the host by the client's Python: python3 -c FETCH REPO REVISION FINAL MARGIN_BYTES. Its
+# answer is framed as fleet.wire's (a marker line, values of its own; host text as base64 data).
+FETCH = r'''
+import base64, hashlib, os, shutil, sys
+repo, revision, final, margin = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+parent = os.path.dirname(final)
+staging = os.path.join(parent, "." + revision + ".partial")
+def say(key, value="", text=None):
+    sys.stdout.write("@@" + key + ("=" + value if value else "") + "\n")
+    if text is not None:
+        sys.stdout.write(base64.b64encode(text[-LIMIT:].encode("utf-8", "replace")).decode() + "\n")
+    sys.stdout.flush()
+def reason(e):
+    return type(e).__name__ + ": " + str(e)
+try:
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, snapshot_download
+except Exception as e:
+    say("client", "broken", reason(e)); sys.exit(0)
+try:
+    info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+except Exception as e:
+    say("error", "metadata", reason(e)); sys.exit(0)
+if info.sha != revision:
+    say("error", "revision", "the endpoint answered commit " + str(info.sha)); sys.exit(0)
+files = {}
+for s in info.siblings or []:
+    name = s.rfilename
+    parts = name.split("/")
+    if (not name or len(name) > 1024 or any(p in ("", ".", "..") for p in parts) or parts[0] == ".cache"
+            or name == MANIFEST or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+        say("unsafe", "", name); sys.exit(0)
+    size, lfs = s.size, s.lfs
+    digest = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+    digest = "sha256:" + digest if digest else None
+    if size is None or digest is None:
+        try:
+            meta = get_hf_file_metadata(hf_hub_url(repo, name, revision=revision))
+        except Exception as e:
+            say("error", "metadata", name + ": " + reason(e)); sys.exit(0)
+        size = meta.size if size is None else size
+        etag = (meta.etag or "").strip('"').lower()
+        if digest is None and len(etag) in (40, 64) and all(c in "0123456789abcdef" for c in etag):
+            digest = ("sha256:" if len(etag) == 64 else "blob:") + etag
+    if not isinstance(size, int) or size < 0:
+        say("error", "metadata", name + ": no size from the endpoint"); sys.exit(0)
+    files[name] = (size, digest or "-")
+def wrong(name, hashed):
+    path = os.path.join(staging, name)
+    size, digest = files[name]
+    try:
+        n = os.path.getsize(path)
+    except OSError:
+        return "missing"
+    if n != size:
+        return "%d bytes, expected %d" % (n, size)
+    if not hashed or digest == "-":
+        return None
+    kind, want = digest.split(":")
+    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return None if h.hexdigest() == want else kind + " differs"
+def drop(name):
+    for p in (os.path.join(staging, name), os.path.join(staging, ".cache", "huggingface", "download", name + ".metadata")):
+        if os.path.lexists(p):
+            os.remove(p)
+os.makedirs(parent, exist_ok=True)
+if os.path.isdir(final) and not os.path.isdir(staging):  # damaged: fetched again beside it, kept until then
+    shutil.copytree(final, staging, copy_function=os.link, symlinks=True)
+    if os.path.lexists(os.path.join(staging, MANIFEST)):
+        os.remove(os.path.join(staging, MANIFEST))
+os.makedirs(staging, exist_ok=True)
+have = 0
+for name in files:
+    if wrong(name, False) is None:
+        have += files[name][0]
+    else:
+        drop(name)  # the client would keep a file of the wrong size its metadata calls done
+total = sum(size for size, _ in files.values())
+st = os.statvfs(parent)
+free = st.f_bavail * st.f_frsize
+say("sizes", "%d %d %d %d" % (len(files), total, have, free))
+if free < total - have + margin:
+    say("disk", "%d %d" % (free, total - have + margin)); sys.exit(0)
+check = list(files)
+for attempt in (1, 2):
+    try:
+        snapshot_download(repo, revision=revision, local_dir=staging)
+    except Exception as e:
+        say("error", "download", reason(e)); sys.exit(0)
+    bad = {}
+    for name in check:
+        why = wrong(name, True)
+        if why:
+            bad[name] = why
+    if not bad:
+        break
+    for name in bad:
+        drop(name)
+    check = list(bad)
+if bad:
+    say("integrity", str(len(bad)), "\n".join(n + ": " + w for n, w in sorted(bad.items())[:20])); sys.exit(0)
+with open(os.path.join(staging, MANIFEST + ".tmp"), "w") as f:
+    for name in sorted(files):
+        f.write("%d %s %s\n" % (files[name][0], files[name][1], name))
+os.replace(os.path.join(staging, MANIFEST + ".tmp"), os.path.join(staging, MANIFEST))
+old = os.path.join(parent, "." + revision + ".old")
+if os.path.isdir(final):
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(final, old)
+os.rename(staging, final)
+shutil.rmtree(old, ignore_errors=True)
+say("fetched", "%d %d" % (total, total - have))
+'''.replace("LIMIT", str(SAID_LIMIT)).replace("MANIFEST", repr(MANIFEST))
+
+
+def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str | None) -> str:
+    """The fetch of one revision into `path`, under its lock (a fetch left running by a lost
+    controller is waited for, then its work kept), bounded by hub.fetch_timeout_s."""
+    hub = spec.hub
+    client = layout.hub_client_dir(client_name(hub))
+    lock = f"{path.rsplit('/', 1)[0]}/.{model.revision}.lock"
+    env = {"PYTHONPATH": client, "HF_ENDPOINT": hub.endpoint.rstrip("/"), "HF_HOME": layout.HUB_HOME,
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PIP_CONFIG_FILE": "/dev/null"}
+    if token_file:
+        env["HF_TOKEN_PATH"] = token_file
+    timeout = max(1, int(hub.fetch_timeout_s))
+    argv = " ".join(_q(a) for a in [hub.python, "-c", FETCH, model.repo, model.revision, path,
+                                    str(hub.disk_margin_mib << 20)])
+    run = f"env -u HF_TOKEN {' '.join(_q(f'{k}={v}') for k, v in env.items())} timeout -k 10 {timeout} {argv}"
+    return "; ".join([
+        f"mkdir -p {_q(path.rsplit('/', 1)[0])} && exec 9>{_q(lock)}",
+        f"if ! flock -w {timeout} 9; then {mark('busy')}; exit 0; fi",
+        f"if [ -s {_q(path)}/{MANIFEST} ] && {manifest_sizes_ok(path)}; then {mark('fetched', 'already')}; exit 0; fi",
+        f"{run} 2>{_q(fetch_log(path))}; printf '@@exit=%s\\n' $?",
+    ])
+
+
+def fetch_log(path: str) -> str:
+    """The client's own output (stderr) of the last fetch of the revision at `path`."""
+    parent, revision = path.rsplit("/", 1)
+    return f"{parent}/.{revision}.log"
+
+
+def manifest_sizes_ok(path: str) -> str:
+    """Shell: true if every file the manifest of `path` lists has its size (a stat each)."""
+    d = _q(path)
+    return (f"! while read -r size digest name; do [ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] "
+            f"|| {{ printf '%s\\n' \"$name\"; break; }}; done < {d}/{MANIFEST} | grep -q .")
+
+
+def damaged_files(path: str) -> str:
+    """Shell printing the files (at most 5) of `path`'s manifest whose size differs."""
+    d = _q(path)
+    return (f"while read -r size digest name; do [ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] "
+            f"|| printf '%s\\n' \"$name\"; done < {d}/{MANIFEST} | head -n 5")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    outcome: str  # "already", "new", or what stopped it: busy, client, error, unsafe, disk, integrity, killed, no answer
+    stage: str = ""  # error: metadata | revision | download
+    said: str = ""  # the client's words, a file's name, the damaged files
+    files: int | None = None
+    total: int | None = None  # bytes of the revision
+    downloaded: int | None = None  # bytes fetched this time
+    free: int | None = None  # bytes free at the models directory
+    need: int | None = None  # bytes the fetch needed free (with the margin)
+
+
+def read_fetch(answer: str) -> Fetched:
+    found = frames(answer)
+    keys = {f.key: f for f in found}
+    sizes = [ascii_int(x) for x in keys["sizes"].value.split()] if "sizes" in keys else []
+    files, total, have, free = (sizes + [None] * 4)[:4] if len(sizes) == 4 else (None,) * 4
+    base = dict(files=files, total=total, free=free)
+    if "busy" in keys:
+        return Fetched("busy")
+    if "fetched" in keys:
+        if keys["fetched"].value == "already":
+            return Fetched("already")
+        total_now, downloaded = ([ascii_int(x) for x in keys["fetched"].value.split()] + [None, None])[:2]
+        return Fetched("new", files=files, total=total_now, downloaded=downloaded, free=free)
+    for key in ("client", "unsafe", "integrity"):
+        if key in keys:
+            return Fetched(key, said=keys[key].text or "", **base)
+    if "error" in keys:
+        return Fetched("error", keys["error"].value, keys["error"].text or "", **base)
+    if "disk" in keys:
+        got = ([ascii_int(x) for x in keys["disk"].value.split()] + [None, None])[:2]
+        return Fetched("disk", files=files, total=total, free=got[0], need=got[1])
+    if "exit" in keys:  # the client died without a word: killed (timeout: 124), or a crash
+        return Fetched("killed", said=f"exit {keys['exit'].value}", **base)
+    return Fetched("no answer")
+
+
+def reason(said: str) -> str:
+    """The client's words as one line: its last non-empty line (huggingface_hub's errors put the
+    cause first, the request id last)."""
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+    return " ".join(lines[:2]) if lines else "(no message)"
