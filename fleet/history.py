@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.dataclasses import dataclass as checked_dataclass
 
+from fleet.hub import declared_weights
 from fleet.parse import FileState, file_state
 from fleet.render import server_argv
 from fleet.rollout import KEEP_BACKUPS, ManagedFile, desired_files, spec_record
@@ -82,6 +83,7 @@ class Record:
     action: Text = ""
     sglang: Word = ""
     engine: Word = ""  # the declared engine's name (fleet.spec.EngineSpec.name); none for a hand-made one
+    weights: Text = ""  # the declared revisions, ORG/NAME@COMMIT (target + draft); none for directories by hand
     spec_sha256: Word = ""
     commit: Word = ""
     dirty: bool | None = None
@@ -242,5 +244,6 @@ def new_record(*, kind: str, spec: ClassSpec, group: str, stamp: str, now: int, 
         "version": RECORD_VERSION, "time": now, "by": by, "kind": kind, "to": to, "group": group, "stamp": stamp,
         "algorithm": spec.speculative.algorithm, "served_model": spec.service.served_model_name, "action": action,
         "sglang": spec.engine.version if spec.engine else sglang, "engine": spec.engine.name if spec.engine else "",
+        "weights": declared_weights(spec),
         "spec_sha256": spec_sha256(spec, group), "commit": commit, "dirty": dirty,
     }

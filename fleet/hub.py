@@ -39,6 +39,33 @@ def to_fetch(spec: ClassSpec, models: dict[str, ModelDir]) -> list[str]:
     return [p for p in spec.hub_models if models.get(p) is not None and models[p].status in NOT_FETCHED]
 
 
+def revision_of(path: str | None, models_dir: str) -> str | None:
+    """ORG/NAME@REVISION if `path` is a revision directory under models_dir, else None."""
+    if not path or not path.startswith(models_dir + "/") or not REVISION_DIR.match(path[len(models_dir) + 1:]):
+        return None
+    repo, _, revision = path[len(models_dir) + 1:].rpartition("/")
+    return f"{repo}@{revision}"
+
+
+def served_weights(cmdline: tuple[str, ...] | list[str] | None, models_dir: str) -> str:
+    """The revisions a server runs (target, then draft), from its arguments: '-' if none is one."""
+    args = list(cmdline or ())
+    found = [revision_of(args[args.index(flag) + 1], models_dir) for flag in ("--model-path",
+             "--speculative-draft-model-path") if flag in args[:-1]]
+    return " + ".join(short(r) for r in found if r) or "-"
+
+
+def short(revision: str) -> str:
+    """ORG/NAME@REVISION with the commit's first 12 digits."""
+    repo, _, commit = revision.partition("@")
+    return f"{repo}@{commit[:12]}"
+
+
+def declared_weights(spec: ClassSpec) -> str:
+    """The revisions the spec declares, in full (target, then draft): the deploy record's."""
+    return " + ".join(f"{m.repo}@{m.revision}" for m in spec.hub_models.values())
+
+
 # --- the client ------------------------------------------------------------------------
 
 def client_name(hub: HubSpec) -> str:
@@ -142,8 +169,38 @@ def remove_command(models_dir: str, revisions: list[str]) -> str:
 
 # Run on the host by the client's Python: python3 -c FETCH REPO REVISION FINAL MARGIN_BYTES. Its
 # answer is framed as fleet.wire's (a marker line, values of its own; host text as base64 data).
+# `python3 -c FETCH --verify DIR` (any Python 3: it imports no client) prints each file of DIR's
+# manifest whose size or digest differs.
 FETCH = r'''
 import base64, hashlib, os, shutil, sys
+files = {}
+def wrong(root, name, hashed):
+    path = os.path.join(root, name)
+    size, digest = files[name]
+    try:
+        n = os.path.getsize(path)
+    except OSError:
+        return "missing"
+    if n != size:
+        return "%d bytes, expected %d" % (n, size)
+    if not hashed or digest == "-":
+        return None
+    kind, want = digest.split(":")
+    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return None if h.hexdigest() == want else kind + " differs"
+if sys.argv[1] == "--verify":  # make verify: every file of a revision's manifest, its size and digest
+    with open(os.path.join(sys.argv[2], MANIFEST)) as f:
+        for line in f:
+            size, digest, name = line.rstrip("\n").split(" ", 2)
+            files[name] = (int(size), digest)
+    for name in sorted(files):
+        why = wrong(sys.argv[2], name, True)
+        if why:
+            print(name + ": " + why)
+    sys.exit(0)
 repo, revision, final, margin = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 parent = os.path.dirname(final)
 staging = os.path.join(parent, "." + revision + ".partial")
@@ -164,7 +221,6 @@ except Exception as e:
     say("error", "metadata", reason(e)); sys.exit(0)
 if info.sha != revision:
     say("error", "revision", "the endpoint answered commit " + str(info.sha)); sys.exit(0)
-files = {}
 for s in info.siblings or []:
     name = s.rfilename
     parts = name.split("/")
@@ -186,23 +242,6 @@ for s in info.siblings or []:
     if not isinstance(size, int) or size < 0:
         say("error", "metadata", name + ": no size from the endpoint"); sys.exit(0)
     files[name] = (size, digest or "-")
-def wrong(name, hashed):
-    path = os.path.join(staging, name)
-    size, digest = files[name]
-    try:
-        n = os.path.getsize(path)
-    except OSError:
-        return "missing"
-    if n != size:
-        return "%d bytes, expected %d" % (n, size)
-    if not hashed or digest == "-":
-        return None
-    kind, want = digest.split(":")
-    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return None if h.hexdigest() == want else kind + " differs"
 def drop(name):
     for p in (os.path.join(staging, name), os.path.join(staging, ".cache", "huggingface", "download", name + ".metadata")):
         if os.path.lexists(p):
@@ -215,7 +254,7 @@ if os.path.isdir(final) and not os.path.isdir(staging):  # damaged: fetched agai
 os.makedirs(staging, exist_ok=True)
 have = 0
 for name in files:
-    if wrong(name, False) is None:
+    if wrong(staging, name, False) is None:
         have += files[name][0]
     else:
         drop(name)  # the client would keep a file of the wrong size its metadata calls done
@@ -233,7 +272,7 @@ for attempt in (1, 2):
         say("error", "download", reason(e)); sys.exit(0)
     bad = {}
     for name in check:
-        why = wrong(name, True)
+        why = wrong(staging, name, True)
         if why:
             bad[name] = why
     if not bad:
@@ -277,6 +316,11 @@ def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str |
         f"if [ -s {_q(path)}/{MANIFEST} ] && {manifest_sizes_ok(path)}; then {mark('fetched', 'already')}; exit 0; fi",
         f"{run} 2>{_q(fetch_log(path))}; printf '@@exit=%s\\n' $?",
     ])
+
+
+def verify_command(path: str, python: str = "python3") -> str:
+    """make verify's check of a revision: the files of its manifest whose size or digest differs."""
+    return " ".join(_q(a) for a in [python, "-c", FETCH, "--verify", path])
 
 
 def fetch_log(path: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
 from fleet.engine import running_engine
+from fleet.hub import served_weights
 from fleet.gateway import READY, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_serving
 from fleet.parse import HostFacts
@@ -37,6 +38,7 @@ class HostStatus:
     health: int = 0  # /health's HTTP status now; 0: no answer
     served_model: str = "-"  # as the running server was started
     speculative: str = "-"  # its algorithm and knobs
+    weights: str = "-"  # the revisions it serves (fleet.hub.served_weights), '-' for directories placed by hand
     sglang: str = "-"
     accept_length: float | None = None  # sglang:spec_accept_length now
     gen_throughput: float | None = None  # sglang:gen_throughput now, tokens/s
@@ -95,6 +97,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     row.unit = f"{unit.active_state} ({unit.sub_state}), {unit.unit_file_state or 'no unit file'}" if unit else "-"
     row.health = facts.runtime.health
     row.served_model, row.speculative = describe_serving(facts.runtime.cmdline)
+    row.weights = served_weights(facts.runtime.cmdline, spec.hub.models_dir)
     m = parse_metrics(metrics)
     row.accept_length, row.gen_throughput = m.get("sglang:spec_accept_length"), m.get("sglang:gen_throughput")
     row.last_deploy = history.last
@@ -165,10 +168,10 @@ def describe_record(r: Record | None) -> str:
 
 
 def table(rows: list[HostStatus]) -> str:
-    head = ("host", "class", "GPUs", "unit", "/health", "serving", "speculative", "SGLang", "accept", "tok/s",
-            "last deploy", "verdict")
+    head = ("host", "class", "GPUs", "unit", "/health", "serving", "speculative", "weights", "SGLang", "accept",
+            "tok/s", "last deploy", "verdict")
     cells = [
-        (r.host, r.gpu_class, r.gpus, r.unit, str(r.health or "-"), r.served_model, r.speculative, r.sglang,
+        (r.host, r.gpu_class, r.gpus, r.unit, str(r.health or "-"), r.served_model, r.speculative, r.weights, r.sglang,
          f"{r.accept_length:.2f}" if r.accept_length is not None else "-",
          f"{r.gen_throughput:.1f}" if r.gen_throughput is not None else "-",
          describe_record(r.last_deploy), r.verdict)

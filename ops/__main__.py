@@ -90,7 +90,7 @@ def describe_history(name: str, history: History) -> str:
     out = [f"{name}: rollouts, newest first"]
     for r in reversed(history.records):
         d = status.describe_record(r)
-        out.append(f"  {d}; {r.algorithm or '?'} {r.served_model or ''}".rstrip() + (f"; engine {r.engine}" if r.engine else "")
+        out.append(f"  {d}; {r.algorithm or '?'} {r.served_model or ''}".rstrip() + (f"; engine {r.engine}" if r.engine else "") + (f"; weights {r.weights}" if r.weights else "")
                    + (f"; {r.action}" if r.action else "") + (f"; {r.reason}" if r.reason else ""))
     if history.unreadable:
         out.append(f"  ({history.unreadable} unreadable record lines)")

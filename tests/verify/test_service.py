@@ -11,6 +11,7 @@ from facts.gpu import GpuInventory, GpuProcesses
 from facts.systemd import SystemdVersion
 from fleet import guards, layout
 from fleet.engine import FREEZE
+from fleet.hub import MANIFEST, verify_command
 from fleet.gate import CURL, auth_option, url
 from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
 from fleet.plan import workload_of
@@ -136,3 +137,12 @@ def test_the_declared_engine_is_installed_as_declared(node, target):
         want = next(iter(r.specifier)).version
         assert installed.get(canonicalize_name(r.name)) == want, \
             f"{engine.name}: {r.name} {installed.get(canonicalize_name(r.name), 'not installed')}, want {want}"
+
+
+def test_the_declared_revisions_are_complete_and_intact(node, target):
+    """Each revision the deploy fetched: its manifest (written last), and every file it lists with
+    its size and its digest (sha256 for LFS files, the git blob id for the others) as the endpoint gave."""
+    for path, model in target.spec.hub_models.items():
+        assert node.file(f"{path}/{MANIFEST}").exists, f"{model.describe()}: no {path}/{MANIFEST}, not fetched whole"
+        differ = node.check_output(verify_command(path, target.spec.hub.python))
+        assert not differ, f"{model.describe()} at {path}: files differ from the endpoint's: {differ}"
