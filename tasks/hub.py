@@ -34,9 +34,9 @@ from tasks.engine import pip_wheel
 from tasks.install import upload
 from tasks.preflight import Preflight, refused
 
-# The Pythons a host's may be (the client's wheels are downloaded for each: PyYAML's are per Python),
+# The Pythons a host may have (the client's wheels are downloaded for each: PyYAML's are per Python),
 # and the platform: x86_64 Linux
-PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # Ubuntu 22.04 to Debian 13; huggingface_hub 2.x needs 3.10
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 # One per endpoint (and its declared number): the fetches from it in this run, across every class
