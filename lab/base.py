@@ -6,7 +6,7 @@ image per release a lab file names (a host's `debian` key):
   <image>.tar.zst    the prepared base (kept; rebuilt only when missing)
   <image>/           the unpacked tree, the overlay lowerdir of every host of that release
   lab-base.lock      flock held while building/unpacking
-<image> is IMAGES[suite].name: lab-base-3 (bookworm), lab-base-trixie-1 (trixie). Bump a
+<image> is IMAGES[suite].name: lab-base-4 (bookworm), lab-base-trixie-2 (trixie). Bump a
 release's number whenever the recipe below changes for it.
 """
 
@@ -32,15 +32,17 @@ class Image:
     about: str
 
 
-# bookworm's image keeps the name it had before trixie joined, so existing caches stay valid.
+# bookworm's image goes on with the numbering it had before trixie joined (lab-base-N).
 IMAGES = {
-    "bookworm": Image("lab-base-3", 252, "3.11", "Debian 12, systemd 252, python 3.11"),
-    "trixie": Image("lab-base-trixie-1", 257, "3.13", "Debian 13, systemd 257, python 3.13"),
+    "bookworm": Image("lab-base-4", 252, "3.11", "Debian 12, systemd 252, python 3.11"),
+    "trixie": Image("lab-base-trixie-2", 257, "3.13", "Debian 13, systemd 257, python 3.13"),
 }
 DEFAULT_SUITE = "bookworm"
 # python3-yaml: the SGLang double reads --config files with PyYAML, as SGLang does; sudo: hosts
-# whose lab entry has an ssh_user log that user in, who becomes root with sudo (the cloud setup).
-PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,sudo,iproute2,curl,procps,ca-certificates"
+# whose lab entry has an ssh_user log that user in, who becomes root with sudo (the cloud setup);
+# git: a mirror host's Hugging Face mirror (olah) reads its model repositories with GitPython, which runs it.
+PACKAGES = ("systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,sudo,iproute2,curl,procps,ca-certificates,"
+            "git")
 
 
 def cache_dir() -> Path:
