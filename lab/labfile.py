@@ -168,6 +168,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "engine_import_seconds": (False, 0.0, seconds, "a number of seconds 0..3600"),
         "engines_disk_kib": (False, None, *integer(64)),
+        "models_disk_kib": (False, None, *integer(64)),
         "missing_models": (False, [], paths, "a list of absolute paths"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),

@@ -28,6 +28,7 @@ DOUBLES = Path(__file__).resolve().parent / "doubles"
 SGLANG_DOUBLE_DIR = "/usr/local/lib/sglang-double"
 WORKLOAD_MEMORY_SHARE = 0.9
 ENGINES_DIR = layout.ENGINES_DIR  # where the deploy installs each declared engine's venv
+MODELS_DIR = layout.MODELS_DIR  # where the deploy fetches models declared by Hugging Face repository (hub.models_dir's default)
 
 LAUNCHER = """#!/bin/sh
 # lab double of the SGLang environment's interpreter: the SGLang double's package
@@ -91,9 +92,10 @@ WantedBy=multi-user.target
 """
 
 
-# engines_disk_kib: the engines' directory on a disk of its own, small enough for a test to fill
-ENGINES_MOUNT = """[Unit]
-Description=lab: {kib} KiB disk for the SGLang engines (the lab entry's engines_disk_kib)
+# engines_disk_kib, models_disk_kib: the engines' or the models' directory on a disk of its own, small
+# enough for a test to fill
+DISK_MOUNT = """[Unit]
+Description=lab: {kib} KiB disk for {what} (the lab entry's {key})
 
 [Mount]
 What=tmpfs
@@ -292,15 +294,16 @@ def write_model(root: Path, path: str, config: dict[str, Any]) -> None:
         write(root, f"{path}/tokenizer_config.json", json.dumps({"model_max_length": 131072}) + "\n")
 
 
-def models_of(spec: ClassSpec) -> list[tuple[str, str, str | None]]:
-    """(target path, draft kind, draft path) the spec names."""
-    s = spec.speculative
-    draft, kind = None, "eagle"
-    if isinstance(s, (DFlash, DDTree)):
-        draft, kind = s.draft_model_path, "dflash"
-    elif isinstance(s, EagleFamily) and s.draft_model_path:
-        draft = s.draft_model_path
-    return [(spec.service.model_path, kind, draft)]
+def models_of(spec: ClassSpec) -> list[tuple[str | None, str, str | None, str]]:
+    """(target path, draft kind, draft path, the target's name) of the models the lab writes: those the spec
+    names by path. One it declares by Hugging Face repository (service.model, speculative.draft_model) is
+    None: the deploy fetches that one (from a mirror host's olah, lab/hf.py)."""
+    s, hub_target = spec.service, getattr(spec.service, "model", None)
+    target = s.model_path if hub_target is None else None
+    draft, kind = None, "dflash" if isinstance(spec.speculative, (DFlash, DDTree)) else "eagle"
+    if isinstance(spec.speculative, (DFlash, DDTree, EagleFamily)) and getattr(spec.speculative, "draft_model", None) is None:
+        draft = spec.speculative.draft_model_path
+    return [(target, kind, draft, target or hub_target.repo)]
 
 
 # --- the host ----------------------------------------------------------------------------
@@ -390,18 +393,19 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
             write(root, f"/etc/systemd/system/{unit.format(w)}", text.format(name=w, mib=mib))
             enable(root, unit.format(w))
 
-    if entry.get("engines_disk_kib") is not None:
-        unit = mount_unit_name(ENGINES_DIR)
-        write(root, f"/etc/systemd/system/{unit}",
-              ENGINES_MOUNT.format(kib=entry["engines_disk_kib"], path=ENGINES_DIR))
-        enable(root, unit, "local-fs.target")
+    for key, path, what in (("engines_disk_kib", ENGINES_DIR, "the SGLang engines"),
+                            ("models_disk_kib", MODELS_DIR, "the models fetched from Hugging Face")):
+        if entry.get(key) is not None:
+            unit = mount_unit_name(path)
+            write(root, f"/etc/systemd/system/{unit}", DISK_MOUNT.format(kib=entry[key], path=path, what=what, key=key))
+            enable(root, unit, "local-fs.target")
 
     # models
     missing = set(p.rstrip("/") for p in entry["missing_models"])
     for spec in [group_spec] + ([pre_spec] if pre_spec else []):
-        for target, kind, draft in models_of(spec):
-            tconf = _target_config(target)
-            if target not in missing:
+        for target, kind, draft, name in models_of(spec):
+            tconf = _target_config(name)
+            if target and target not in missing:
                 write_model(root, target, tconf)
             if draft and draft not in missing:
                 write_model(root, draft, _draft_config(kind, tconf, entry.get("draft_vocab_size")))
@@ -434,6 +438,7 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         "reasoning_model": entry["reasoning_model"],
         "engine_import_seconds": float(entry["engine_import_seconds"]),
         "engines_disk_kib": entry.get("engines_disk_kib"),
+        "models_disk_kib": entry.get("models_disk_kib"),
         # beyond the contract: the rest of the lab entry, resolved
         "workloads": list(entry["workloads"]),
         "scope_workloads": list(entry["scope_workloads"]),

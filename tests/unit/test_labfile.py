@@ -1,5 +1,6 @@
-"""lab/labfile.py's mirror host (role = "mirror") and engines_disk_kib; what the lab makes of them without a
-lab: a mirror host's files, the engines' mount unit, the inventory that leaves the mirror out, index_url."""
+"""lab/labfile.py's mirror host (role = "mirror"), engines_disk_kib and models_disk_kib; what the lab makes of them
+without a lab: a mirror host's files, the engines' and the models' mount units, the models it leaves to the
+deploy, the inventory that leaves the mirror out, index_url."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import gateway_files, load_class_specs, load_group_data
-from lab import lab as labmod
+from fleet.groupdata import gateway_files, load_class_specs, load_group_data, spec_data
+from fleet.spec import ClassSpec
 from lab import labfile, mirror, provision, wheels
+from lab import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = sorted(load_class_specs(ROOT / "group_data"))
@@ -78,11 +80,19 @@ def test_a_role_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path):
     assert any("role = ['mirror']: not allowed; allowed: 'gpu' | 'gateway' | 'mirror'" in p for p in found)
 
 
+@pytest.mark.parametrize("key", ["engines_disk_kib", "models_disk_kib"])
 @pytest.mark.parametrize("value, why", [(63, "out of range"), ("256", "not an integer"), (True, "not an integer"),
                                         (256.0, "not an integer")])
-def test_engines_disk_kib_is_an_integer_of_64_or_more(tmp_path, value, why):
-    [p] = problems(tmp_path, {**PRO6000, "engines_disk_kib": value})
-    assert p.endswith(f"host 'pro6000-1': engines_disk_kib = {value!r}: {why}; allowed: an integer >= 64")
+def test_a_disk_kib_is_an_integer_of_64_or_more(tmp_path, key, value, why):
+    [p] = problems(tmp_path, {**PRO6000, key: value})
+    assert p.endswith(f"host 'pro6000-1': {key} = {value!r}: {why}; allowed: an integer >= 64")
+
+
+def test_models_disk_kib_is_a_gpu_hosts_key(tmp_path):
+    [p] = problems(tmp_path, {"name": "mirror-1", "role": "mirror", "models_disk_kib": 256})
+    assert "models_disk_kib = 256: a GPU host's key; role = 'mirror'" in p
+    [h] = parse(tmp_path, PRO6000).hosts
+    assert h.entry["models_disk_kib"] is None
 
 
 def test_mount_unit_name_is_systemd_escapes():
@@ -114,6 +124,20 @@ def test_engines_disk_kib_is_a_tmpfs_mount_unit_enabled_for_local_fs(tmp_path):
     assert json.loads((root / "etc/lab/host.json").read_text())["engines_disk_kib"] == 256
 
 
+def test_models_disk_kib_is_a_tmpfs_at_the_models_dir_beside_the_engines_one(tmp_path):
+    [h] = parse(tmp_path, {**PRO6000, "engines_disk_kib": 256, "models_disk_kib": 20480}).hosts
+    root = _provision(tmp_path, h.entry)
+    assert provision.MODELS_DIR == "/opt/sglang-fleet/models"
+    unit = "opt-sglang\\x2dfleet-models.mount"
+    text = (root / "etc/systemd/system" / unit).read_text()
+    assert "What=tmpfs\nWhere=/opt/sglang-fleet/models\nType=tmpfs\nOptions=size=20480k,mode=0755\n" in text
+    assert "(the lab entry's models_disk_kib)" in text and "WantedBy=local-fs.target" in text
+    wants = root / "etc/systemd/system/local-fs.target.wants"
+    assert sorted(p.name for p in wants.iterdir()) == ["opt-sglang\\x2dfleet-engines.mount", unit]
+    host = json.loads((root / "etc/lab/host.json").read_text())
+    assert (host["engines_disk_kib"], host["models_disk_kib"]) == (256, 20480)
+
+
 def test_without_engines_disk_kib_no_mount_unit(tmp_path):
     [h] = parse(tmp_path, PRO6000).hosts
     root = _provision(tmp_path, h.entry)
@@ -136,6 +160,33 @@ def test_a_mirror_host_gets_the_index_its_wheels_and_unit(tmp_path, monkeypatch)
     host = json.loads((root / "etc/lab/host.json").read_text())
     assert (host["role"], host["group"], host["index"]["port"]) == ("mirror", None, 8080)
     assert not (root / "usr/bin/nvidia-smi").exists() and not (root / "usr/local/lib/sglang-double").exists()
+
+
+def _hub_spec(target_by_repo: bool):
+    """pro6000's spec with its target (or else its DFlash draft) declared by Hugging Face repository."""
+    data = load_group_data(ROOT / "group_data")["pro6000"]
+    spec = provision.deep_merge(spec_data(data), {})  # a deep copy
+    if target_by_repo:
+        del spec["service"]["model_path"]
+        spec["service"]["model"] = {"repo": "lab/Qwen3-8B", "revision": "1" * 40}
+    else:
+        del spec["speculative"]["draft_model_path"]
+        spec["speculative"]["draft_model"] = {"repo": "lab/Qwen3-8B-DFlash", "revision": "2" * 40}
+    return ClassSpec.model_validate(spec), data
+
+
+@pytest.mark.parametrize("target_by_repo", [True, False])
+def test_a_model_declared_by_repository_is_left_to_the_deploy(tmp_path, target_by_repo):
+    spec, data = _hub_spec(target_by_repo)
+    [h] = parse(tmp_path, PRO6000).hosts
+    root = tmp_path / "root"
+    provision.provision(root, h.entry, spec, data, "ssh-ed25519 AAAA lab", "10.209.0.12", "sglmir")
+    written = sorted(str(p.parent.relative_to(root)) for p in root.rglob("config.json"))
+    by_path = "root/models/Qwen3.6-27B-DFlash" if target_by_repo else "root/models/Qwen3.6-27B"
+    assert written == [by_path]
+    assert not (root / "opt/sglang-fleet/models").exists()
+    if not target_by_repo:  # the draft's config still follows the target's (a Qwen3.6 one here)
+        assert json.loads((root / "root/models/Qwen3.6-27B/config.json").read_text())["model_type"] == "qwen3_5"
 
 
 def test_the_pypiserver_requirements_follow_the_hosts_python():
@@ -165,3 +216,4 @@ def test_index_url_is_the_mirror_hosts_and_only_a_mirror_hosts(tmp_path):
         lab.index_url("pro6000-1")
     with pytest.raises(labmod.LabError, match="mirror-2 is no host of lab 'sglmir', not a mirror host"):
         lab.index_url("mirror-2")
+
