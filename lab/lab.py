@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lab import base, labfile, mirror, provision, wheels  # noqa: E402
+from lab import base, hf, labfile, mirror, provision, wheels  # noqa: E402
 from lab.labfile import LabFileError  # noqa: E402
 from tasks.common import WheelError  # noqa: E402
 
@@ -56,6 +56,7 @@ RUN_NETNS = Path("/run/netns")
 BOOT_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 10
 INDEX_TIMEOUT_S = 30  # a mirror host's index answering, once its systemd runs
+HF_TIMEOUT_S = 60  # its Hugging Face mirror answering (olah imports FastAPI, pydantic and huggingface_hub first)
 
 
 class LabError(RuntimeError):
@@ -255,18 +256,37 @@ class Lab:
     def ssh(self, name: str, *command: str, timeout: float = 15) -> subprocess.CompletedProcess:
         return ssh(self.host(name).ip, *command, timeout=timeout)
 
-    def index_url(self, name: str = "mirror-1") -> str:
-        """The package index a mirror host serves (pip's --index-url), e.g. http://10.203.0.13:8080/simple/."""
+    def mirror(self, name: str = "mirror-1", what: str = "package index") -> LabHost:
         h = next((h for h in self.hosts if h.name == name), None)
         if h is None or h.entry["role"] != "mirror":
             mirrors = [m.name for m in self.hosts if m.entry["role"] == "mirror"]
             raise LabError(f"{name} is {'a ' + h.entry['role'] + ' host' if h else 'no host'} of lab {self.name!r}, "
-                           f"not a mirror host: it serves no package index (mirror hosts: {', '.join(mirrors) or 'none'})")
-        return _index_url(h.ip)
+                           f"not a mirror host: it serves no {what} (mirror hosts: {', '.join(mirrors) or 'none'})")
+        return h
+
+    def index_url(self, name: str = "mirror-1") -> str:
+        """The package index a mirror host serves (pip's --index-url), e.g. http://10.203.0.13:8080/simple/."""
+        return _index_url(self.mirror(name).ip)
+
+    def hf_endpoint(self, name: str = "mirror-1") -> str:
+        """The Hugging Face mirror a mirror host serves (HF_ENDPOINT), e.g. http://10.203.0.13:8090."""
+        return _hf_endpoint(self.mirror(name, "Hugging Face mirror").ip)
+
+    def hf_revisions(self, repo: str) -> list[str]:
+        """The commit shas of `repo` (lab/hf.py: hf.TARGET "lab/Qwen3-8B", hf.DRAFT "lab/Qwen3-8B-DFlash") that
+        every mirror host serves, oldest first."""
+        revisions = hf.revisions()
+        if repo not in revisions:
+            raise LabError(f"the lab's Hugging Face mirror has no repository {repo!r}; it has {', '.join(revisions)}")
+        return revisions[repo]
 
 
 def _index_url(ip: str) -> str:
     return f"http://{ip}:{mirror.INDEX_PORT}/simple/"
+
+
+def _hf_endpoint(ip: str) -> str:
+    return f"http://{ip}:{mirror.HF_PORT}"
 
 
 def _lab_from_state(st: dict[str, Any]) -> Lab:
@@ -429,6 +449,7 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
     if any(h.entry["role"] == "mirror" for h in lab.hosts):
         mirror.download()  # the first time: before anything of the lab is made
+        hf.cached()  # the Hugging Face repositories, built the first time (a few seconds)
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -613,6 +634,32 @@ def _wait_index(lab: Lab, quiet_ok: bool = False) -> None:
         if not quiet_ok:
             log(f"{h.name} ({h.ip}): package index {_index_url(h.ip)} lists {len(want)} wheels after "
                 f"{time.monotonic() - t0:.1f} s")
+        _wait_hf(h, opener, quiet_ok)
+
+
+def _wait_hf(h: LabHost, opener, quiet_ok: bool) -> None:
+    """Wait until a mirror host's olah serves each repository's newest revision (a HEAD of its config.json,
+    answered with that commit), asked from here."""
+    t0, endpoint = time.monotonic(), _hf_endpoint(h.ip)
+    for repo, shas in hf.revisions().items():
+        url = f"{endpoint}/{repo}/resolve/{shas[-1]}/config.json"
+        while True:
+            try:
+                with opener.open(urllib.request.Request(url, method="HEAD"), timeout=3) as answer:
+                    commit = answer.headers.get("x-repo-commit")
+                why = f"it answered commit {commit!r}"
+            except OSError as e:  # refused while olah starts
+                commit, why = None, str(e)
+            if commit == shas[-1]:
+                break
+            if time.monotonic() - t0 > HF_TIMEOUT_S:
+                journal = ssh(h.ip, "journalctl", "-u", mirror.HF_UNIT, "-n", "20", "--no-pager", "-o", "cat").stdout
+                raise LabError(f"{h.name}: no Hugging Face mirror at {url} after {HF_TIMEOUT_S} s: {why}; "
+                               f"{mirror.HF_UNIT}'s journal:\n{journal}")
+            time.sleep(0.2)
+    if not quiet_ok:
+        log(f"{h.name} ({h.ip}): Hugging Face mirror {endpoint} serves {', '.join(hf.REPOS)} after "
+            f"{time.monotonic() - t0:.1f} s")
 
 
 # --- down ---------------------------------------------------------------------------------
@@ -853,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in e.problems:
             print(f"  {p}", file=sys.stderr)
         return 2
-    except (LabError, mirror.MirrorError, WheelError) as e:
+    except (LabError, mirror.MirrorError, hf.HfRepoError, WheelError) as e:
         print(f"lab: {e}", file=sys.stderr)
         return 1
 

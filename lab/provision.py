@@ -21,7 +21,7 @@ from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import desired_files, service_files
 from fleet.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
-from lab import mirror, wheels
+from lab import hf, mirror, wheels
 from lab.base import IMAGES
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
@@ -327,24 +327,34 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
     if entry["role"] == "gpu":
         warnings, extra = _provision_gpu(root, entry, group_spec, group_data)
     elif entry["role"] == "mirror":
-        extra = _provision_mirror(root, entry)
+        extra = _provision_mirror(root, entry, ip)
     host_json = {"name": name, "group": entry.get("group"), "role": entry["role"], **extra,
                  "ssh_user": entry["ssh_user"], "ip": ip, "lab": lab_name}
     write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
     return warnings
 
 
-def _provision_mirror(root: Path, entry: dict[str, Any]) -> dict[str, Any]:
+def _provision_mirror(root: Path, entry: dict[str, Any], ip: str) -> dict[str, Any]:
     """pypiserver (from the controller's cache, for the host's Python), the SGLang double's wheels
-    in its directory, and its unit, enabled. Returns its part of host.json."""
-    mirror.install_pypiserver(root, IMAGES[entry["debian"]].python)
+    in its directory, and its unit, enabled; olah, the lab's Hugging Face repositories (lab/hf.py), its
+    config and unit, enabled. Returns its part of host.json."""
+    python = IMAGES[entry["debian"]].python
+    mirror.install_pypiserver(root, python)
     built = wheels.build_wheels(root / mirror.INDEX_DIR.lstrip("/"))
     for dependency in mirror.cached_dependencies():
         shutil.copy(dependency, root / mirror.INDEX_DIR.lstrip("/") / dependency.name)
     write(root, f"/etc/systemd/system/{mirror.UNIT}", mirror.UNIT_TEXT)
     enable(root, mirror.UNIT)
+    mirror.install_olah(root, python)
+    revisions = hf.install(root, mirror.HF_MIRRORS_DIR)
+    write(root, mirror.OLAH_CONFIG, mirror.olah_config(ip))
+    _inside(root, f"{mirror.OLAH_STATE_DIR}/repos").mkdir(parents=True, exist_ok=True)
+    write(root, f"/etc/systemd/system/{mirror.HF_UNIT}", mirror.HF_UNIT_TEXT)
+    enable(root, mirror.HF_UNIT)
     return {"index": {"port": mirror.INDEX_PORT, "dir": mirror.INDEX_DIR, "pypiserver": mirror.PYPISERVER_VERSION,
-                      "wheels": [w.name for w in built]}}
+                      "wheels": [w.name for w in built]},
+            "hf": {"port": mirror.HF_PORT, "dir": mirror.HF_MIRRORS_DIR, "olah": mirror.OLAH_VERSION,
+                   "repos": revisions}}
 
 
 def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,

@@ -1,19 +1,20 @@
 """lab/labfile.py's mirror host (role = "mirror"), engines_disk_kib and models_disk_kib; what the lab makes of them
-without a lab: a mirror host's files, the engines' and the models' mount units, the models it leaves to the
-deploy, the inventory that leaves the mirror out, index_url."""
+without a lab: a mirror host's files (its index and its Hugging Face mirror), the engines' and the models' mount
+units, the models it leaves to the deploy, the inventory that leaves the mirror out, index_url, hf_endpoint."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from fleet.groupdata import gateway_files, load_class_specs, load_group_data, spec_data
 from fleet.spec import ClassSpec
-from lab import labfile, mirror, provision, wheels
+from lab import hf, labfile, mirror, provision, wheels
 from lab import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,12 +145,17 @@ def test_without_engines_disk_kib_no_mount_unit(tmp_path):
     assert not list((root / "etc/systemd/system").rglob("*.mount"))
 
 
+REVISIONS = {"lab/Qwen3-8B": ["1" * 40], "lab/Qwen3-8B-DFlash": ["2" * 40, "3" * 40, "4" * 40]}
+
+
 def test_a_mirror_host_gets_the_index_its_wheels_and_unit(tmp_path, monkeypatch):
     installed = []
     monkeypatch.setattr(mirror, "install_pypiserver", lambda root, python: installed.append((root, python)))
+    monkeypatch.setattr(mirror, "install_olah", lambda root, python: installed.append(("olah", python)))
+    monkeypatch.setattr(hf, "install", lambda root, where: installed.append(("repos", where)) or REVISIONS)
     [h] = parse(tmp_path, {"name": "mirror-1", "role": "mirror"}).hosts
     root = _provision(tmp_path, h.entry)
-    assert installed == [(root, "3.11")]
+    assert installed == [(root, "3.11"), ("olah", "3.11"), ("repos", "/srv/hf-mirrors")]
     served = sorted(p.name for p in (root / "srv/pypi").iterdir())
     assert served == sorted([b.filename for b in wheels.BUILDS] + ["lab_ddtree_plugin-1.0-py3-none-any.whl"]
                             + [w.name for w in mirror.cached_dependencies()])
@@ -160,6 +166,26 @@ def test_a_mirror_host_gets_the_index_its_wheels_and_unit(tmp_path, monkeypatch)
     host = json.loads((root / "etc/lab/host.json").read_text())
     assert (host["role"], host["group"], host["index"]["port"]) == ("mirror", None, 8080)
     assert not (root / "usr/bin/nvidia-smi").exists() and not (root / "usr/local/lib/sglang-double").exists()
+
+
+def test_a_mirror_host_gets_olah_offline_on_its_repositories(tmp_path, monkeypatch):
+    monkeypatch.setattr(mirror, "install_pypiserver", lambda root, python: None)
+    monkeypatch.setattr(mirror, "install_olah", lambda root, python: None)
+    monkeypatch.setattr(hf, "install", lambda root, where: REVISIONS)
+    [h] = parse(tmp_path, {"name": "mirror-1", "role": "mirror"}).hosts
+    root = _provision(tmp_path, h.entry)
+    unit = (root / "etc/systemd/system/lab-olah.service").read_text()
+    assert ("ExecStart=/usr/bin/python3 -m olah.server --config /etc/olah/olah.toml --log-path /var/lib/olah/logs"
+            in unit and "Environment=PYTHONPATH=/opt/olah" in unit and "Environment=PYTHONUNBUFFERED=1" in unit)
+    assert (root / "etc/systemd/system/multi-user.target.wants/lab-olah.service").is_symlink()
+    assert (root / "var/lib/olah/repos").is_dir()
+    config = tomllib.loads((root / "etc/olah/olah.toml").read_text())
+    assert config == {"basic": {"host": "0.0.0.0", "port": 8090, "mirror-netloc": "10.209.0.12:8090",
+                                "mirror-lfs-netloc": "10.209.0.12:8090", "repos-path": "/var/lib/olah/repos",
+                                "mirrors-path": ["/srv/hf-mirrors"]},
+                      "accessibility": {"offline": True}}
+    host = json.loads((root / "etc/lab/host.json").read_text())
+    assert host["hf"] == {"port": 8090, "dir": "/srv/hf-mirrors", "olah": "0.5.4", "repos": REVISIONS}
 
 
 def _hub_spec(target_by_repo: bool):
@@ -216,4 +242,16 @@ def test_index_url_is_the_mirror_hosts_and_only_a_mirror_hosts(tmp_path):
         lab.index_url("pro6000-1")
     with pytest.raises(labmod.LabError, match="mirror-2 is no host of lab 'sglmir', not a mirror host"):
         lab.index_url("mirror-2")
+
+
+def test_hf_endpoint_and_revisions_are_the_mirror_hosts(tmp_path, monkeypatch):
+    lab = labmod._lab_from_state(_state(tmp_path))
+    assert lab.hf_endpoint() == lab.hf_endpoint("mirror-1") == "http://10.209.0.11:8090"
+    with pytest.raises(labmod.LabError, match=r"pro6000-1 is a gpu host of lab 'sglmir', not a mirror host: it "
+                                              r"serves no Hugging Face mirror \(mirror hosts: mirror-1\)"):
+        lab.hf_endpoint("pro6000-1")
+    monkeypatch.setattr(hf, "revisions", lambda: REVISIONS)
+    assert lab.hf_revisions("lab/Qwen3-8B-DFlash") == ["2" * 40, "3" * 40, "4" * 40]
+    with pytest.raises(labmod.LabError, match="has no repository 'lab/Nope'; it has lab/Qwen3-8B, lab/Qwen3-8B-DFlash"):
+        lab.hf_revisions("lab/Nope")
 
