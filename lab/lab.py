@@ -4,6 +4,7 @@ network namespace on a private bridge, described by a TOML lab file.
     .venv/bin/python -m lab.lab up [--lab lab/default.toml]
     .venv/bin/python -m lab.lab status
     .venv/bin/python -m lab.lab link HOST down|up     # a link that drops silently, and its return
+    .venv/bin/python -m lab.lab throttle HOST KBIT|off  # a slow link out of a host (the mirror's, for a slow fetch)
     .venv/bin/python -m lab.lab down
 
 State lives in .lab/ (git-ignored): the lab file used (lab.toml + state.json), one dir a
@@ -279,6 +280,10 @@ class Lab:
         if repo not in revisions:
             raise LabError(f"the lab's Hugging Face mirror has no repository {repo!r}; it has {', '.join(revisions)}")
         return revisions[repo]
+
+    def throttle(self, name: str = "mirror-1", kbit: int | None = None) -> None:
+        """Slow what leaves host `name` to `kbit` kbit/s (None: full speed again): see throttle()."""
+        throttle(name, kbit)
 
 
 def _index_url(ip: str) -> str:
@@ -821,6 +826,28 @@ def link(name: str, up: bool) -> None:
     run("ip", "-n", host["netns"], "link", "set", "eth0", "up" if up else "down")
 
 
+def throttle(name: str, kbit: int | None) -> None:
+    """Slow what leaves a host to `kbit` kbit/s, or (None) take the limit away: a token bucket (tc tbf) on
+    the eth0 inside the host's own network namespace, so its answers (a mirror's downloads) go out at
+    that rate while what it is sent is not slowed. Packets wait in the queue; none is refused."""
+    st = _read_state()
+    if not st:
+        raise LabError("no lab is up")
+    host = next((h for h in st["hosts"] if h["name"] == name), None)
+    if host is None:
+        raise LabError(f"no host {name!r} in lab {st['lab_name']!r} (hosts: {', '.join(h['name'] for h in st['hosts'])})")
+    if kbit is None:
+        p = run("tc", "-n", host["netns"], "qdisc", "del", "dev", "eth0", "root", check=False)
+        if p.returncode and "No such file" not in p.stderr and "Cannot delete qdisc with handle of zero" not in p.stderr:
+            raise LabError(f"tc qdisc del on {name}'s eth0 failed: {p.stderr.strip()}")
+        return
+    if isinstance(kbit, bool) or not isinstance(kbit, int) or kbit < 8:
+        raise LabError(f"throttle {name}: kbit = {kbit!r}: allowed: an integer >= 8 (kbit/s), or None to remove it")
+    burst = max(kbit * 1000 // 8 // 50, 16384)  # 20 ms of the rate, and at least a few packets
+    run("tc", "-n", host["netns"], "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{kbit}kbit",
+        "burst", str(burst), "latency", "200ms")
+
+
 # --- status -------------------------------------------------------------------------------
 
 def status(check_ssh: bool = True) -> list[dict[str, Any]]:
@@ -871,8 +898,11 @@ def main(argv: list[str] | None = None) -> int:
     p_link = sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)")
     p_link.add_argument("host")
     p_link.add_argument("state", choices=("down", "up"))
+    p_throttle = sub.add_parser("throttle", help="slow what leaves a host to KBIT kbit/s (off: full speed again)")
+    p_throttle.add_argument("host")
+    p_throttle.add_argument("kbit", help="kbit/s, or off")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down", "link"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "throttle"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
     holder = _session_holder() if args.cmd in ("up", "down") else None
@@ -893,6 +923,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "link":
             link(args.host, args.state == "up")
             print(f"{args.host}: link {args.state}")
+            return 0
+        if args.cmd == "throttle":
+            kbit = None if args.kbit == "off" else int(args.kbit) if args.kbit.isdigit() else args.kbit
+            throttle(args.host, kbit)
+            print(f"{args.host}: {'full speed' if kbit is None else f'{kbit} kbit/s out'}")
             return 0
         return _print_status()
     except LabFileError as e:

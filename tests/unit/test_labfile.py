@@ -1,6 +1,6 @@
 """lab/labfile.py's mirror host (role = "mirror"), engines_disk_kib and models_disk_kib; what the lab makes of them
 without a lab: a mirror host's files (its index and its Hugging Face mirror), the engines' and the models' mount
-units, the models it leaves to the deploy, the inventory that leaves the mirror out, index_url, hf_endpoint."""
+units, the models it leaves to the deploy, the inventory that leaves the mirror out, index_url, hf_endpoint, throttle."""
 
 from __future__ import annotations
 
@@ -255,3 +255,23 @@ def test_hf_endpoint_and_revisions_are_the_mirror_hosts(tmp_path, monkeypatch):
     with pytest.raises(labmod.LabError, match="has no repository 'lab/Nope'; it has lab/Qwen3-8B, lab/Qwen3-8B-DFlash"):
         lab.hf_revisions("lab/Nope")
 
+
+def test_throttle_is_a_token_bucket_on_the_hosts_own_eth0(tmp_path, monkeypatch):
+    st = _state(tmp_path)
+    for i, h in enumerate(st["hosts"]):
+        h["netns"] = f"sglmir-h{i}"
+    ran = []
+    monkeypatch.setattr(labmod, "_read_state", lambda: st)
+    monkeypatch.setattr(labmod, "run", lambda *argv, check=True: ran.append(argv) or subprocess.CompletedProcess(
+        argv, 2 if "del" in argv else 0, "", "Error: Cannot delete qdisc with handle of zero."))
+    lab = labmod._lab_from_state(st)
+    lab.throttle("mirror-1", 40000)
+    lab.throttle("mirror-1", None)  # none there: not an error
+    assert ran == [("tc", "-n", "sglmir-h0", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "40000kbit",
+                    "burst", "100000", "latency", "200ms"),
+                   ("tc", "-n", "sglmir-h0", "qdisc", "del", "dev", "eth0", "root")]
+    for kbit in (0, 7, True, 1.5):
+        with pytest.raises(labmod.LabError, match=f"kbit = {kbit!r}: allowed: an integer >= 8"):
+            lab.throttle("mirror-1", kbit)
+    with pytest.raises(labmod.LabError, match="no host 'mirror-2' in lab 'sglmir'"):
+        lab.throttle("mirror-2", 100)
