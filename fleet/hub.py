@@ -252,6 +252,10 @@ if os.path.isdir(final) and not os.path.isdir(staging):  # damaged: fetched agai
     if os.path.lexists(os.path.join(staging, MANIFEST)):
         os.remove(os.path.join(staging, MANIFEST))
 os.makedirs(staging, exist_ok=True)
+for top, _, names in os.walk(os.path.join(staging, ".cache")):  # a killed client's: it resumes none of them
+    for n in names:
+        if n.endswith(".incomplete"):
+            os.remove(os.path.join(top, n))
 have = 0
 for name in files:
     if wrong(staging, name, False) is None:

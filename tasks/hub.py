@@ -96,11 +96,15 @@ def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     token = layout.staged_path(layout.hub_token_file(spec.service.unit)) if pf.secrets.hub_token else None
     if token and not _put_token(host, pf, token):
         return refuse(f"hub.token: expected it uploaded to {token} (0600), found the upload failed")
+    slots = SLOTS.setdefault((hub.endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
+    if slots.locked():
+        host.log(f"waiting for a fetch slot: {hub.max_parallel} hosts at once from {hub.endpoint} (hub.max_parallel)")
     try:
-        for path, what in pf.plan.fetch_models:
-            problem = _fetch_one(host, pf, path, token)
-            if problem:
-                return refuse(f"{what}: expected it fetched from {hub.endpoint} into {path}, found {problem}")
+        with slots:  # the host's every fetch in one slot: a host fetching holds one, whatever it fetches
+            for path, what in pf.plan.fetch_models:
+                problem = _fetch_one(host, pf, path, token)
+                if problem:
+                    return refuse(f"{what}: expected it fetched from {hub.endpoint} into {path}, found {problem}")
     finally:
         if token:
             run(host, f"rm -f -- {shlex.quote(token)}", bounds.disk("the removal of the hub token's file"))
@@ -153,16 +157,12 @@ def _put_token(host, pf: Preflight, token: str) -> bool:
 
 
 def _fetch_one(host, pf: Preflight, path: str, token: str | None) -> str | None:
-    """One revision fetched, in a slot of its endpoint's; None, or what went wrong (in words)."""
+    """One revision fetched; None, or what went wrong (in words)."""
     spec, hub = pf.spec, pf.spec.hub
     model = spec.hub_models[path]
-    slots = SLOTS.setdefault((hub.endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
-    if slots.locked():
-        host.log(f"waiting for a fetch slot: {hub.max_parallel} hosts at once from {hub.endpoint} (hub.max_parallel)")
-    with slots:
-        host.log(f"fetching {model.describe()} from {hub.endpoint} into {path}")
-        started = time.monotonic()
-        _, out = run(host, rules.fetch_command(spec, path, model, token), bounds.fetch(spec))
+    host.log(f"fetching {model.describe()} from {hub.endpoint} into {path}")
+    started = time.monotonic()
+    _, out = run(host, rules.fetch_command(spec, path, model, token), bounds.fetch(spec))
     done = rules.read_fetch(out)
     if done.outcome == "already":
         return None
