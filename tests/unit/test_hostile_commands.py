@@ -2,7 +2,8 @@
 
 Every shell command the deploy builds (the preflight snapshot, make status's, the history, begin,
 apply, restore, finish, the gate, the smoke test, the workloads' stop and give-back, the lock,
-the gateway's install, facts, /workers and /health) is built from a spec whose paths, names,
+the gateway's install, facts, /workers and /health; the hub's survey, client install, fetch,
+removal and the models fact over fetched revisions) is built from a spec whose paths, names,
 environment, prompt and gateway fields hold generated hostile text that group_data validation
 accepted (command substitution, backticks, quotes, semicolons, globs, leading dashes,
 backslashes), and from a lock text a host could hold. Each runs under dash with a PATH of stub
@@ -14,6 +15,7 @@ spec's own units after `--`.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,9 +26,10 @@ from builders import DRAFT, LAUNCHER, TARGET, secrets_of
 from facts.gateway import GatewayFacts, GatewayStatus
 from facts.gpu import GpuProcesses
 from facts.history import DeployHistory
+from facts.models import ModelDirs
 from facts.preflight import HostSnapshot, snapshot_args
 from facts.status import StatusSnapshot
-from fleet import engine, gate, lock, rollout
+from fleet import engine, gate, hub, layout, lock, rollout
 from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
 from fleet.groupdata import SpecError, validate_class
 from fleet.plan import Before, FoundProcess, Held, Pending, UnitBefore
@@ -256,3 +259,128 @@ def test_the_stubs_would_see_an_injection(path):
         check([f"echo $(touch {CANARY})"], path, set())
     with pytest.raises(AssertionError, match="other.service"):
         check(["systemctl restart -- other.service"], path, {"sglang.service"})
+
+
+# --- models by repository (fleet/hub.py): the survey, the client's install, the fetch, the removal,
+# and the models fact over fetched revisions ---------------------------------------------------------
+
+# Where a group_data value reaches fleet/hub.py's commands (root: the test's directory, where the
+# commands find the directories a host would have: they get past their locks then, and run whole).
+HUB_FIELDS = {
+    "hub.models_dir": lambda root, v: f"{root}/m/{v}", "hub.python": lambda root, v: f"/usr/{v}/python3",
+    "hub.endpoint": lambda root, v: f"https://mirror.lan/{v}", "service.unit": lambda root, v: f"sglang{v}",
+}
+REPO_PART = st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,12}[A-Za-z0-9])?", fullmatch=True)
+# repositories as the spec takes them: dots, dashes, underscores (never '..', '--' or a final .git)
+repos = st.one_of(st.sampled_from(["z-lab/Qwen3.6-27B-DFlash", "A.b_c-D/e.F_g-h", "0/9", "a_/b"]),
+                  st.tuples(REPO_PART, REPO_PART).map("/".join))
+TARGET_REV, DRAFT_REV, OLD_REV = "a" * 40, "b" * 40, "c" * 40
+
+
+def hub_spec_with(root: Path, field: str | None, value, target: str, draft: str) -> ClassSpec:
+    """DATA with its target and draft by repository, models under root/m, `value` laid into `field`."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DATA.items()}
+    data["service"] = {k: v for k, v in data["service"].items() if k != "model_path"}
+    data["service"]["model"] = {"repo": target, "revision": TARGET_REV}
+    data["speculative"] = {"algorithm": "DFLASH", "draft_model": {"repo": draft, "revision": DRAFT_REV}}
+    data["hub"] = {"models_dir": f"{root}/m/models"}
+    if field:
+        top, _, key = field.partition(".")
+        data[top] = {**data[top], key: HUB_FIELDS[field](root, value)}
+    try:
+        return validate_class("group_data/x.py", data)
+    except SpecError:
+        assume(False)
+
+
+def hub_commands(spec: ClassSpec, root: Path, name: str) -> tuple[list[str], dict]:
+    """fleet/hub.py's commands for the spec, on a host (root) whose target revision is there with a
+    manifest listing `name` (a host's text), whose draft's repository has no revision yet; and what
+    each program they run must be given, token for token."""
+    hub_, target_path = spec.hub, spec.target_path
+    try:
+        for p in spec.hub_models:
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+        Path(target_path).mkdir(exist_ok=True)
+        (Path(target_path) / hub.MANIFEST).write_text(f"5 sha256:{'0' * 64} {name}\n3 - config.json\n")
+        (root / "hub").mkdir(exist_ok=True)
+    except OSError:  # a name this file system cannot hold: no host could have it either
+        assume(False)
+    client_root, client = str(root / "hub"), hub.client_name(hub_)
+    pip_wheel = engine.pip_wheel_path("pip-24.3.1-py3-none-any.whl")
+    token = layout.staged_path(layout.hub_token_file(spec.service.unit))
+    old = [f"{m.repo}/{OLD_REV}" for m in spec.hub_models.values()]
+    commands = [
+        hub.survey_command(spec),
+        hub.client_install_command(hub_, pip_wheel).replace(layout.HUB_CLIENT_ROOT, client_root),
+        *(hub.fetch_command(spec, p, m, token) for p, m in spec.hub_models.items()),
+        hub.remove_command(hub_.models_dir, old),
+        ModelDirs().command(spec.model_paths, list(spec.hub_models)),
+    ]
+    expect = {
+        "fetch": [[hub_.python, "-c", hub.FETCH, m.repo, m.revision, p, str(hub_.disk_margin_mib << 20)]
+                  for p, m in spec.hub_models.items()],
+        "env": [f"HF_ENDPOINT={hub_.endpoint.rstrip('/')}", f"HF_TOKEN_PATH={token}"],
+        "rm": [["-rf", "--", f"{hub_.models_dir}/{r}"] for r in old],
+        # the survey's of the revision there; the manifest checks' of its files, the host's name first
+        "stat": [["-c", "%Y %n", "--", f"{spec.service.model.repo}/{TARGET_REV}"],
+                 *(["-c", "%s", "--", f"{target_path}/{n}"] for n in (name, "config.json"))],
+        "grep": [spec.unit_file, spec.backups_dir],
+        "touch": [f"{client_root}/{client}.partial/.complete"],  # the install's own: the only touch
+        "pip": [hub_.python, f"{pip_wheel}/pip", "install"],
+    }
+    return commands, expect
+
+
+def check_hub(commands: list[str], path: Path, expect: dict) -> None:
+    seen = ran(commands, path)
+    for i, (program, *args) in seen:
+        if program == "touch":
+            assert args == expect["touch"], (args, commands[i][:300])
+        else:
+            assert program in PROGRAMS, f"{program} {args} ran from: {commands[i][:300]}"
+    assert not Path(CANARY).exists(), commands
+    # the client and each fetch got their arguments whole: no value split, globbed, expanded or lost
+    envs = [args for _, (program, *args) in seen if program == "env"]
+    assert [a[a.index("timeout") + 4:] for a in envs] == expect["fetch"]
+    assert all(a[:2] == ["-u", "HF_TOKEN"] and set(expect["env"]) <= set(a[2:a.index("timeout")]) for a in envs)
+    (install,) = [args for _, (program, *args) in seen if program == "timeout"]
+    assert install[3:6] == expect["pip"]
+    assert [args for _, (program, *args) in seen if program == "rm" and args[:2] == ["-rf", "--"]
+            and args[2].endswith(OLD_REV)] == expect["rm"]
+    # (a stub reads no stdin: the loop piped into head may end at its first file, never before)
+    stats = [args for _, (program, *args) in seen if program == "stat"]
+    assert expect["stat"][0] in stats and expect["stat"][1] in stats and all(s in expect["stat"] for s in stats)
+    (grep,) = [args for _, (program, *args) in seen if program == "grep" and args[:2] == ["-rhoa", "--"]]
+    assert grep[3:] == expect["grep"]
+
+
+@pytest.mark.parametrize("field", [None, *HUB_FIELDS])
+@PROFILE
+@given(value=hostile, target=repos, draft=repos, name=hostile.map(printable))
+def test_no_hub_value_repository_or_manifest_name_runs_a_command(field, value, target, draft, name, path):
+    name = name.replace("\n", " ").strip(" \t") or "x"  # one manifest line; `read` trims the blanks around a name
+    root = Path(tempfile.mkdtemp(dir=path.parent))  # each example's host: no revision of another's
+    spec = hub_spec_with(root, field, value, target, draft)
+    commands, expect = hub_commands(spec, root, name)
+    check_hub(commands, path, expect)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_every_payload_in_every_hub_field_at_once(payload, path):
+    root, laid = path.parent, []
+    spec = hub_spec_with(root, None, "", "z-lab/Qwen3.6-27B-DFlash", "A.b_c-D/e.F_g-h")
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    for field, lay in HUB_FIELDS.items():  # each field that takes it
+        top, _, key = field.partition(".")
+        trial = {**data, top: {**data.get(top, {}), key: lay(root, payload)}}
+        try:
+            validate_class("group_data/x.py", trial)
+        except SpecError:
+            continue
+        data, laid = trial, laid + [field]
+    spec = validate_class("group_data/x.py", data)
+    name = payload.replace("\n", " ").strip(" \t") or "x"
+    commands, expect = hub_commands(spec, root, name)
+    check_hub(commands, path, expect)
+    assert laid, "no hub field takes this payload: it tests nothing"
