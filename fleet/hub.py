@@ -33,6 +33,11 @@ def _q(path: str) -> str:
     return shlex.quote(path)
 
 
+def _bre(text: str) -> str:
+    """`text` as a grep pattern (BRE) matching itself: a models_dir of /srv/models[1] too."""
+    return re.sub(r"([\\.\[\]*^$])", r"\\\1", text)
+
+
 def to_fetch(spec: ClassSpec, models: dict[str, ModelDir]) -> list[str]:
     """The declared revisions (their directories) preflight found missing, incomplete or damaged:
     fetched before anything stops, and only then checked (preflight skips their checks)."""
@@ -76,8 +81,8 @@ def client_name(hub: HubSpec) -> str:
 
 def client_install_command(hub: HubSpec, pip_wheel: str) -> str:
     """Under the client's install lock: pip --target a .partial from the uploaded wheels only (no
-    index), renamed into place once done. Records: installed=already|new, else pip=RC and its
-    output's tail."""
+    index), renamed into place once done. Records: busy (another install holds the lock for 600 s),
+    installed=already|new, else pip=RC and its output's tail."""
     name = client_name(hub)
     final, partial, wheels = layout.hub_client_dir(name), f"{layout.hub_client_dir(name)}.partial", \
         layout.hub_client_wheels(name)
@@ -85,7 +90,8 @@ def client_install_command(hub: HubSpec, pip_wheel: str) -> str:
                                    "--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off",
                                    "--find-links", wheels, "--target", partial, hub.client])
     return "; ".join([
-        f"mkdir -p {_q(layout.HUB_CLIENT_ROOT)} && exec 9>{_q(layout.HUB_CLIENT_ROOT)}/.install.lock && flock -w 600 9",
+        f"mkdir -p {_q(layout.HUB_CLIENT_ROOT)} && exec 9>{_q(layout.HUB_CLIENT_ROOT)}/.install.lock || exit 1",
+        f"if ! flock -w 600 9; then {mark('busy')}; exit 0; fi",
         f"if [ -e {_q(final)}/.complete ]; then {mark('installed', 'already')}; exit 0; fi",
         f"rm -rf -- {_q(partial)} {_q(final)}",
         f"out=$(PIP_CONFIG_FILE=/dev/null timeout -k 10 600 {pip} 2>&1); rc=$?; printf '@@pip=%s\\n' $rc; "
@@ -97,8 +103,10 @@ def client_install_command(hub: HubSpec, pip_wheel: str) -> str:
 
 
 def read_client_install(answer: str) -> tuple[str, str]:
-    """("already" | "new", "") or ("pip", its exit status and words) or ("no answer", "")."""
+    """("already" | "new", ""), ("busy", ""), ("pip", its exit status and words) or ("no answer", "")."""
     keys = {f.key: f for f in frames(answer)}
+    if "busy" in keys:
+        return "busy", ""
     if "installed" in keys and keys["installed"].value in ("already", "new"):
         return keys["installed"].value, ""
     if "pip" in keys:
@@ -116,7 +124,7 @@ def survey_command(spec: ClassSpec) -> str:
     kept backups' units name (what garbage collection must keep)."""
     root = spec.hub.models_dir
     repos = " ".join(_q(r) for r in sorted({m.repo for m in spec.hub_models.values()}))
-    names_one = f"{root}/[A-Za-z0-9._-]*/[A-Za-z0-9._-]*/[0-9a-f]\\{{40\\}}"
+    names_one = f"{_bre(root)}/[A-Za-z0-9._-]*/[A-Za-z0-9._-]*/[0-9a-f]\\{{40\\}}"
     return "; ".join([
         f"if [ -e {_q(layout.hub_client_dir(client_name(spec.hub)))}/.complete ]; then {mark('client', 'yes')}; "
         f"else {mark('client', 'no')}; fi",
@@ -335,16 +343,21 @@ def fetch_log(path: str) -> str:
 
 def manifest_sizes_ok(path: str) -> str:
     """Shell: true if every file the manifest of `path` lists has its size (a stat each)."""
-    d = _q(path)
-    return (f"! while read -r size digest name; do [ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] "
-            f"|| {{ printf '%s\\n' \"$name\"; break; }}; done < {d}/{MANIFEST} | grep -q .")
+    return f"! {_each_listed(path, 'break')} | grep -q ."
 
 
 def damaged_files(path: str) -> str:
     """Shell printing the files (at most 5) of `path`'s manifest whose size differs."""
+    return f"{_each_listed(path, 'true')} | head -n 5"
+
+
+def _each_listed(path: str, then: str) -> str:
+    """Shell printing each file of the manifest whose size differs (`then` after the first: break or
+    true). Each line read whole and cut at its first two spaces: a name's own blanks are kept."""
     d = _q(path)
-    return (f"while read -r size digest name; do [ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] "
-            f"|| printf '%s\\n' \"$name\"; done < {d}/{MANIFEST} | head -n 5")
+    return (f"while IFS= read -r line; do size=${{line%% *}}; rest=${{line#* }}; name=${{rest#* }}; "
+            f"[ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] || {{ printf '%s\\n' \"$name\"; {then}; }}; "
+            f"done < {d}/{MANIFEST}")
 
 
 @dataclass(frozen=True)
@@ -386,7 +399,7 @@ def read_fetch(answer: str) -> Fetched:
 
 
 def reason(said: str) -> str:
-    """The client's words as one line: its last non-empty line (huggingface_hub's errors put the
-    cause first, the request id last)."""
+    """The client's words as one line: its first two non-empty lines (huggingface_hub's errors put
+    the cause first, the request id and URL after)."""
     lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
     return " ".join(lines[:2]) if lines else "(no message)"

@@ -95,8 +95,10 @@ def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
 
     token = layout.staged_path(layout.hub_token_file(spec.service.unit)) if pf.secrets.hub_token else None
     if token and not _put_token(host, pf, token):
+        run(host, f"rm -f -- {shlex.quote(token)}", bounds.disk("the removal of the hub token's file"))
         return refuse(f"hub.token: expected it uploaded to {token} (0600), found the upload failed")
-    slots = SLOTS.setdefault((hub.endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
+    endpoint = hub.endpoint.rstrip("/")  # one endpoint, however it is spelt
+    slots = SLOTS.setdefault((endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
     if slots.locked():
         host.log(f"waiting for a fetch slot: {hub.max_parallel} hosts at once from {hub.endpoint} (hub.max_parallel)")
     try:
@@ -141,6 +143,9 @@ def _install_client(host, pf: Preflight, uploads: list[tuple[str, str]]) -> str 
     _, out = run(host, rules.client_install_command(pf.spec.hub, uploads[0][1]),
                  bounds.client_install("the install of the hub client"))
     outcome, said = rules.read_client_install(out)
+    if outcome == "busy":
+        return f"expected no other install of it on the host, found one holding {layout.HUB_CLIENT_ROOT}/.install.lock " \
+               "for 600 s: run again once it is done"
     if outcome == "pip":
         return f"expected pip to install it from the uploaded wheels, found {excerpt(said, 600)}"
     if outcome == "no answer":

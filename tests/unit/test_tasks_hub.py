@@ -350,6 +350,9 @@ PIP_NO_MATCH = ("Looking in links: /var/cache/sglang-fleet/wheels/x\n"
      "expected pip to install it from the uploaded wheels, found 'exit 1: ERROR: Could not find a version that "
      "satisfies the requirement pyyaml>=5.1 (from huggingface-hub) (from versions: none) ERROR: No matching "
      "distribution found for pyyaml>=5.1'"),
+    (answer("@@busy"),
+     "expected no other install of it on the host, found one holding /opt/sglang-fleet/hub/.install.lock for 600 s: "
+     "run again once it is done"),
     ((False, "sh: 1: cannot create /opt/sglang-fleet/hub/.install.lock: Read-only file system\n"),
      "expected the install's records, found 'sh: 1: cannot create /opt/sglang-fleet/hub/.install.lock: Read-only "
      "file system'"),
@@ -470,7 +473,7 @@ def test_the_tokens_file_is_removed_even_when_a_fetch_fails(broken):
 def test_a_tokens_file_that_cannot_be_made_refuses_the_host_before_any_upload_of_it():
     cannot = (False, f"sh: 1: cannot create {TOKEN_FILE}: Read-only file system")
     ok, sent, _, row = fetching({**TOKENED, "survey": survey(), "token file": cannot}, pf=with_token(), token=TOKEN_FILE)
-    assert ok is False and sent == ["survey", "token file"]
+    assert ok is False and sent == ["survey", "token file", "rm token"]  # whatever the attempt left, removed
     assert refusal_of(row) == (f"h: hub.token: expected it uploaded to {TOKEN_FILE} (0600), found the upload failed; "
                                "nothing was stopped")
 
@@ -478,7 +481,7 @@ def test_a_tokens_file_that_cannot_be_made_refuses_the_host_before_any_upload_of
 def test_a_token_upload_that_fails_refuses_the_host_and_fetches_nothing():
     ok, sent, fake, row = fetching({**TOKENED, "survey": survey()}, pf=with_token(), token=TOKEN_FILE,
                                    upload={TOKEN_FILE: OSError("Failure")})
-    assert ok is False and sent == ["survey", "token file", "upload token"]
+    assert ok is False and sent == ["survey", "token file", "upload token", "rm token"]
     assert refusal_of(row) == (f"h: hub.token: expected it uploaded to {TOKEN_FILE} (0600), found the upload failed; "
                                "nothing was stopped")
     assert not [c.command for c in fake.calls if TOKEN in c.command] and not [m for m in fake.logged if TOKEN in m]
@@ -655,14 +658,8 @@ def test_a_complete_revision_passes_the_manifests_size_checks(tmp_path):
     assert found.status == "damaged" and found.message == "size differs from its manifest: a b.txt"
 
 
-# BUG (fleet/hub.py, manifest_sizes_ok and damaged_files): the manifest is read back with `while read
-# -r size digest name`, and read strips the blanks around its last field, so a file whose name ends
-# (or starts) with a space, which FETCH accepts (its unsafe check refuses only empty, '.', '..',
-# .cache and control characters), is looked for without them: the complete revision reads as
-# damaged at every preflight and after every fetch, whose check then refuses the host, for good.
-# Fix: read each line whole (`while IFS= read -r line`) and split it with ${line%% *} / ${line#* },
-# or have FETCH refuse such a name as unsafe.
-@pytest.mark.xfail(strict=True, reason="BUG: fleet/hub.py reads the manifest's names with read, which trims blanks")
+# A file name with its own blanks (FETCH accepts one ending in a space): the manifest's lines are read
+# whole, so the complete revision is not taken for damaged.
 def test_a_complete_revision_with_a_file_name_ending_in_a_space_is_not_damaged(tmp_path):
     path = complete_revision(tmp_path, {"config.json": json.dumps(TARGET_CONFIG).encode(), "notes ": b"12345"})
     assert model_dir_on_this_machine(path).status == "ok"
@@ -717,13 +714,8 @@ def test_nothing_to_remove_sends_no_removal():
     assert ok and sent == ["survey", "fetch target", "fetch draft", "check"]  # the one unused is within hub.keep 1
 
 
-# BUG (fleet/hub.py, survey_command): hub.models_dir goes into grep's regular expression unescaped
-# (names_one = f"{root}/[A-Za-z0-9._-]*/..."), so a models_dir the spec accepts with a bracket or a
-# star (AbsPath takes any text) matches nothing: `uses` comes back empty and to_remove offers the
-# live unit's and the kept backups' revisions for removal (with hub.keep 0, the weights the running
-# service was started from). Fix: escape BRE's special characters of root (\ . [ ] * ^ $) before
-# laying it into the pattern. The test runs the survey under the real dash and grep.
-@pytest.mark.xfail(strict=True, reason="BUG: fleet/hub.py survey_command lays models_dir into grep's regex unescaped")
+# A models_dir with a bracket or a star (AbsPath takes any text): the survey's grep pattern escapes it,
+# so the revisions the unit and the backups name are found and never collected.
 @pytest.mark.parametrize("models_dir", ["/srv/models[1]", "/srv/models*"])
 def test_the_survey_finds_the_revisions_a_unit_names_whatever_characters_models_dir_has(tmp_path, models_dir):
     spec = hub_spec({"models_dir": models_dir})
@@ -747,13 +739,7 @@ def test_the_survey_finds_the_revisions_a_unit_names_under_the_default_models_di
     assert rules.read_survey(out, layout.MODELS_DIR).uses == {OLD["live"], OLD["backup"]}
 
 
-# BUG (fleet/hub.py, client_install_command, its first step): `mkdir ... && exec 9>LOCK && flock -w
-# 600 9` is joined to the rest with "; ", so a flock that times out (another run's install holding
-# the lock past 600 s) or a mkdir that fails does not stop the script: it goes on without the lock
-# and `rm -rf`s the other install's .partial and final directories under it. fetch_command and the
-# engine's install_command stop there (`if ! flock ...; then busy; exit 0; fi`). Fix: the same here
-# (a `busy` record, which read_client_install and tasks/hub.py would then refuse on).
-@pytest.mark.xfail(strict=True, reason="BUG: fleet/hub.py client_install_command goes on when its lock is not taken")
+# The client's install lock not taken within 600 s: busy, and nothing of the other install removed.
 def test_a_client_install_whose_lock_is_not_taken_removes_nothing(tmp_path):
     bin_ = tmp_path / "bin"
     bin_.mkdir()
