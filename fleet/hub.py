@@ -18,11 +18,15 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import quote
+
+import requests
 
 from fleet import layout
 from fleet.parse import NOT_FETCHED, ModelDir
-from fleet.spec import ClassSpec, HubModel, HubSpec
-from fleet.wire import ascii_int, block, frames, lines_of, mark
+from fleet.spec import COMMIT, ClassSpec, HubModel, HubSpec
+from fleet.wire import Unreadable, ascii_int, block, excerpt, frames, lines_of, load_json, mark
 
 MANIFEST = ".sglang-fleet-files"  # written last: a revision directory without it is not complete
 SAID_LIMIT = 4000  # characters of the client's words brought back for a message
@@ -69,6 +73,59 @@ def short(revision: str) -> str:
 def declared_weights(spec: ClassSpec) -> str:
     """The revisions the spec declares, in full (target, then draft): the deploy record's."""
     return " + ".join(f"{m.repo}@{m.revision}" for m in spec.hub_models.values())
+
+
+# --- branches: resolved to their commit once per run, on the controller -------------------
+
+BRANCH_ANSWER_LIMIT = 4 << 20  # bytes of the endpoint's answer read (a model's info lists its files)
+RESOLVED: dict[tuple[str, str, str], str] = {}  # (endpoint, repo, branch) -> commit, for this run
+
+
+def branch_url(endpoint: str, model: HubModel) -> str:
+    """The endpoint's model info at a branch (huggingface_hub's model_info(repo, revision=branch))."""
+    return f"{endpoint.rstrip('/')}/api/models/{model.repo}/revision/{quote(model.branch, safe='')}"
+
+
+def read_commit(status: int, body: bytes) -> tuple[str | None, str]:
+    """(the commit, '') from the endpoint's answer, or (None, what it answered instead)."""
+    if status != 200:
+        return None, f"HTTP {status}: {excerpt(body.decode('utf-8', 'replace'), 200)}"
+    try:
+        sha = load_json(body.decode("utf-8", "replace"), "the model's info").get("sha")
+    except (Unreadable, AttributeError) as e:
+        return None, f"no model info ({excerpt(str(e), 200)})"
+    if not isinstance(sha, str) or not COMMIT.match(sha):
+        return None, f"no commit in its model info (sha {excerpt(str(sha), 60)})"
+    return sha, ""
+
+
+def http_get(url: str, token: str | None, timeout: float = 30) -> tuple[int, bytes]:
+    """(status, at most BRANCH_ANSWER_LIMIT bytes of the body); OSError-like errors as requests raises them."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with requests.get(url, headers=headers, timeout=timeout, stream=True) as r:
+        return r.status_code, r.raw.read(BRANCH_ANSWER_LIMIT, decode_content=True)
+
+
+def pin_branches(spec: ClassSpec, token: str | None,
+                 get: Callable[[str, str | None], tuple[int, bytes]] | None = None) -> tuple[ClassSpec, list[str]]:
+    """The spec with each model declared by branch at the branch's commit, asked of the endpoint once
+    per run (every host of the run gets the same commit, however the branch moves meanwhile); or
+    the spec and, per branch that cannot be resolved, why."""
+    endpoint, problems, get = spec.hub.endpoint.rstrip("/"), [], get or http_get
+    for m in spec.branches:
+        key = (endpoint, m.repo, m.branch)
+        if key not in RESOLVED:
+            try:
+                sha, why = read_commit(*get(branch_url(endpoint, m), token))
+            except (requests.RequestException, OSError) as e:
+                sha, why = None, f"{type(e).__name__}: {excerpt(str(e), 300)}"
+            if sha is None:
+                problems.append(f"{m.repo}: branch {m.branch}: expected its commit from {endpoint}, found {why}")
+                continue
+            RESOLVED[key] = sha
+    if problems:
+        return spec, problems
+    return spec.with_commits({(r, b): sha for (e, r, b), sha in RESOLVED.items() if e == endpoint}), []
 
 
 # --- the client ------------------------------------------------------------------------

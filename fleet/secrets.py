@@ -78,7 +78,7 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
                 for flag, source in spec.service.server_secrets.items()]
     declared += [("environment", name, f"service.secret_environment.{name}", source)
                  for name, source in spec.service.secret_environment.items()]
-    if spec.hub.token is not None and spec.hub_models:  # read only where a model is fetched
+    if spec.hub.token is not None and spec.by_repository:  # read only where a model is fetched
         declared.append(("hub", "token", "hub.token", spec.hub.token))
     for kind, name, field_name, source in declared:
         try:
@@ -100,6 +100,16 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
     if problems:
         raise SecretError(problems)
     return Secrets(values["server"], values["environment"], values["hub"].get("token"))
+
+
+def hub_token(spec: ClassSpec, environ: Mapping[str, str] = os.environ,
+              read_file: Callable[[Path], str] = Path.read_text) -> str | None:
+    """hub.token's value where it can be read, else None (make status and make verify ask the endpoint
+    a branch's commit with it, and carry on without it)."""
+    try:
+        return _read(spec.hub.token, environ, read_file) if spec.hub.token is not None else None
+    except LookupError:
+        return None
 
 
 def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = os.environ,

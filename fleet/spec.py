@@ -446,6 +446,7 @@ def _extra_args(args):
 # directory of the revision's path
 REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?\Z")
 COMMIT = re.compile(r"[0-9a-f]{40}\Z")
+BRANCH = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]{0,254}\Z")
 
 
 def _repo_id(v: str) -> str:
@@ -464,16 +465,37 @@ def _commit(v: str) -> str:
     return v
 
 
+def _branch(v: str) -> str:
+    if not BRANCH.match(v) or ".." in v or "//" in v or v.endswith(("/", ".lock")):
+        raise ValueError("a branch name as git allows it (letters, digits, . _ / -; not starting with - or /, no "
+                         "'..' or '//', not ending in / or .lock), e.g. 'main'")
+    return v
+
+
 class HubModel(Strict):
     """A model by its Hugging Face repository at one commit: fetched by the deploy (tasks/hub.py) from
     hub.endpoint into hub.models_dir/ORG/NAME/REVISION, checked, and served from there."""
 
     repo: Annotated[Text, AfterValidator(_repo_id)] = Field(description="The repository, ORG/NAME "
                                                             "(`z-lab/Qwen3.6-27B-DFlash`).")
-    revision: Annotated[Text, AfterValidator(_commit)] = Field(description="The commit, its 40 hex digits.")
+    revision: Annotated[Text, AfterValidator(_commit)] | None = Field(
+        None, description="The commit, its 40 hex digits. Required, unless `branch` is declared.")
+    branch: Annotated[Text, AfterValidator(_branch)] | None = Field(
+        None, description="Declared as a branch instead (`main`): resolved to its commit once per run, on the "
+        "controller, so every host of the run gets the same commit, which the summary and the record then name. "
+        "With `revision` too, that commit is served and the branch only named.")
+
+    @model_validator(mode="after")
+    def _a_commit_or_a_branch(self) -> HubModel:
+        if self.revision is None and self.branch is None:
+            raise ValueError("revision (a commit, its 40 hex digits) or, declared as such, branch (resolved to its "
+                             "commit at each run)")
+        return self
 
     def describe(self) -> str:
-        return f"{self.repo}@{self.revision[:12]}"
+        if self.revision is None:
+            return f"{self.repo}@{self.branch}"
+        return f"{self.repo}@{self.revision[:12]}" + (f" (branch {self.branch})" if self.branch else "")
 
 
 DRAFT_MODEL = ("Draft model by Hugging Face repository and commit (`{'repo': ..., 'revision': ...}`), fetched as "
@@ -926,6 +948,8 @@ class HubSpec(Strict):
         return v
 
     def revision_dir(self, model: HubModel) -> str:
+        if model.revision is None:  # ClassSpec.with_commits first (fleet.hub.pin_branches)
+            raise ValueError(f"{model.repo}: branch {model.branch} is not resolved to a commit yet")
         return f"{self.models_dir}/{model.repo}/{model.revision}"
 
 
@@ -1199,6 +1223,28 @@ class ClassSpec(Strict):
     def model_paths(self) -> list[str]:
         """Target first, then the draft if the algorithm has one."""
         return [self.target_path] + ([self.draft_path] if self.draft_path else [])
+
+    @property
+    def by_repository(self) -> list[HubModel]:
+        """The models declared by repository (target, then draft), resolved or not."""
+        return [m for m in (self.service.model, getattr(self.speculative, "draft_model", None)) if m is not None]
+
+    @property
+    def branches(self) -> list[HubModel]:
+        """The models declared by branch alone, not yet resolved to a commit."""
+        return [m for m in self.by_repository if m.revision is None]
+
+    def with_commits(self, commits: dict[tuple[str, str], str]) -> ClassSpec:
+        """This spec with each model declared by branch at its commit ((repo, branch) -> commit)."""
+        def pinned(m: HubModel | None) -> HubModel | None:
+            if m is None or m.revision is not None:
+                return m
+            return m.model_copy(update={"revision": commits[(m.repo, m.branch)]})
+        service = self.service.model_copy(update={"model": pinned(self.service.model)})
+        if not hasattr(self.speculative, "draft_model"):
+            return self.model_copy(update={"service": service})
+        draft = self.speculative.model_copy(update={"draft_model": pinned(self.speculative.draft_model)})
+        return self.model_copy(update={"service": service, "speculative": draft})
 
     @property
     def hub_models(self) -> dict[str, HubModel]:

@@ -18,6 +18,8 @@ from pyinfra_cli.inventory import make_inventory
 
 from fleet.gateway import Gateway
 from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
+from fleet.hub import pin_branches
+from fleet.secrets import hub_token
 from fleet.spec import ClassSpec
 from tasks.inventory import Keepalive, UnreachableInSummary
 
@@ -52,9 +54,11 @@ class Fleet:
             return ",".join(classes) or "-", None, [
                 f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"]
         try:
-            return classes[0], validate_host(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict()), []
+            spec = validate_host(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict())
         except SpecError as e:
             return classes[0], None, e.problems
+        spec, problems = pin_branches(spec, hub_token(spec))  # the commit a deploy now would serve
+        return classes[0], None if problems else spec, [f"{host.name}: {p}" for p in problems]
 
     def gateway_of(self, host) -> tuple[str, Gateway | None]:
         """(its gateway group, the gateway it runs), or ('', None) for a replica."""

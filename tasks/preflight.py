@@ -16,6 +16,7 @@ from facts.preflight import HostSnapshot, snapshot_args
 from fleet import bounds, guards, lock
 from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.history import choose_backup, rollback_files
+from fleet.hub import pin_branches
 from fleet.parse import HostFacts
 from fleet.plan import Plan, declared_files, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
@@ -89,6 +90,13 @@ def _check(report, group_dir: str) -> Preflight | None:
         if rollback_to is not None:  # make rollback: the files of a backup set, and the spec they came from
             rollback = _rollback_target(spec, rollback_to)
             spec, group = rollback.spec, rollback.group
+        elif spec.branches:  # models declared by branch: at the commit the endpoint names now, once per run
+            spec, problems = pin_branches(spec, secrets.hub_token)
+            if problems:
+                raise SpecError([f"{host.name}: {p}; nothing was touched" for p in problems])
+            for m in spec.hub_models.values():
+                if m.branch:
+                    host.log(f"{m.repo}: branch {m.branch} is commit {m.revision} (this run's, on every host)")
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
 

@@ -35,12 +35,14 @@ ALL = [f"a6000-{i}" for i in range(1, N)]
 
 
 def by_revision(endpoint: str, target: str, draft: str, **hub) -> str:
-    """a6000's group_data lines: target and draft by repository and commit, from the lab's mirror."""
+    """a6000's group_data lines: target and draft by repository and commit (the draft by branch: 'main'),
+    from the lab's mirror."""
+    key = "branch" if draft == "main" else "revision"
     fields = ", ".join(f'"{k}": {v!r}' for k, v in {"endpoint": endpoint, "max_parallel": 2, "disk_margin_mib": 0,
                                                      **hub}.items())
     return (f'service = {{k: v for k, v in service.items() if k != "model_path"}}\n'
             f'service["model"] = {{"repo": "{hf.TARGET}", "revision": "{target}"}}\n'
-            f'speculative = {{"algorithm": "DFLASH", "draft_model": {{"repo": "{hf.DRAFT}", "revision": "{draft}"}}, '
+            f'speculative = {{"algorithm": "DFLASH", "draft_model": {{"repo": "{hf.DRAFT}", "{key}": "{draft}"}}, '
             f'"block_size": 16}}\nhub = {{{fields}}}\n{FAST}')
 
 
@@ -193,8 +195,11 @@ def test_a_fetch_killed_with_the_controller_is_resumed(hublab):
         assert sh(lab, h, f"test -d {partial} && echo partial") == "partial"
     finally:
         lab.throttle("mirror-1", None)
-    # the next run waits for a fetch the lost controller left running (its lock), or resumes the partial
-    run = deploy(lab, wd, "--limit", h)
+    # the next run waits for a fetch the lost controller left running (its lock), or resumes the partial;
+    # it declares the draft by branch: main is that commit (the newest), named in the run
+    run = deploy(lab, workdir(tmp / "main", a6000=by_revision(endpoint, target, "main")), "--limit", h)
     assert run.returncode == 0, run.out
+    assert f"{hf.DRAFT}: branch main is commit {drafts[2]}" in run.out
+    assert records(lab, h)[-1]["weights"] == f"{hf.TARGET}@{target} + {hf.DRAFT}@{drafts[2]}"
     assert f"--speculative-draft-model-path {MODELS}/{hf.DRAFT}/{drafts[2]} " in argv(lab, h)
     assert sh(lab, h, f"test -e {partial} || echo gone") == "gone" and health(lab, h) == "200"

@@ -317,3 +317,90 @@ def test_too_little_disk_fetches_nothing(endpoint, tmp_path):
 def test_an_endpoint_that_does_not_answer(endpoint, tmp_path):
     done = fetch(endpoint, tmp_path, hf.DRAFT, revision(hf.DRAFT, 0), url=f"http://127.0.0.1:{_free_port()}")
     assert done.outcome == "error" and "Connect" in done.said
+
+
+# --- branches ------------------------------------------------------------------------------
+
+def by_branch(branch: str = "main", **more):
+    return spec_of(speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d", "branch": branch, **more}},
+                   hub={"endpoint": "http://hub.internal:8090/"})
+
+
+@pytest.fixture
+def run_resolved(monkeypatch):
+    monkeypatch.setattr(hub, "RESOLVED", {})
+
+
+def test_a_branch_is_resolved_once_per_run_and_served_at_its_commit(run_resolved):
+    asked = []
+
+    def get(url, token):
+        asked.append((url, token))
+        return 200, b'{"id": "z-lab/d", "sha": "' + b"c" * 40 + b'", "siblings": []}'
+
+    spec = by_branch("refs/pr/1")
+    assert spec.branches and spec.service.model is None
+    with pytest.raises(ValueError, match="branch refs/pr/1 is not resolved"):
+        spec.draft_path
+    pinned, problems = hub.pin_branches(spec, "hf_secret", get)
+    assert problems == [] and pinned.draft_path == "/opt/sglang-fleet/models/z-lab/d/" + "c" * 40
+    assert pinned.speculative.draft_model.describe() == "z-lab/d@cccccccccccc (branch refs/pr/1)"
+    assert asked == [("http://hub.internal:8090/api/models/z-lab/d/revision/refs%2Fpr%2F1", "hf_secret")]
+    again, _ = hub.pin_branches(by_branch("refs/pr/1"), None, get)  # the next host: the same commit, no request
+    assert again == pinned and len(asked) == 1
+    # a revision declared with its branch: served at that commit, nothing asked
+    both = by_branch(revision="d" * 40)
+    assert hub.pin_branches(both, None, get) == (both, []) and len(asked) == 1
+
+
+@pytest.mark.parametrize("answer, found", [
+    ((401, b'{"error": "Invalid credentials"}'), "HTTP 401: "),
+    ((200, b"<html>"), "no model info"),
+    ((200, b'{"sha": "main"}'), "no commit in its model info (sha 'main')"),
+    ((200, b'["sha"]'), "no model info"),
+    (requests.ConnectionError("refused"), "ConnectionError: 'refused'"),
+])
+def test_a_branch_that_cannot_be_resolved_is_named(run_resolved, answer, found):
+    def get(url, token):
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    spec = by_branch()
+    same, problems = hub.pin_branches(spec, None, get)
+    assert same is spec and len(problems) == 1
+    assert problems[0].startswith(f"z-lab/d: branch main: expected its commit from http://hub.internal:8090, found {found}")
+    assert hub.RESOLVED == {}
+
+
+@pytest.mark.parametrize("branch", ["-x", "/main", "a..b", "a//b", "main/", "x.lock", "a b", "a\nb", ""])
+def test_a_branch_name_git_would_refuse(branch):
+    p = one_problem(speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d", "branch": branch}})
+    assert "speculative.draft_model.branch" in p, p
+
+
+def test_neither_commit_nor_branch():
+    p = one_problem(speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d"}})
+    assert "revision (a commit, its 40 hex digits) or, declared as such, branch" in p
+
+
+def test_the_real_endpoint_names_main_s_newest_commit(endpoint, run_resolved):
+    spec = spec_of(speculative={"algorithm": "DFLASH", "draft_model": {"repo": hf.DRAFT, "branch": "main"}},
+                   hub={"endpoint": endpoint["url"]})
+    pinned, problems = hub.pin_branches(spec, None)
+    assert problems == [] and pinned.speculative.draft_model.revision == revision(hf.DRAFT, -1)
+    _, problems = hub.pin_branches(spec_of(speculative={"algorithm": "DFLASH", "draft_model": {
+        "repo": hf.DRAFT, "branch": "nope"}}, hub={"endpoint": endpoint["url"]}), None)
+    assert problems and "HTTP 401" in problems[0], problems
+
+
+def test_the_hub_token_for_status_and_verify_is_read_where_it_can_be():
+    from fleet.secrets import SecretError, Secrets, hub_token, resolve
+    spec = spec_of(hub={"token": {"env": "HF_TOKEN_TEST"}},
+                   speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d", "branch": "main"}})
+    assert hub_token(spec, {"HF_TOKEN_TEST": "hf_abc"}) == "hf_abc" and hub_token(spec, {}) is None
+    assert resolve(spec, SRC, {"HF_TOKEN_TEST": "hf_abc"}) == Secrets({}, {}, "hf_abc")
+    assert "hf_abc" in Secrets({}, {}, "hf_abc").values()  # redacted wherever secrets are
+    with pytest.raises(SecretError, match="hub.token: environment variable HF_TOKEN_TEST"):
+        resolve(spec, SRC, {})
+    assert resolve(spec_of(hub={"token": {"env": "HF_TOKEN_TEST"}}), SRC, {}) == Secrets()  # no model to fetch

@@ -9,7 +9,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from builders import SPEC, converged, gpu, make_spec, secrets_of, wanted
+from builders import DRAFT, SPEC, converged, gpu, make_spec, secrets_of, wanted
 from fakehost import Clock, fake_host, fresh_run  # noqa: F401
 from pyinfra.context import ctx_host, ctx_state
 
@@ -169,3 +169,29 @@ def test_a_rollback_puts_a_backup_set_back_by_copying_it_on_the_host(checking):
 def test_a_rollback_with_nothing_fit_to_put_back_is_refused(checking, history, reason):
     pf, row, queued, _, _ = checking(converged(SPEC), override={"sglang_fleet_rollback": STAMP}, history=history)
     assert pf is None and row.verdict == "REFUSED" and row.reasons[0].startswith(reason), row.reasons
+
+
+BY_BRANCH = make_spec(speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d", "branch": "main"}})
+COMMIT = "e" * 40
+
+
+def test_a_branch_is_pinned_to_the_commit_its_endpoint_names_before_the_host_is_read(checking, monkeypatch):
+    monkeypatch.setattr("fleet.hub.RESOLVED", {})
+    monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (200, ('{"sha": "%s"}' % COMMIT).encode()))
+    pinned = BY_BRANCH.with_commits({("z-lab/d", "main"): COMMIT})
+    facts = converged(pinned)
+    facts = replace(facts, models={**facts.models, pinned.draft_path: facts.models[DRAFT]})
+    pf, row, _, logged, asked = checking(facts, data=data_of(BY_BRANCH))
+    assert pf is not None, row.reasons
+    assert pf.spec == pinned and asked[0][1]["models"] == [pinned.model_paths, list(pinned.hub_models)]
+    assert f"z-lab/d: branch main is commit {COMMIT} (this run's, on every host)" in logged
+    assert row.verdict == "OK"
+
+
+def test_a_branch_without_a_commit_refuses_the_host_before_it_is_read(checking, monkeypatch):
+    monkeypatch.setattr("fleet.hub.RESOLVED", {})
+    monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (404, b"Repository not found"))
+    pf, row, queued, _, asked = checking(converged(SPEC), data=data_of(BY_BRANCH))
+    assert pf is None and row.verdict == "REFUSED" and asked == []
+    assert row.reasons == ["h: z-lab/d: branch main: expected its commit from https://huggingface.co, found HTTP 404: "
+                           "'Repository not found'; nothing was touched"]
