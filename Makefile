@@ -85,3 +85,4 @@ bench: venv host-packages
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/turns.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/weights.py

@@ -4,8 +4,9 @@ pyinfra here (tasks/hub.py runs them).
 
 A revision lives at hub.models_dir/ORG/NAME/REVISION. It is fetched by huggingface_hub (the real
 client, installed by the deploy at layout.hub_client_dir: hosts need no index) into a hidden
-.REVISION.partial beside it, which an interrupted fetch leaves behind and the next one resumes
-(huggingface_hub's local_dir keeps its .incomplete files). Once every file has its size, and its
+.REVISION.partial beside it, which an interrupted fetch leaves behind and the next one resumes: the
+files already complete are kept, a file cut short is fetched from its start (huggingface_hub 2.4
+resumes no .incomplete file of another process; the fetch removes them). Once every file has its
 sha256 (LFS files) or git blob id (the others) where the endpoint gives one, the manifest
 (MANIFEST: `SIZE DIGEST NAME` a line) is written and the directory renamed into place: a unit
 only ever names a complete revision. Preflight checks each file's size against the manifest at
