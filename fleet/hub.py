@@ -146,6 +146,7 @@ def client_install_command(hub: HubSpec, pip_wheel: str) -> str:
         layout.hub_client_wheels(name)
     pip = " ".join(_q(a) for a in [hub.python, f"{pip_wheel}/pip", "install", "--no-input", "--no-index",
                                    "--disable-pip-version-check", "--no-cache-dir", "--progress-bar", "off",
+                                   "--no-compile",  # the host's Python compiles what it imports, once
                                    "--find-links", wheels, "--target", partial, hub.client])
     return "; ".join([
         f"mkdir -p {_q(layout.HUB_CLIENT_ROOT)} && exec 9>{_q(layout.HUB_CLIENT_ROOT)}/.install.lock || exit 1",
@@ -391,6 +392,12 @@ def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str |
 def verify_command(path: str, python: str = "python3") -> str:
     """make verify's check of a revision: the files of its manifest whose size or digest differs."""
     return " ".join(_q(a) for a in [python, "-c", FETCH, "--verify", path])
+
+
+def partial_dir(path: str) -> str:
+    """Where the revision at `path` is fetched until it is complete (FETCH's staging)."""
+    parent, revision = path.rsplit("/", 1)
+    return f"{parent}/.{revision}.partial"
 
 
 def fetch_log(path: str) -> str:

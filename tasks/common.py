@@ -133,6 +133,16 @@ def connected(host) -> bool:
     return transport is not None and transport.is_active()
 
 
+def asked(host, command: str, within: float) -> str | None:
+    """What `command` printed (as run() reads it), or None without an answer within `within` seconds:
+    for a watcher beside a long command on the same connection."""
+    try:
+        _, out = _call(host, command, within)
+    except _Unanswered:
+        return None
+    return wire.untransported(out.stdout)
+
+
 def give_up(host, why: str, hang_up: bool = False) -> None:
     """Nothing more runs on the host this run (run raises HostLost); said once. hang_up: close its
     connection too, which ends at once whatever waits on it there (a link found lost)."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
+from typing import Callable
 
+import gevent
 from gevent.lock import BoundedSemaphore
 from paramiko import SSHException
 from pyinfra import host
@@ -28,8 +30,9 @@ from fleet import bounds, guards, layout
 from fleet import hub as rules
 from fleet.parse import parse_model_dirs
 from fleet.report import RUN
-from fleet.wire import excerpt, frames
-from tasks.common import CACHE, HostLost, WheelError, connector_arguments, downloaded, fail, run
+from fleet.wire import ascii_int, excerpt, frames
+from tasks.common import (CACHE, LOST, HostLost, WheelError, asked, connector_arguments, downloaded, fail, give_up,
+                          run)
 from tasks.engine import pip_wheel
 from tasks.install import upload
 from tasks.preflight import Preflight, refused
@@ -167,7 +170,11 @@ def _fetch_one(host, pf: Preflight, path: str, token: str | None) -> str | None:
     model = spec.hub_models[path]
     host.log(f"fetching {model.describe()} from {hub.endpoint} into {path}")
     started = time.monotonic()
-    _, out = run(host, rules.fetch_command(spec, path, model, token), bounds.fetch(spec))
+    watcher = gevent.spawn(watch, host, spec, rules.partial_dir(path), model.describe())
+    try:
+        _, out = run(host, rules.fetch_command(spec, path, model, token), bounds.fetch(spec))
+    finally:
+        watcher.kill()
     done = rules.read_fetch(out)
     if done.outcome == "already":
         return None
@@ -189,6 +196,27 @@ def _fetch_one(host, pf: Preflight, path: str, token: str | None) -> str | None:
         "killed": f"the client ended without a result ({done.said}; its log: {log}); a partial fetch is resumed "
                   "by the next run",
     }.get(done.outcome, f"no records from the fetch ({excerpt(out, 300)})")
+
+
+def watch(host, spec, partial: str, what: str, ask: Callable[[str, float], str | None] | None = None,
+          now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = gevent.sleep) -> None:
+    """Beside a fetch (hours, for a big model): what it has so far, logged every
+    readiness.progress_every_s; no answer to that for readiness.link_timeout_s, and the link is lost:
+    the host is given up and its connection closed, which ends the fetch's wait at once."""
+    every, lost_after = spec.readiness.progress_every_s, spec.readiness.link_timeout_s
+    ask = ask or (lambda command, within: asked(host, command, within))
+    answered = now()
+    while host.name not in LOST:
+        sleep(every)
+        said = ask(f"du -sk -- {shlex.quote(partial)} 2>/dev/null | cut -f1", max(1.0, answered + lost_after - now()))
+        if said is not None:
+            answered = now()
+            kib = ascii_int(said.strip())
+            if kib is not None:
+                host.log(f"fetching {what}: {kib / 1024:.1f} MiB so far")
+        elif now() - answered >= lost_after:
+            give_up(host, f"{host.name}: link lost: expected an answer to the fetch's progress check every {every:g}s, "
+                          f"found none for {lost_after:g}s (readiness.link_timeout_s)", hang_up=True)
 
 
 def _mib(n: int | None) -> str:

@@ -779,3 +779,43 @@ def test_a_host_lost_in_its_fetch_with_a_token_sends_nothing_more_not_even_the_r
     assert ok is False and sent == ["survey", "token file", "upload token", "fetch target"]
     assert row.verdict == "LOST" and row.reasons[-1] == "h: models: nothing live changed; the next run resumes a partial fetch"
     nowhere_but_the_upload(fake, row)
+
+
+# --- beside a long fetch: progress, and a link found lost ----------------------------------------------
+
+def watched(answers: list[str | None]):
+    """hub.watch over a host whose progress checks get `answers` in turn (None: no answer in time)."""
+    clock, logged, closed, asked_for = [0.0], [], [], []
+
+    def ask(command, within):
+        asked_for.append((command, within))
+        clock[0] += 1
+        return answers.pop(0) if answers else None
+
+    def sleep(seconds):
+        if not answers and asked_for:  # nothing more scripted: the run ends the watch (its fetch done)
+            LOST.setdefault("w", "done")
+        clock[0] += seconds
+
+    host = SimpleNamespace(name="w", log=logged.append, log_styled=lambda m, **k: logged.append(m),
+                           connector=SimpleNamespace(client=SimpleNamespace(close=lambda: closed.append(True))))
+    LOST.pop("w", None)
+    try:
+        hub.watch(host, SPEC, "/m/o/n/.abc.partial", "o/n@abc", ask=ask, now=lambda: clock[0], sleep=sleep)
+        return logged, closed, asked_for, LOST.get("w")
+    finally:
+        LOST.pop("w", None)
+
+
+def test_a_long_fetch_says_how_far_it_got():
+    logged, closed, asked_for, _ = watched(["", "2048\n", "garbage"])
+    assert logged == ["fetching o/n@abc: 2.0 MiB so far"] and closed == []
+    assert asked_for[0][0] == "du -sk -- /m/o/n/.abc.partial 2>/dev/null | cut -f1"
+
+
+def test_a_fetch_whose_link_is_lost_is_given_up_and_its_connection_closed():
+    every, lost_after = SPEC.readiness.progress_every_s, SPEC.readiness.link_timeout_s
+    answers = ["1"] + [None] * int(lost_after // every + 2)
+    logged, closed, _, why = watched(answers)
+    assert closed == [True] and why == (f"w: link lost: expected an answer to the fetch's progress check every "
+                                        f"{every:g}s, found none for {lost_after:g}s (readiness.link_timeout_s)")
