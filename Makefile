@@ -59,10 +59,12 @@ rollback: venv
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
 
-# The coverage is of this process's tests (unit and the controller side of the lab's); the
-# deploys the lab tests run are pyinfra processes of their own, not counted.
+# Two workers (pytest-xdist): every lab test in one of them, in file order, one lab at a time; the
+# unit and contract tests in the other meanwhile (the lab's mostly wait on its hosts: a few % of a
+# core). The coverage is of the tests' own processes (unit, and the controller side of the lab's);
+# the deploys the lab tests run are pyinfra processes of their own, not counted.
 test: venv host-packages sglang-venv
-	$(BIN)/pytest -q --durations=20 --cov=tasks --cov=fleet --cov-report=term tests
+	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=20 --cov=tasks --cov=fleet --cov-report=term tests
 
 lab-up: venv host-packages
 	$(BIN)/python -m lab.lab up --lab $(LAB)

@@ -163,7 +163,7 @@ def test_a_truncated_file_is_fetched_again(hublab):
     assert sh(lab, h, f"ls -a {MODELS}/{hf.TARGET}") == f".\n..\n.{target}.lock\n.{target}.log\n{target}"
 
 
-def test_the_mirror_down_refuses_naming_it(hublab):
+def test_the_mirror_down_or_a_missing_commit_refuses_naming_it(hublab):
     lab, tmp, endpoint, target, drafts = hublab
     h = "a6000-3"
     before = state(lab, h)
@@ -176,6 +176,14 @@ def test_the_mirror_down_refuses_naming_it(hublab):
     assert (f"{h}: {hf.DRAFT}@{drafts[1][:12]}: expected it fetched from {endpoint} into "
             f"{MODELS}/{hf.DRAFT}/{drafts[1]}, found the client's metadata request failed: ") in run.out, run.out
     assert "nothing was stopped" in run.out
+    as_before(lab, h, before)
+    # the mirror back, a commit it does not have: refused with olah's own answer
+    missing = "0" * 40
+    run = deploy(lab, workdir(tmp / "missing", a6000=by_revision(endpoint, target, missing)), "--limit", h)
+    assert run.returncode != 0 and "REFUSED" in summary_row(run.out, h)
+    assert (f"{h}: {hf.DRAFT}@{missing[:12]}: expected it fetched from {endpoint} into {MODELS}/{hf.DRAFT}/{missing}, "
+            "found the client's metadata request failed: ") in run.out, run.out
+    assert "HfHubHTTPError: Server error '500 Internal Server Error'" in run.out
     as_before(lab, h, before)
 
 
