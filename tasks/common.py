@@ -3,6 +3,7 @@ give a host up, keep a begun host's lock leased, fail a host, the hosts mid-roll
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import math
 import os
@@ -259,19 +260,29 @@ class WheelError(Exception):
 
 def downloaded(where: Path, pip_args: list[str], what: str) -> list[Path]:
     """Wheels `pip download <pip_args>` gets, downloaded once into `where` (a `complete` file, written
-    last, marks a finished download and lists them)."""
+    last, marks a finished download and lists them). One download at a time per directory (a lock
+    beside it): make test's two processes, or two deploys, may want the same wheels at once."""
     done = where / "complete"
-    if not done.exists():
-        logger.info(f"Downloading {what} into {where}")
-        where.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                   "--dest", str(where), *pip_args]
-        try:
-            got = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise WheelError(f"downloading {what} took more than {DOWNLOAD_TIMEOUT_S} s") from None
-        if got.returncode != 0:
-            raise WheelError(f"could not download {what}: "
-                             + (got.stderr.strip().splitlines() or ["pip said nothing"])[-1])
-        done.write_text("\n".join(sorted(p.name for p in where.glob("*.whl"))) + "\n")
+    if done.exists():
+        return [where / name for name in done.read_text().split()]
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with open(where.with_name(where.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():  # else another process downloaded it meanwhile
+            _download(where, pip_args, what)
     return [where / name for name in done.read_text().split()]
+
+
+def _download(where: Path, pip_args: list[str], what: str) -> None:
+    logger.info(f"Downloading {what} into {where}")
+    where.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+               "--dest", str(where), *pip_args]
+    try:
+        got = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise WheelError(f"downloading {what} took more than {DOWNLOAD_TIMEOUT_S} s") from None
+    if got.returncode != 0:
+        raise WheelError(f"could not download {what}: "
+                         + (got.stderr.strip().splitlines() or ["pip said nothing"])[-1])
+    (where / "complete").write_text("\n".join(sorted(p.name for p in where.glob("*.whl"))) + "\n")

@@ -37,9 +37,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.lab)
-            # under xdist (make test: -n 2 --dist loadgroup) every lab test in one worker, one lab at a time
-            # on this machine; the other tests go to the other worker meanwhile
-            item.add_marker(pytest.mark.xdist_group("lab"))
 
 
 def _can_run_lab() -> str | None:
