@@ -234,7 +234,7 @@ def remove_command(models_dir: str, revisions: list[str]) -> str:
 
 # --- the fetch --------------------------------------------------------------------------
 
-# Run on the host by the client's Python: python3 -c FETCH REPO REVISION FINAL MARGIN_BYTES. Its
+# Run on the host by the client's Python: python3 -c FETCH REPO REVISION FINAL MARGIN_BYTES STAGING. Its
 # answer is framed as fleet.wire's (a marker line, values of its own; host text as base64 data).
 # `python3 -c FETCH --verify DIR` (any Python 3: it imports no client) prints each file of DIR's
 # manifest whose size or digest differs.
@@ -268,9 +268,8 @@ if sys.argv[1] == "--verify":  # make verify: every file of a revision's manifes
         if why:
             print(name + ": " + why)
     sys.exit(0)
-repo, revision, final, margin = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+repo, revision, final, margin, staging = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 parent = os.path.dirname(final)
-staging = os.path.join(parent, "." + revision + ".partial")
 def say(key, value="", text=None):
     sys.stdout.write("@@" + key + ("=" + value if value else "") + "\n")
     if text is not None:
@@ -357,7 +356,7 @@ with open(os.path.join(staging, MANIFEST + ".tmp"), "w") as f:
     for name in sorted(files):
         f.write("%d %s %s\n" % (files[name][0], files[name][1], name))
 os.replace(os.path.join(staging, MANIFEST + ".tmp"), os.path.join(staging, MANIFEST))
-old = os.path.join(parent, "." + revision + ".old")
+old = staging + ".old"
 if os.path.isdir(final):
     shutil.rmtree(old, ignore_errors=True)
     os.rename(final, old)
@@ -372,38 +371,26 @@ def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str |
     controller is waited for, then its work kept), bounded by hub.fetch_timeout_s."""
     hub = spec.hub
     client = layout.hub_client_dir(client_name(hub))
-    lock = f"{path.rsplit('/', 1)[0]}/.{model.revision}.lock"
+    lock = layout.revision_lock(path)
     env = {"PYTHONPATH": client, "HF_ENDPOINT": hub.endpoint.rstrip("/"), "HF_HOME": layout.HUB_HOME,
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PIP_CONFIG_FILE": "/dev/null"}
     if token_file:
         env["HF_TOKEN_PATH"] = token_file
     timeout = max(1, int(hub.fetch_timeout_s))
     argv = " ".join(_q(a) for a in [hub.python, "-c", FETCH, model.repo, model.revision, path,
-                                    str(hub.disk_margin_mib << 20)])
+                                    str(hub.disk_margin_mib << 20), layout.revision_partial(path)])
     run = f"env -u HF_TOKEN {' '.join(_q(f'{k}={v}') for k, v in env.items())} timeout -k 10 {timeout} {argv}"
     return "; ".join([
         f"mkdir -p {_q(path.rsplit('/', 1)[0])} && exec 9>{_q(lock)}",
         f"if ! flock -w {timeout} 9; then {mark('busy')}; exit 0; fi",
         f"if [ -s {_q(path)}/{MANIFEST} ] && {manifest_sizes_ok(path)}; then {mark('fetched', 'already')}; exit 0; fi",
-        f"{run} 2>{_q(fetch_log(path))}; printf '@@exit=%s\\n' $?",
+        f"{run} 2>{_q(layout.revision_log(path))}; printf '@@exit=%s\\n' $?",
     ])
 
 
 def verify_command(path: str, python: str = "python3") -> str:
     """make verify's check of a revision: the files of its manifest whose size or digest differs."""
     return " ".join(_q(a) for a in [python, "-c", FETCH, "--verify", path])
-
-
-def partial_dir(path: str) -> str:
-    """Where the revision at `path` is fetched until it is complete (FETCH's staging)."""
-    parent, revision = path.rsplit("/", 1)
-    return f"{parent}/.{revision}.partial"
-
-
-def fetch_log(path: str) -> str:
-    """The client's own output (stderr) of the last fetch of the revision at `path`."""
-    parent, revision = path.rsplit("/", 1)
-    return f"{parent}/.{revision}.log"
 
 
 def manifest_sizes_ok(path: str) -> str:

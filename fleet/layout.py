@@ -147,6 +147,24 @@ def hub_token_file(unit: str) -> str:
     return f"{CONFIG_DIR}/{unit}.hub-token"
 
 
+def revision_partial(path: str) -> str:
+    """Where the revision directory `path` (MODELS_DIR/ORG/NAME/REVISION) is fetched until complete."""
+    parent, revision = path.rsplit("/", 1)
+    return f"{parent}/.{revision}.partial"
+
+
+def revision_lock(path: str) -> str:
+    """Held (flock) while the revision at `path` is fetched."""
+    parent, revision = path.rsplit("/", 1)
+    return f"{parent}/.{revision}.lock"
+
+
+def revision_log(path: str) -> str:
+    """The client's own words (stderr) of the last fetch of the revision at `path`."""
+    parent, revision = path.rsplit("/", 1)
+    return f"{parent}/.{revision}.log"
+
+
 def staged_path(path: str) -> str:
     """Where a new file for `path` is uploaded before it goes live."""
     p = PurePosixPath(path)

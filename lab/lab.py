@@ -612,59 +612,58 @@ def _wait_ready(lab: Lab, quiet_ok: bool = False, boot_again=None) -> None:
 
 
 def _wait_index(lab: Lab, quiet_ok: bool = False) -> None:
-    """Wait until every mirror host's index lists the SGLang double's wheels, asked from here (a lab
-    address, never through a proxy)."""
+    """Wait until every mirror host's index lists the SGLang double's wheels, and its olah serves each
+    repository's newest revision (a HEAD of its config.json answered with that commit), asked from
+    here (a lab address, never through a proxy)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     want = [b.filename for b in wheels.BUILDS]
+
+    def index(url: str) -> str | None:  # None once it lists them all, else why not
+        with opener.open(url, timeout=3) as answer:
+            page = answer.read().decode()
+        missing = [w for w in want if w not in page]
+        return f"it lists no {', '.join(missing)}" if missing else None
+
+    def newest(sha: str):
+        def serves(url: str) -> str | None:
+            with opener.open(urllib.request.Request(url, method="HEAD"), timeout=3) as answer:
+                commit = answer.headers.get("x-repo-commit")
+            return None if commit == sha else f"it answered commit {commit!r}"
+        return serves
+
     for h in lab.hosts:
         if h.entry["role"] != "mirror":
             continue
         _check_lab_address(h.ip)
-        url, t0 = _index_url(h.ip) + "sglang/", time.monotonic()
-        while True:
-            try:
-                with opener.open(url, timeout=3) as answer:
-                    page = answer.read().decode()
-                missing = [w for w in want if w not in page]
-                why = f"it lists no {', '.join(missing)}"
-            except OSError as e:  # refused while pypiserver starts; URLError and HTTPError are OSErrors
-                missing, why = want, str(e)
-            if not missing:
-                break
-            if time.monotonic() - t0 > INDEX_TIMEOUT_S:
-                journal = ssh(h.ip, "journalctl", "-u", mirror.UNIT, "-n", "20", "--no-pager", "-o", "cat").stdout
-                raise LabError(f"{h.name}: no package index at {url} after {INDEX_TIMEOUT_S} s: {why}; "
-                               f"{mirror.UNIT}'s journal:\n{journal}")
-            time.sleep(0.2)
+        t0 = time.monotonic()
+        _until(h, "package index", _index_url(h.ip) + "sglang/", index, mirror.UNIT, INDEX_TIMEOUT_S)
         if not quiet_ok:
             log(f"{h.name} ({h.ip}): package index {_index_url(h.ip)} lists {len(want)} wheels after "
                 f"{time.monotonic() - t0:.1f} s")
-        _wait_hf(h, opener, quiet_ok)
+        t0, endpoint = time.monotonic(), _hf_endpoint(h.ip)
+        for repo, shas in hf.revisions().items():
+            _until(h, "Hugging Face mirror", f"{endpoint}/{repo}/resolve/{shas[-1]}/config.json", newest(shas[-1]),
+                   mirror.HF_UNIT, HF_TIMEOUT_S)
+        if not quiet_ok:
+            log(f"{h.name} ({h.ip}): Hugging Face mirror {endpoint} serves {', '.join(hf.REPOS)} after "
+                f"{time.monotonic() - t0:.1f} s")
 
 
-def _wait_hf(h: LabHost, opener, quiet_ok: bool) -> None:
-    """Wait until a mirror host's olah serves each repository's newest revision (a HEAD of its config.json,
-    answered with that commit), asked from here."""
-    t0, endpoint = time.monotonic(), _hf_endpoint(h.ip)
-    for repo, shas in hf.revisions().items():
-        url = f"{endpoint}/{repo}/resolve/{shas[-1]}/config.json"
-        while True:
-            try:
-                with opener.open(urllib.request.Request(url, method="HEAD"), timeout=3) as answer:
-                    commit = answer.headers.get("x-repo-commit")
-                why = f"it answered commit {commit!r}"
-            except OSError as e:  # refused while olah starts
-                commit, why = None, str(e)
-            if commit == shas[-1]:
-                break
-            if time.monotonic() - t0 > HF_TIMEOUT_S:
-                journal = ssh(h.ip, "journalctl", "-u", mirror.HF_UNIT, "-n", "20", "--no-pager", "-o", "cat").stdout
-                raise LabError(f"{h.name}: no Hugging Face mirror at {url} after {HF_TIMEOUT_S} s: {why}; "
-                               f"{mirror.HF_UNIT}'s journal:\n{journal}")
-            time.sleep(0.2)
-    if not quiet_ok:
-        log(f"{h.name} ({h.ip}): Hugging Face mirror {endpoint} serves {', '.join(hf.REPOS)} after "
-            f"{time.monotonic() - t0:.1f} s")
+def _until(h: LabHost, what: str, url: str, ask, unit: str, timeout_s: float) -> None:
+    """Ask `url` every 0.2 s until `ask(url)` says nothing is wrong (None); LabError with why and the
+    unit's journal after timeout_s."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            why = ask(url)
+        except OSError as e:  # refused while it starts; URLError and HTTPError are OSErrors
+            why = str(e)
+        if why is None:
+            return
+        if time.monotonic() - t0 > timeout_s:
+            journal = ssh(h.ip, "journalctl", "-u", unit, "-n", "20", "--no-pager", "-o", "cat").stdout
+            raise LabError(f"{h.name}: no {what} at {url} after {timeout_s} s: {why}; {unit}'s journal:\n{journal}")
+        time.sleep(0.2)
 
 
 # --- down ---------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def _fetch_one(host, pf: Preflight, path: str, token: str | None) -> str | None:
     model = spec.hub_models[path]
     host.log(f"fetching {model.describe()} from {hub.endpoint} into {path}")
     started = time.monotonic()
-    watcher = gevent.spawn(watch, host, spec, rules.partial_dir(path), model.describe())
+    watcher = gevent.spawn(watch, host, spec, layout.revision_partial(path), model.describe())
     try:
         _, out = run(host, rules.fetch_command(spec, path, model, token), bounds.fetch(spec))
     finally:
@@ -182,7 +182,7 @@ def _fetch_one(host, pf: Preflight, path: str, token: str | None) -> str | None:
         host.log(f"fetched {model.describe()}: {done.files} files, {_mib(done.total)}, {_mib(done.downloaded)} "
                  f"downloaded in {time.monotonic() - started:.1f}s")
         return None
-    log = rules.fetch_log(path)
+    log = layout.revision_log(path)
     return {
         "busy": f"another fetch of it still running after {hub.fetch_timeout_s:g}s (it holds its lock): run again "
                 "once it is done",

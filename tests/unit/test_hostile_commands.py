@@ -318,7 +318,8 @@ def hub_commands(spec: ClassSpec, root: Path, name: str) -> tuple[list[str], dic
         ModelDirs().command(spec.model_paths, list(spec.hub_models)),
     ]
     expect = {
-        "fetch": [[hub_.python, "-c", hub.FETCH, m.repo, m.revision, p, str(hub_.disk_margin_mib << 20)]
+        "fetch": [[hub_.python, "-c", hub.FETCH, m.repo, m.revision, p, str(hub_.disk_margin_mib << 20),
+                   layout.revision_partial(p)]
                   for p, m in spec.hub_models.items()],
         "env": [f"HF_ENDPOINT={hub_.endpoint.rstrip('/')}", f"HF_TOKEN_PATH={token}"],
         "rm": [["-rf", "--", f"{hub_.models_dir}/{r}"] for r in old],

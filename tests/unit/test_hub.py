@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from fleet import hub
+from fleet import hub, layout
 from fleet.groupdata import SpecError, validate_class
 from fleet.parse import parse_model_dirs
 from facts.models import ModelDirs
@@ -215,7 +215,8 @@ def fetch(endpoint, tmp_path, repo: str, revision: str, margin: int = 0, url: st
     final = tmp_path / "models" / repo / revision
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(endpoint["client"]), "HF_ENDPOINT": url or endpoint["url"],
            "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    done = subprocess.run([sys.executable, "-c", hub.FETCH, repo, revision, str(final), str(margin)], env=env,
+    done = subprocess.run([sys.executable, "-c", hub.FETCH, repo, revision, str(final), str(margin),
+                           layout.revision_partial(str(final))], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return hub.read_fetch(done.stdout)

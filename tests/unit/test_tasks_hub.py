@@ -393,7 +393,7 @@ HF_401 = ("HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggi
     (answer(SIZES, record("error", "", "download"), record("exit", value="0")),
      "the client's download request failed: '(no message)'"),
     (answer(SIZES, record("exit", value="124")),
-     f"the client ended without a result (exit 124; its log: {rules.fetch_log(TPATH)}); a partial fetch is resumed by "
+     f"the client ended without a result (exit 124; its log: {layout.revision_log(TPATH)}); a partial fetch is resumed by "
      "the next run"),
     ((False, f"sh: 1: cannot create {TPATH.rsplit('/', 1)[0]}/.lock: Read-only file system"),
      f"no records from the fetch ('sh: 1: cannot create {TPATH.rsplit('/', 1)[0]}/.lock: Read-only file system')"),
