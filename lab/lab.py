@@ -811,17 +811,23 @@ def _down_locked(st: dict[str, Any]) -> None:
 
 # --- a host's link -------------------------------------------------------------------------
 
-def link(name: str, up: bool) -> None:
-    """Drop a host's link (or bring it back) inside its own network namespace: its eth0 down. Nothing
-    answers, and nothing refuses either (no reset, no ICMP): a link that drops silently, a switch or
-    a VPN. Its sshd and whatever it runs go on; the connections come back with the link if their
-    ends have not given up."""
+def _running_host(name: str) -> dict:
+    """Host `name` of the lab that is up, as its state records it (LabError if none)."""
     st = _read_state()
     if not st:
         raise LabError("no lab is up")
     host = next((h for h in st["hosts"] if h["name"] == name), None)
     if host is None:
         raise LabError(f"no host {name!r} in lab {st['lab_name']!r} (hosts: {', '.join(h['name'] for h in st['hosts'])})")
+    return host
+
+
+def link(name: str, up: bool) -> None:
+    """Drop a host's link (or bring it back) inside its own network namespace: its eth0 down. Nothing
+    answers, and nothing refuses either (no reset, no ICMP): a link that drops silently, a switch or
+    a VPN. Its sshd and whatever it runs go on; the connections come back with the link if their
+    ends have not given up."""
+    host = _running_host(name)
     run("ip", "-n", host["netns"], "link", "set", "eth0", "up" if up else "down")
 
 
@@ -829,12 +835,7 @@ def throttle(name: str, kbit: int | None) -> None:
     """Slow what leaves a host to `kbit` kbit/s, or (None) take the limit away: a token bucket (tc tbf) on
     the eth0 inside the host's own network namespace, so its answers (a mirror's downloads) go out at
     that rate while what it is sent is not slowed. Packets wait in the queue; none is refused."""
-    st = _read_state()
-    if not st:
-        raise LabError("no lab is up")
-    host = next((h for h in st["hosts"] if h["name"] == name), None)
-    if host is None:
-        raise LabError(f"no host {name!r} in lab {st['lab_name']!r} (hosts: {', '.join(h['name'] for h in st['hosts'])})")
+    host = _running_host(name)
     if kbit is None:
         p = run("tc", "-n", host["netns"], "qdisc", "del", "dev", "eth0", "root", check=False)
         if p.returncode and "No such file" not in p.stderr and "Cannot delete qdisc with handle of zero" not in p.stderr:

@@ -20,7 +20,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
-from fleet import lock, wire
+from fleet import bounds, layout, lock, wire
 from fleet.bounds import Bound
 from fleet.report import RUN
 from fleet.spec import ClassSpec
@@ -142,6 +142,23 @@ def asked(host, command: str, within: float) -> str | None:
     except _Unanswered:
         return None
     return wire.untransported(out.stdout)
+
+
+def uploaded(host, wheels_dir: str, uploads: list[tuple[str, str]]) -> str | None:
+    """The pip wheel's directory and `wheels_dir` made afresh, then each (controller path, host path)
+    uploaded: None, or what went wrong (a full disk, a broken link: this host's, not the run's)."""
+    ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR} && rm -rf {wheels_dir} && mkdir -p {wheels_dir}",
+                  bounds.disk("the uploads' directories"))
+    if not ok:
+        return f"expected the uploads' directories made, found {wire.excerpt(out)}"
+    for local, remote in uploads:
+        try:
+            said = "" if host.put_file(local, remote, **connector_arguments(host)) else "the transfer failed"
+        except (OSError, EOFError, SSHException) as e:
+            said = str(e)
+        if said:
+            return f"expected {local} uploaded to {remote}, found {wire.excerpt(said)}"
+    return None
 
 
 def give_up(host, why: str, hang_up: bool = False) -> None:

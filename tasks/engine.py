@@ -17,7 +17,6 @@ import os
 import time
 from pathlib import Path
 
-from paramiko import SSHException
 from pyinfra import host
 from pyinfra.operations import python
 
@@ -27,7 +26,7 @@ from fleet import engine as rules
 from fleet.parse import parse_engine
 from fleet.report import RUN
 from fleet.wire import excerpt
-from tasks.common import CACHE, HostLost, WheelError, connector_arguments, downloaded, fail, run
+from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded
 from tasks.preflight import Preflight, refused
 
 PIP = "pip==24.3.1"  # what installs every engine: the same pip on every host, whatever its Python has
@@ -82,17 +81,9 @@ def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     remove = rules.to_remove(survey, name, spec.engine.keep)
 
     if name not in survey.engines:  # else installed since preflight: nothing to upload
-        ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR} && rm -rf {layout.engine_wheels(name)} && "
-                            f"mkdir -p {layout.engine_wheels(name)}", bounds.disk("the uploads' directories"))
-        if not ok:
-            return refuse(f"expected the uploads' directories made, found {excerpt(out)}")
-        for local, remote in uploads:
-            try:
-                said = "" if host.put_file(local, remote, **connector_arguments(host)) else "the transfer failed"
-            except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
-                said = str(e)
-            if said:
-                return refuse(f"expected {local} uploaded to {remote}, found {excerpt(said)}")
+        problem = uploaded(host, layout.engine_wheels(name), uploads)
+        if problem:
+            return refuse(problem)
 
     host.log(f"installing engine {name} ({', '.join(spec.engine.requirements)} from {_sources(spec)})")
     started = time.monotonic()

@@ -21,7 +21,6 @@ from typing import Callable
 
 import gevent
 from gevent.lock import BoundedSemaphore
-from paramiko import SSHException
 from pyinfra import host
 from pyinfra.operations import python
 
@@ -31,8 +30,8 @@ from fleet import hub as rules
 from fleet.parse import parse_model_dirs
 from fleet.report import RUN
 from fleet.wire import ascii_int, excerpt, frames
-from tasks.common import (CACHE, LOST, HostLost, WheelError, asked, connector_arguments, downloaded, fail, give_up,
-                          run)
+from tasks.common import (CACHE, LOST, HostLost, WheelError, asked, downloaded, fail, give_up, run,
+                          uploaded)
 from tasks.engine import pip_wheel
 from tasks.install import upload
 from tasks.preflight import Preflight, refused
@@ -131,18 +130,9 @@ def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
 def _install_client(host, pf: Preflight, uploads: list[tuple[str, str]]) -> str | None:
     """The client installed from uploaded wheels; None, or what went wrong."""
     name = rules.client_name(pf.spec.hub)
-    wheels = layout.hub_client_wheels(name)
-    ok, out = run(host, f"mkdir -p {layout.ENGINE_PIP_DIR} && rm -rf {wheels} && mkdir -p {wheels}",
-                  bounds.disk("the uploads' directories"))
-    if not ok:
-        return f"expected the uploads' directories made, found {excerpt(out)}"
-    for local, remote in uploads:
-        try:
-            said = "" if host.put_file(local, remote, **connector_arguments(host)) else "the transfer failed"
-        except (OSError, EOFError, SSHException) as e:  # a full disk, a broken link: this host's, not the run's
-            said = str(e)
-        if said:
-            return f"expected {local} uploaded to {remote}, found {excerpt(said)}"
+    problem = uploaded(host, layout.hub_client_wheels(name), uploads)
+    if problem:
+        return problem
     _, out = run(host, rules.client_install_command(pf.spec.hub, uploads[0][1]),
                  bounds.client_install("the install of the hub client"))
     outcome, said = rules.read_client_install(out)

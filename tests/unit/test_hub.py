@@ -180,6 +180,8 @@ def _free_port() -> int:
 def endpoint(tmp_path_factory):
     """A real olah on loopback serving the lab's repositories; the client installed as hosts get it."""
     if platform.machine() != "x86_64":
+        # allowed: the deploy downloads the client's wheels for x86_64 hosts only (tasks.hub.PLATFORMS), so on a
+        # controller of another architecture they cannot run here; CI's machine is x86_64, where this runs
         pytest.skip("the client's wheels are downloaded for x86_64 hosts")
     root = tmp_path_factory.mktemp("hub")
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check"]
