@@ -29,6 +29,11 @@ GATEWAY_KEYS = ("name", "group", "role", "ssh_user", "debian")
 MIRROR_KEYS = ("name", "role", "ssh_user", "debian")
 ROLE_KEYS = {"gateway": GATEWAY_KEYS, "mirror": MIRROR_KEYS}
 ROLE_ABOUT = {"gateway": "", "mirror": " (the lab's package index)"}
+# The SGLang double's speed model (lab/doubles/README.md): its keys, each a number, with its bounds.
+SPECULATION_KEYS = ("step_ms", "per_request", "per_draft_token", "per_draft_token_sq", "acceptance")
+SPECULATION_ALLOWED = ("a table of exactly step_ms (> 0), per_request, per_draft_token, per_draft_token_sq (>= 0) "
+                       "and acceptance (> 0, <= 1), numbers, e.g. { step_ms = 5.0, per_request = 0.2, "
+                       "per_draft_token = 0.05, per_draft_token_sq = 0.01, acceptance = 0.9 }")
 MIRROR_NO_GROUP = ("a mirror host has no group: it is the lab's package index, no part of the fleet (the inventory "
                    "leaves it out, so that no deploy touches it); remove the key")
 
@@ -142,6 +147,23 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
     def table(v):
         return None if isinstance(v, dict) else "not a table"
 
+    def speculation(v):
+        if not isinstance(v, dict):
+            return "not a table"
+        missing = [k for k in SPECULATION_KEYS if k not in v]
+        unknown = [k for k in v if k not in SPECULATION_KEYS]
+        if missing or unknown:
+            return "; ".join(([f"missing key(s) {missing}"] if missing else [])
+                             + ([f"unknown key(s) {unknown}"] if unknown else []))
+        bad = [k for k in SPECULATION_KEYS if not _is_num(v[k]) or not math.isfinite(v[k])]
+        if bad:
+            return f"not a number: {', '.join(bad)}"
+        out = ([] if v["step_ms"] > 0 else ["step_ms must be > 0"]) + [
+            f"{k} must be >= 0" for k in SPECULATION_KEYS[1:4] if v[k] < 0]
+        if not 0 < v["acceptance"] <= 1:
+            out.append("acceptance must be > 0 and <= 1")
+        return "; ".join(out) or None
+
     return {
         "name": (True, None, *text(HOST_NAME, "lowercase letters, digits and '-', at most 32")),
         "group": (True, None, lambda v: None if v in groups + gateway_groups else "not a GPU class or gateway group",
@@ -167,6 +189,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "load_seconds": (False, 3.0, seconds, "a number of seconds 0..3600"),
         "decode_tokens_per_s": (False, 100.0, rate, "a number of tokens per second > 0, e.g. 100.0"),
         "engine_import_seconds": (False, 0.0, seconds, "a number of seconds 0..3600"),
+        "speculation": (False, None, speculation, SPECULATION_ALLOWED),
         "engines_disk_kib": (False, None, *integer(64)),
         "models_disk_kib": (False, None, *integer(64)),
         "missing_models": (False, [], paths, "a list of absolute paths"),
@@ -258,6 +281,8 @@ def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
             if err:
                 problems.append(f"{where}: {label}: {k} = {v!r}: {err}; allowed: {allowed}")
                 continue
+            if k == "speculation":
+                v = {key: float(v[key]) for key in SPECULATION_KEYS}
             entry[k] = float(v) if k in ("load_seconds", "decode_tokens_per_s", "engine_import_seconds") else v
         group, role = entry.get("group"), entry.get("role")
         if role == "gpu" and group in gateway_groups:

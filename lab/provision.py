@@ -445,6 +445,7 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         "load_seconds": float(entry["load_seconds"]),
         "preinstalled_argv": preinstalled_argv,
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
+        "speculation": entry.get("speculation"),  # the SGLang double's speed model, or None: the fixed rate
         "reasoning_model": entry["reasoning_model"],
         "engine_import_seconds": float(entry["engine_import_seconds"]),
         "engines_disk_kib": entry.get("engines_disk_kib"),

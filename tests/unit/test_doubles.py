@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -864,6 +865,129 @@ def test_sglang_force_shutdown_does_not_wait_for_requests(lab):
     err = p.stderr.read()
     assert "Signal SIGTERM received while force shutdown flag set. Force exiting." in err
     assert "Gracefully exiting" not in err
+
+
+# ----------------------------------------------------------------------------- SGLang: the speed model
+
+
+def _load_lab_module():
+    """sglang/_lab.py on its own (stdlib only): the speed model's formulas, without importing the double's package."""
+    spec = importlib.util.spec_from_file_location("sglang_double_lab", DOUBLES / "sglang" / "_lab.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SPEED = _load_lab_module()
+GATEWAY_SPEC = {"step_ms": 5.0, "per_request": 0.2, "per_draft_token": 0.05, "per_draft_token_sq": 0.01,
+                "acceptance": 0.9}
+
+
+def test_speed_model_formulas():
+    assert SPEED.accept_length(0.9, 8) == pytest.approx((1 - 0.9 ** 8) / 0.1) == pytest.approx(5.6953279)
+    assert SPEED.accept_length(1.0, 8) == 8.0 and SPEED.accept_length(0.5, 1) == 1.0
+    assert SPEED.accept_length(0.5, 3) == pytest.approx(1 + 0.5 + 0.25)
+    # s = step_ms/1000 (1 + per_request n + n (per_draft_token c + per_draft_token_sq c^2))
+    assert SPEED.step_seconds(GATEWAY_SPEC, 1, 8) == pytest.approx(0.005 * (1 + 0.2 + 0.4 + 0.64))
+    assert SPEED.step_seconds(GATEWAY_SPEC, 32, 4) == pytest.approx(0.005 * (1 + 6.4 + 32 * (0.2 + 0.16)))
+    # DDTREE: a tree no wider than its depth is the chain; four times wider halves the misses
+    assert SPEED.ddtree_alpha(0.9, 8, 8) == pytest.approx(0.9) == SPEED.ddtree_alpha(0.9, 8, 4)
+    assert SPEED.ddtree_alpha(0.9, 8, 32) == pytest.approx(0.95)
+    plan = SPEED.speed_plan(GATEWAY_SPEC, "DDTREE", 8, 8, 32)
+    assert (plan["b"], plan["c"]) == (8, 32) and plan["accept_length"] == pytest.approx(SPEED.accept_length(0.95, 8))
+    # the knobs, from the server's resolved arguments
+    assert SPEED.speculation_knobs("DFLASH", 8, 8, None) == (8, 8)
+    assert SPEED.speculation_knobs("DFLASH", None, None, None) == (16, 16)  # SGLang's default block size
+    assert SPEED.speculation_knobs("DDTREE", 8, 8, None) == (8, 8)
+    assert SPEED.speculation_knobs("EAGLE", None, 4, None) == (4, 4)
+    assert SPEED.speculation_knobs("NGRAM", None, None, None) == (1, 1)
+    assert SPEED.speculation_knobs(None, None, 12, None) == (1, 1)
+    assert SPEED.speed_plan(GATEWAY_SPEC, None, None, None, None)["accept_length"] == 1.0
+    # whole tokens from a fractional credit: deterministic, a(b) on average, at least 1, never past the end
+    credit, made = 0.0, []
+    for _ in range(100):
+        k, credit = SPEED.credit_tokens(credit, 5.6953279, 10_000)
+        made.append(k)
+    assert set(made) == {5, 6} and sum(made) == 569
+    k, credit = SPEED.credit_tokens(0.9, 5.5, 3)  # 6 owed, 3 left: 3
+    assert k == 3 and credit == pytest.approx(0.4)
+    assert SPEED.check_speculation(GATEWAY_SPEC) is None
+    assert SPEED.check_speculation({**GATEWAY_SPEC, "acceptance": 0}) == "acceptance must be > 0 and <= 1"
+    assert "missing ['step_ms']" in SPEED.check_speculation({k: v for k, v in GATEWAY_SPEC.items() if k != "step_ms"})
+
+
+def test_gateway_lab_plants_the_block_size_optimum():
+    """lab/gateway.toml's replicas: among block sizes 4, 8, 12, 16, throughput n a(b) / s(b, n) peaks at
+    8 for one request and at 4 for 32."""
+    hosts = tomllib.loads((ROOT / "lab" / "gateway.toml").read_text())["hosts"]
+    specs = [h["speculation"] for h in hosts if h.get("group") == "pro6000"]
+    assert len(specs) == 3 and all(s == GATEWAY_SPEC for s in specs)
+    for n, best in ((1, 8), (32, 4)):
+        t = {b: SPEED.throughput(GATEWAY_SPEC, "DFLASH", b, n) for b in (4, 8, 12, 16)}
+        assert max(t, key=t.get) == best, (n, t)
+
+
+def _metric(text: str, name: str) -> float:
+    [line] = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def _steps(a: float, n: int) -> int:
+    """Verify steps one request of n tokens takes (the double's credit)."""
+    credit, steps = 0.0, 0
+    while n:
+        k, credit = SPEED.credit_tokens(credit, a, n)
+        n, steps = n - k, steps + 1
+    return steps
+
+
+def test_sglang_speed_model_paces_tokens_and_reports_what_tp0_did(lab):
+    model = dict(GATEWAY_SPEC, step_ms=10.0)
+    lab.set(speculation=model)
+    b, tokens = 8, 32
+    _, port = start_and_wait_healthy(
+        lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", f"{lab.models}/dflash", "--speculative-dflash-block-size", str(b),
+    )
+    a = SPEED.accept_length(0.9, b)
+    steps = _steps(a, tokens)
+    assert steps == 6
+    si = json.loads(http(port, "/server_info")[2])
+    assert si["lab_double"] is True and "avg_spec_accept_length" not in si["internal_states"][0]  # no step yet
+
+    def wave(concurrency: int) -> list[float]:
+        t0 = time.monotonic()
+        streams = [Stream(port, tokens) for _ in range(concurrency)]
+        for s in streams:
+            s.join(30)
+        assert all(s.done and len(s.tokens) == tokens for s in streams)  # one SSE chunk per token
+        return [s.times[-1] - t0 for s in streams]
+
+    alone = wave(1) + wave(1)
+    together = wave(8)
+    # no tight wall-clock bounds (machines are noisy): at least the model's time, and 8 at once slower per request
+    assert min(alone) >= 0.8 * steps * SPEED.step_seconds(model, 1, b), alone
+    assert sum(together) / 8 > 2 * sum(alone) / 2, (alone, together)  # the model says 4.9 x
+    metrics = http(port, "/metrics")[2]
+    assert _metric(metrics, "sglang:generation_tokens_total") == 10 * tokens
+    assert _metric(metrics, "sglang:spec_verify_calls_total") == 10 * steps
+    length = _metric(metrics, "sglang:spec_accept_length")
+    assert 0.85 * a <= length <= a, (length, a)  # the last step of each request is cut short
+    assert _metric(metrics, "sglang:spec_accept_rate") == pytest.approx((length - 1) / (b - 1), abs=1e-3)
+    assert _metric(metrics, "sglang:gen_throughput") > 0
+    si = json.loads(http(port, "/server_info")[2])
+    [load] = json.loads(http(port, "/v1/loads")[2])["loads"]
+    assert si["internal_states"][0]["avg_spec_accept_length"] == load["speculative"]["accept_length"] == length
+    assert load["gen_throughput"] == si["internal_states"][0]["last_gen_throughput"] > 0
+    meta = json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": tokens}})[2])[
+        "meta_info"]
+    assert meta["spec_verify_ct"] == steps and meta["spec_accept_length"] == round(tokens / steps, 4)
+    assert _metric(http(port, "/metrics")[2], "sglang:spec_verify_calls_total") == 11 * steps
+
+
+def test_sglang_without_the_speed_model_says_it_is_the_lab_double_too(lab):
+    _, port = start_and_wait_healthy(lab)
+    assert json.loads(http(port, "/server_info")[2])["lab_double"] is True
 
 
 # ----------------------------------------------------------------------------- the real SGLang

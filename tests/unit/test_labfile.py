@@ -275,3 +275,65 @@ def test_throttle_is_a_token_bucket_on_the_hosts_own_eth0(tmp_path, monkeypatch)
             lab.throttle("mirror-1", kbit)
     with pytest.raises(labmod.LabError, match="no host 'mirror-2' in lab 'sglmir'"):
         lab.throttle("mirror-2", 100)
+
+
+SPECULATION = {"step_ms": 5.0, "per_request": 0.2, "per_draft_token": 0.05, "per_draft_token_sq": 0.01,
+               "acceptance": 0.9}
+
+
+def _speculation_lab(tmp_path: Path, inline: str) -> Path:
+    """A lab file with PRO6000 and `speculation = <inline>` (a TOML inline table or another value)."""
+    path = lab_file(tmp_path, PRO6000)
+    path.write_text(path.read_text() + f"speculation = {inline}\n")
+    return path
+
+
+def _inline(table: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
+
+
+def test_speculation_is_the_sglang_doubles_speed_model_in_host_json(tmp_path):
+    table = dict(SPECULATION, step_ms=5)  # an integer is a number too
+    [h] = labfile.parse(_speculation_lab(tmp_path, _inline(table)), GROUPS, GATEWAYS).hosts
+    assert h.entry["speculation"] == SPECULATION and isinstance(h.entry["speculation"]["step_ms"], float)
+    root = _provision(tmp_path, h.entry)
+    assert json.loads((root / "etc/lab/host.json").read_text())["speculation"] == SPECULATION
+
+
+def test_without_speculation_host_json_says_none(tmp_path):
+    [h] = parse(tmp_path, PRO6000).hosts
+    assert h.entry["speculation"] is None
+    root = _provision(tmp_path, h.entry)
+    assert json.loads((root / "etc/lab/host.json").read_text())["speculation"] is None
+
+
+@pytest.mark.parametrize("inline, why", [
+    ("5.0", "not a table"),
+    (_inline({k: v for k, v in SPECULATION.items() if k != "acceptance"}), "missing key(s) ['acceptance']"),
+    (_inline(dict(SPECULATION, per_token=1.0)), "unknown key(s) ['per_token']"),
+    (_inline(dict(SPECULATION, step_ms="5")), "not a number: step_ms"),
+    (_inline(dict(SPECULATION, per_request=True)), "not a number: per_request"),
+    (_inline(dict(SPECULATION, step_ms=0)), "step_ms must be > 0"),
+    (_inline(dict(SPECULATION, per_draft_token_sq=-0.01)), "per_draft_token_sq must be >= 0"),
+    (_inline(dict(SPECULATION, acceptance=0)), "acceptance must be > 0 and <= 1"),
+    (_inline(dict(SPECULATION, acceptance=1.5)), "acceptance must be > 0 and <= 1"),
+])
+def test_a_bad_speculation_is_refused_naming_host_and_key(tmp_path, inline, why):
+    with pytest.raises(labfile.LabFileError) as e:
+        labfile.parse(_speculation_lab(tmp_path, inline), GROUPS, GATEWAYS)
+    [p] = e.value.problems
+    assert "host 'pro6000-1': speculation = " in p and f": {why}; allowed: {labfile.SPECULATION_ALLOWED}" in p, p
+
+
+def test_a_gateway_host_has_no_speculation(tmp_path):
+    path = lab_file(tmp_path, {"name": "gw-1", "group": GATEWAYS[0], "role": "gateway"})
+    path.write_text(path.read_text() + f"speculation = {_inline(SPECULATION)}\n")
+    with pytest.raises(labfile.LabFileError) as e:
+        labfile.parse(path, GROUPS, GATEWAYS)
+    [p] = e.value.problems
+    assert "host 'gw-1': speculation = " in p and "a GPU host's key; role = 'gateway'" in p
+
+
+def test_the_gateway_lab_gives_its_replicas_the_speed_model():
+    lab = labfile.parse(ROOT / "lab" / "gateway.toml", GROUPS, GATEWAYS)
+    assert [h.entry["speculation"] for h in lab.hosts if h.entry["role"] == "gpu"] == [SPECULATION] * 3

@@ -140,3 +140,118 @@ def unregister(pid: int) -> None:
 
 def used_mib_on(gpu: int) -> int:
     return sum(int(e.get("used_memory_mib", 0)) for e in live_entries() if gpu in e.get("gpus", []))
+
+
+# ---------------------------------------------------------------------------------------------
+# The speed model (host.json "speculation"): a documented stand-in for a real GPU. With it, TP0's
+# decode steps take s(b, n) seconds and give each running request a(b) tokens on average; every
+# lab figure of tokens/s, accept length or verify calls comes from these formulas, not from a GPU.
+# ---------------------------------------------------------------------------------------------
+
+SPECULATION_KEYS = ("step_ms", "per_request", "per_draft_token", "per_draft_token_sq", "acceptance")
+DFLASH_DEFAULT_BLOCK_SIZE = 16  # SGLang's block size when neither the flag nor the draft's config gives one
+BLOCK_ALGORITHMS = ("DFLASH", "DDTREE")  # b is the DFlash block size
+
+
+def check_speculation(value) -> str | None:
+    """Why host.json's `speculation` is not a valid speed model (None: it is): a table of exactly
+    SPECULATION_KEYS, numbers, step_ms > 0, the per_* >= 0, 0 < acceptance <= 1."""
+    if not isinstance(value, dict):
+        return "not a table"
+    missing = [k for k in SPECULATION_KEYS if k not in value]
+    extra = sorted(k for k in value if k not in SPECULATION_KEYS)
+    if missing or extra:
+        return (f"missing {missing}" if missing else "") + ("; " if missing and extra else "") + (
+            f"unknown {extra}" if extra else "")
+    bad = [k for k in SPECULATION_KEYS if not isinstance(value[k], (int, float)) or isinstance(value[k], bool)
+           or value[k] != value[k] or value[k] in (float("inf"), float("-inf"))]
+    if bad:
+        return f"not a finite number: {bad}"
+    if not value["step_ms"] > 0:
+        return "step_ms must be > 0"
+    neg = [k for k in ("per_request", "per_draft_token", "per_draft_token_sq") if value[k] < 0]
+    if neg:
+        return f"must be >= 0: {neg}"
+    if not 0 < value["acceptance"] <= 1:
+        return "acceptance must be > 0 and <= 1"
+    return None
+
+
+def speculation() -> dict | None:
+    """host.json's speed model, as floats; None when the host has none (the fixed decode rate)."""
+    value = host_config().get("speculation")
+    if value is None:
+        return None
+    err = check_speculation(value)
+    if err:
+        raise ValueError(f"{host_json_path()}: speculation = {value!r}: {err}")
+    return {k: float(value[k]) for k in SPECULATION_KEYS}
+
+
+def speculation_knobs(algorithm: str | None, dflash_block_size: int | None, num_draft_tokens: int | None,
+                      ddtree_budget: int | None) -> tuple[int, int]:
+    """(b, c): the knob b (tokens a request can advance in one verify step) and c (tokens verified
+    per request per step), from the server's resolved arguments.
+    DFLASH, DDTREE: b = the block size (--speculative-dflash-block-size; unset: what the server
+    resolved, i.e. the draft's config block_size, else 16); other algorithms:
+    --speculative-num-draft-tokens (as resolved), else 1; no speculation: 1. c = b, except DDTREE:
+    c = --speculative-ddtree-budget (the tree's nodes; unset: b)."""
+    if not algorithm:
+        return 1, 1
+    if algorithm in BLOCK_ALGORITHMS:
+        b = int(dflash_block_size or num_draft_tokens or DFLASH_DEFAULT_BLOCK_SIZE)
+    else:
+        b = int(num_draft_tokens or 1)
+    c = int(ddtree_budget) if algorithm == "DDTREE" and ddtree_budget else b
+    return max(1, b), max(1, c)
+
+
+def ddtree_alpha(alpha: float, b: int, c: int) -> float:
+    """DDTREE's acceptance per position: α_tree = 1 − (1 − α)·sqrt(b / max(b, c)); a tree of c
+    nodes wider than its depth b more often holds the next token."""
+    return 1.0 - (1.0 - alpha) * (b / max(b, c)) ** 0.5
+
+
+def accept_length(alpha: float, b: int) -> float:
+    """Mean tokens a request advances per verify step, the bonus token included:
+    a(b) = (1 − α^b) / (1 − α) (α = 1: b). b = 1 (no speculation): 1."""
+    if alpha >= 1.0:
+        return float(b)
+    return (1.0 - alpha ** b) / (1.0 - alpha)
+
+
+def step_seconds(model: dict, n: int, c: int) -> float:
+    """One decode step of n running requests, each verifying c tokens:
+    s = step_ms/1000 × (1 + per_request·n + n·(per_draft_token·c + per_draft_token_sq·c²))."""
+    return model["step_ms"] / 1000.0 * (
+        1.0 + model["per_request"] * n + n * (model["per_draft_token"] * c + model["per_draft_token_sq"] * c * c))
+
+
+def throughput(model: dict, algorithm: str | None, b: int, n: int, c: int | None = None) -> float:
+    """Tokens/s of n requests decoding together: n·a(b) / s(b, n) (the optimum a tuner looks for)."""
+    c = b if c is None else c
+    alpha = model["acceptance"]
+    if algorithm == "DDTREE":
+        alpha = ddtree_alpha(alpha, b, c)
+    return n * accept_length(alpha, b) / step_seconds(model, n, c)
+
+
+def speed_plan(model: dict, algorithm: str | None, dflash_block_size: int | None, num_draft_tokens: int | None,
+               ddtree_budget: int | None) -> dict:
+    """What TP0 runs with: {"b", "c", "alpha", "accept_length", and the model's keys}."""
+    b, c = speculation_knobs(algorithm, dflash_block_size, num_draft_tokens, ddtree_budget)
+    alpha = model["acceptance"]
+    if algorithm == "DDTREE":
+        alpha = ddtree_alpha(alpha, b, c)
+    a = accept_length(alpha, b) if algorithm else 1.0
+    return {**model, "b": b, "c": c, "alpha": alpha, "accept_length": a}
+
+
+def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
+    """One verify step of one request: (tokens it makes, its credit after). Whole tokens out of a
+    fractional credit, so runs are deterministic: credit += a; k = floor(credit); credit −= k;
+    at least 1, never more than `left`."""
+    credit += a
+    k = int(credit)
+    credit -= k
+    return max(1, min(k, left)), credit

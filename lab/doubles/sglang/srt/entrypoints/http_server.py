@@ -17,6 +17,12 @@ Start-up (see docs/ARCHITECTURE.md and the reference sheet):
    answer 503 while the warm-up runs (~1 s), then 200.
 Serving: every generated token comes from TP0 at host.json's decode_tokens_per_s
 ($LAB_SGLANG_DECODE_TOKENS_PER_S overrides); SSE chat streams send one chunk per token.
+With host.json's "speculation" (the speed model, a documented stand-in for a real GPU: see
+scheduler.py and lab/doubles/README.md) TP0's steps take s(b, n) and make a(b) tokens per request
+on average instead, and /metrics, /server_info, meta_info and /v1/loads report what TP0 did:
+counters of its tokens and verify steps, gauges over its last 40 decode steps. Without it, the
+fixed per-algorithm ACCEPT_LENGTH as before. /server_info always has "lab_double": true (real
+SGLang has no such key): a tool's mark that its figures come from this double.
 Stop: SIGTERM (or SIGINT) drains as tokenizer_manager.py's sigterm_watchdog: health 503 at
 once, new requests still served; on each tick of that watchdog (every 5 s from the first
 request, so even an idle server takes up to 5 s) "Gracefully exiting... Remaining number
@@ -50,7 +56,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import sglang
 from sglang import _lab
-from sglang.srt.managers.scheduler import SchedulerGone, SchedulerProcess, start_schedulers, tp_log
+from sglang.srt.managers.scheduler import Progress, SchedulerGone, SchedulerProcess, start_schedulers, tp_log
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +69,7 @@ SCHEDULER_EXIT_TIMEOUT_SECONDS = 15
 WATCHDOG_SECONDS = 1.0
 
 # Mean accepted length per verify step, by algorithm (what /metrics, /server_info and
-# meta_info report): plausible, fixed, so lab runs are reproducible.
+# meta_info report without the speed model): plausible, fixed, so lab runs are reproducible.
 ACCEPT_LENGTH = {
     "EAGLE": 2.9,
     "EAGLE3": 3.4,
@@ -116,9 +122,21 @@ def split_reasoning(words: list[str], parser: str | None) -> tuple[list[str], li
     return [], tagged
 
 
+def speed_plan(server_args) -> dict | None:
+    """The speed model TP0 runs with (host.json "speculation", on the server's resolved
+    speculative arguments), else None."""
+    model = _lab.speculation()
+    if model is None:
+        return None
+    a = server_args
+    return _lab.speed_plan(model, a.speculative_algorithm, a.speculative_dflash_block_size,
+                           a.speculative_num_draft_tokens, getattr(a, "speculative_ddtree_budget", None))
+
+
 class ServerState:
-    def __init__(self, server_args):
+    def __init__(self, server_args, speed: dict | None = None):
         self.args = server_args
+        self.speed = speed  # the speed model's plan (speed_plan), or None
         self.status = "Starting"  # Starting -> Up
         self.draining = False  # SIGTERM seen: the tokenizer manager's gracefully_exit
         self.loop_started: float | None = None  # when the tokenizer manager's loop began (monotonic)
@@ -151,20 +169,60 @@ class ServerState:
         with self.lock:
             self.requests_total += 1
             self.prompt_tokens_total += prompt_tokens
+            if self.speed:
+                return  # tokens and verify steps: TP0's counts (decode_counts)
             self.generation_tokens_total += completion_tokens
             if self.accept_length:
                 self.verify_calls_total += max(1, round(completion_tokens / self.accept_length))
             self.last_gen_throughput = 42.0 * (self.accept_length or 1.0)
 
-    def spec_meta(self, completion_tokens: int) -> dict:
+    def _accept_rate(self, accept_length: float) -> float:
+        """accepted drafts / proposed drafts: (accept length - 1) / (b - 1)."""
+        draft = self.speed["b"] if self.speed else (self.args.speculative_num_draft_tokens or 1)
+        return round(min(1.0, max(0.0, (accept_length - 1) / max(1, draft - 1))), 4)
+
+    def spec_meta(self, completion_tokens: int, progress: Progress | None = None) -> dict:
+        """meta_info's speculative keys; with the speed model, from the request's own steps."""
+        if self.speed:
+            if not self.args.speculative_algorithm:
+                return {}
+            steps = progress.steps if progress else 0
+            length = round(progress.tokens / steps, 4) if steps else 0.0
+            return {"spec_accept_length": length, "spec_accept_rate": self._accept_rate(length) if steps else 0.0,
+                    "spec_verify_ct": steps}
         if not self.accept_length:
             return {}
         steps = max(1, round(completion_tokens / self.accept_length)) if completion_tokens else 0
-        draft = self.args.speculative_num_draft_tokens or 1
         return {
             "spec_accept_length": self.accept_length,
-            "spec_accept_rate": round(min(1.0, (self.accept_length - 1) / max(1, draft - 1)), 4),
+            "spec_accept_rate": self._accept_rate(self.accept_length),
             "spec_verify_ct": steps,
+        }
+
+    def decode_counts(self) -> dict:
+        """What /metrics, /server_info and /v1/loads report of decoding: {"generation_tokens",
+        "verify_calls", "gen_throughput", "accept_length" (None: no speculation, or with the
+        speed model no verify step yet), "accept_rate"}. With the speed model: TP0's counters,
+        and over its last 40 decode steps (scheduler.DECODE_LOG_INTERVAL) the gauges: accept
+        length = their tokens / their verify steps, throughput = their tokens / the seconds
+        they took (idle time between steps not counted)."""
+        if not self.speed:
+            return {
+                "generation_tokens": self.generation_tokens_total,
+                "verify_calls": self.verify_calls_total,
+                "gen_throughput": self.last_gen_throughput,
+                "accept_length": self.accept_length,
+                "accept_rate": self._accept_rate(self.accept_length) if self.accept_length else 0.0,
+            }
+        st = self.tp0.stats.snapshot()
+        spec = bool(self.args.speculative_algorithm)
+        length = round(st["tokens"] / st["verify"], 4) if spec and st["verify"] else None
+        return {
+            "generation_tokens": st["tokens_total"],
+            "verify_calls": st["verify_total"] if spec else 0,
+            "gen_throughput": round(st["tokens"] / st["seconds"], 2) if st["seconds"] > 0 else 0.0,
+            "accept_length": length,
+            "accept_rate": self._accept_rate(length) if length else 0.0,
         }
 
 
@@ -196,13 +254,14 @@ def _server_info(state: ServerState) -> dict:
     a = state.args
     info = dict(a.resolved_dict())
     info["launch_command"] = a.launch_command
+    counts = state.decode_counts()
     internal = {
-        "last_gen_throughput": state.last_gen_throughput,
+        "last_gen_throughput": counts["gen_throughput"],
         "memory_usage": _memory_usage(state),
         "effective_max_running_requests_per_dp": a.max_running_requests or 2048,
     }
-    if state.accept_length:
-        internal["avg_spec_accept_length"] = state.accept_length
+    if counts["accept_length"]:
+        internal["avg_spec_accept_length"] = counts["accept_length"]
     info.update(
         {
             "max_total_num_tokens": int(state.gpu_memory_mib * 4),
@@ -211,6 +270,7 @@ def _server_info(state: ServerState) -> dict:
             "internal_states": [internal],
             "version": sglang.__version__,
             "frontend": "python",
+            "lab_double": True,  # not SGLang's: the mark that these figures come from the lab's double
         }
     )
     return info
@@ -243,35 +303,36 @@ def _metrics(state: ServerState) -> str:
         f'engine_type="unified",model_name="{a.served_model_name}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     )
     tok_labels = f'engine_type="unified",model_name="{a.served_model_name}"'
+    counts = state.decode_counts()
     gauges = [
         ("sglang:num_running_reqs", "The number of running requests.", len(state.running)),
         ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", 0),
         ("sglang:num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0),
-        ("sglang:gen_throughput", "The generation throughput (token/s).", state.last_gen_throughput),
+        ("sglang:gen_throughput", "The generation throughput (token/s).", counts["gen_throughput"]),
         ("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0),
         ("sglang:token_usage", "The token usage.", 0.0),
         (
             "sglang:spec_accept_length",
             "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
-            state.accept_length or 0.0,
+            counts["accept_length"] or 0.0,
         ),
         (
             "sglang:spec_accept_rate",
             "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
-            state.spec_meta(10).get("spec_accept_rate", 0.0),
+            counts["accept_rate"],
         ),
     ]
     out = []
     for name, doc, value in gauges:
         out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name}{{{labels}}} {float(value)}"]
     counters = [
-        ("sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels, state.verify_calls_total),
+        ("sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels, counts["verify_calls"]),
         ("sglang:prompt_tokens", "Number of prefill tokens processed.", tok_labels, state.prompt_tokens_total),
         (
             "sglang:generation_tokens",
             "Number of generation tokens processed.",
             tok_labels + ',is_streaming="false"',
-            state.generation_tokens_total,
+            counts["generation_tokens"],
         ),
         ("sglang:num_requests", "Number of requests processed.", tok_labels, state.requests_total),
     ]
@@ -296,6 +357,7 @@ def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
     decode_moments."""
     a = state.args
     mem = _memory_usage(state)
+    counts = state.decode_counts()
     with state.lock:
         running = len(state.running)
     load = {
@@ -311,7 +373,7 @@ def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
         "max_total_num_tokens": mem["token_capacity"],
         "max_running_requests": a.max_running_requests or 2048,
         "token_usage": 0.0,
-        "gen_throughput": round(state.last_gen_throughput, 2),
+        "gen_throughput": round(counts["gen_throughput"], 2),
         "cache_hit_rate": 0.0,
         "utilization": 0.0,
         "total_prefill_uncached_tokens": 0,
@@ -326,8 +388,8 @@ def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
         if include == {"core"}:
             return load
     spec = None
-    if state.accept_length and state.verify_calls_total:  # only once a verify step ran
-        spec = {"accept_length": state.accept_length, "accept_rate": state.spec_meta(10)["spec_accept_rate"]}
+    if counts["accept_length"] and counts["verify_calls"]:  # only once a verify step ran
+        spec = {"accept_length": counts["accept_length"], "accept_rate": counts["accept_rate"]}
     sections = [
         ("memory", "memory", {"weight_gb": mem["weight"], "kv_cache_gb": mem["kvcache"],
                               "graph_gb": mem["graph"], "token_capacity": mem["token_capacity"]}),
@@ -385,14 +447,15 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     @contextlib.contextmanager
-    def _generation(self, rid: str, n: int):
+    def _generation(self, rid: str, n: int, progress: Progress | None = None):
         """One generate request: running (metrics, drain count) until it ends; gives the
-        iterator that waits for each of its n tokens from TP0 (SchedulerGone: TP0 died)."""
+        iterator that waits for each of its n tokens from TP0 (SchedulerGone: TP0 died);
+        `progress` counts its tokens and verify steps."""
         state = self.state
         state.start_loop()
         with state.lock:
             state.running[rid] = None
-        tokens = state.tp0.generate(rid, n)
+        tokens = state.tp0.generate(rid, n, progress)
         try:
             yield tokens
         finally:
@@ -400,16 +463,18 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 del state.running[rid]
 
-    def _generate_all(self, rid: str, n: int) -> bool:
-        """Wait for all n tokens; False (the connection is then closed, no answer) if TP0 died."""
+    def _generate_all(self, rid: str, n: int) -> Progress | None:
+        """Wait for all n tokens: how TP0 made them; None (the connection is then closed, no
+        answer) if TP0 died."""
+        progress = Progress()
         try:
-            with self._generation(rid, n) as tokens:
+            with self._generation(rid, n, progress) as tokens:
                 for _ in tokens:
                     pass
         except SchedulerGone:
             self.close_connection = True
-            return False
-        return True
+            return None
+        return progress
 
     def _access_log(self, code: int) -> None:
         try:
@@ -612,7 +677,8 @@ class Handler(BaseHTTPRequestHandler):
         words, finish = reply(params.get("max_new_tokens", 128))
         rid = uuid.uuid4().hex
         t0 = time.monotonic()
-        if not self._generate_all(rid, len(words)):
+        progress = self._generate_all(rid, len(words))
+        if progress is None:
             return
         self.state.account(prompt_tokens, len(words))
         meta = {
@@ -622,7 +688,7 @@ class Handler(BaseHTTPRequestHandler):
             "weight_version": self.state.args.weight_version,
             "completion_tokens": len(words),
             "cached_tokens": 0,
-            **self.state.spec_meta(len(words)),
+            **self.state.spec_meta(len(words), progress),
             "e2e_latency": round(time.monotonic() - t0, 6),
         }
         self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
@@ -635,7 +701,7 @@ class Handler(BaseHTTPRequestHandler):
         prompt_tokens = _count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
         words, finish = reply(req.get("max_tokens", 16))
         rid = uuid.uuid4().hex
-        if not self._generate_all(rid, len(words)):
+        if self._generate_all(rid, len(words)) is None:
             return
         self.state.account(prompt_tokens, len(words))
         self._json(
@@ -682,7 +748,7 @@ class Handler(BaseHTTPRequestHandler):
             "reasoning_tokens": len(thinking),
         }
         if not req.get("stream"):
-            if not self._generate_all(rid, len(words)):
+            if self._generate_all(rid, len(words)) is None:
                 return
             self.state.account(prompt_tokens, len(words))
             self._json(
@@ -754,6 +820,9 @@ class Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # uvicorn's --backlog default; socketserver's 5 drops the SYNs of a burst of clients (32 at
+    # once wait 1 s and more for the kernel's retry), which no real server makes them do
+    request_queue_size = 2048
 
 
 def _gpu_ids(a) -> list[int]:
@@ -981,11 +1050,12 @@ def launch_server(server_args) -> None:
         load = "ok"  # the preinstalled (old) configuration: rollback returns to it; a build's load is its own
 
     logger.info(f"server_args={a!r}")
-    state = ServerState(a)
+    speed = speed_plan(a)
+    state = ServerState(a, speed)
     Handler.state = state
     gpus = _gpu_ids(a)
     # first, while this process has no thread and no signal handler (see start_schedulers)
-    schedulers = start_schedulers(len(gpus), decode_tokens_per_s())
+    schedulers = start_schedulers(len(gpus), decode_tokens_per_s(), speed)
     proc = _Process(state, schedulers)
     state.tp0 = schedulers[0]
 
