@@ -36,7 +36,7 @@ def snapshot_args(spec: ClassSpec) -> dict:
         "models": [spec.model_paths, list(spec.hub_models)],
         "units": [spec.watched_units],
         "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
-                     spec.lock_file, spec.pending_file],
+                     spec.lock_file, spec.pending_file, spec.tune_file],
         "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
         "timeout_s": spec.readiness.command_timeout_s,
     }

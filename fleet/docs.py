@@ -33,6 +33,7 @@ from fleet.spec import (
     SecretSource,
     Service,
     Smoke,
+    Tune,
 )
 
 START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
@@ -49,6 +50,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("smoke", Smoke),
     ("rolling", Rolling),
     ("engine", EngineSpec),
+    ("tune (read by make tune only)", Tune),
     ("a scope workload (an element of workloads)", ScopeWorkload),
     ("a process workload (an element of workloads)", ProcessWorkload),
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),

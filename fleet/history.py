@@ -74,7 +74,7 @@ class Record:
     time: Annotated[int, Field(ge=0, lt=1 << 40)]
     by: Word
     result: Word  # ok, rolled-back, failed
-    kind: Word = "deploy"  # or rollback
+    kind: Word = "deploy"  # or rollback, or tune (a make tune candidate, or the run that returned its host)
     to: Word = ""  # the backup a rollback put back
     group: Word = ""
     stamp: Word = ""
@@ -202,7 +202,8 @@ def before_last_change(history: History) -> tuple[Backup | None, str]:
     "ok" took before it replaced files. That is the set named by its record's stamp or, for a
     rollout that took over an interrupted one (and kept the backup that one took), the set no
     record names between the record before it and its own. Rollouts that failed are passed
-    over: after a failed deploy that was rolled back, the newest set holds the live files. With
+    over: after a failed deploy that was rolled back, the newest set holds the live files; and so are
+    make tune's runs (kind tune), which keep no set. With
     no such set on the host (no successful rollout replaced files, or its set is older than the
     last KEEP_BACKUPS kept) there is no default: the refusal lists the sets to name with TO=."""
     sets = {b.stamp: b for b in history.backups}
@@ -212,7 +213,7 @@ def before_last_change(history: History) -> tuple[Backup | None, str]:
         since = history.records[i - 1].stamp if i else ""
         taken = sets.get(r.stamp) or next(
             (b for b in reversed(history.backups) if since < b.stamp < r.stamp and b.stamp not in recorded), None)
-        if r.result == "ok" and taken is not None:
+        if r.result == "ok" and r.kind != "tune" and taken is not None:
             return taken, ""
     return None, (f"no rollout on record that succeeded left a backup set here (only the last {KEEP_BACKUPS} are "
                   f"kept): name the set to put back with TO=<stamp> (make history shows what each holds); the "

@@ -10,6 +10,8 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
   /var/lib/sglang-fleet/U/pending.json     an unfinished rollout: what the host looked like before it
   /var/lib/sglang-fleet/U/backups/STAMP/   the files a rollout replaced (fleet.rollout.KEEP_BACKUPS)
   /var/lib/sglang-fleet/U/deploys.jsonl    one JSON record per rollout
+  /var/lib/sglang-fleet/U/tune.json        a make tune is under way (or was cut off): the next run that
+                                           is not one of its candidates returns the host to its spec
   /var/lib/sglang-fleet/U/give-back.W.log  what workload W's give-back command printed
   /run/sglang-fleet/U.lock, U.lease        who is deploying, and until when (fleet/lock.py); /run
                                            is emptied at boot, and so is a dead deploy's lock
@@ -85,6 +87,10 @@ def deployed_spec_file(unit: str) -> str:
 
 def pending_file(unit: str) -> str:
     return f"{state_dir(unit)}/pending.json"
+
+
+def tune_file(unit: str) -> str:
+    return f"{state_dir(unit)}/tune.json"
 
 
 def records_file(unit: str) -> str:

@@ -140,7 +140,8 @@ class FileState:
 @dataclass(frozen=True)
 class DeployState:
     """What earlier rollouts left: each managed file and directory (None: absent), the text of
-    the files a diff shows, the deploy lock, and the pending-rollout record (None: none)."""
+    the files a diff shows, the deploy lock, the pending-rollout record (None: none) and the mark of a
+    make tune that has not returned the host (None: none)."""
 
     files: dict[str, FileState | None]
     dirs: dict[str, FileState | None]
@@ -148,6 +149,7 @@ class DeployState:
     lock: LockFacts
     pending: str | None
     unreadable: tuple[str, ...] = ()  # what the host answered that cannot be read (a refusal)
+    tune: str | None = None
 
     def sha1(self, path: str) -> str | None:
         state = self.files.get(path)
@@ -197,12 +199,13 @@ def file_state(text: str | None) -> FileState | None:
 
 def parse_deploy_state(answer: str | list[str]) -> DeployState:
     """Records `@@file=P`, `@@dir=P` (stat, sha1), `@@content=P` (text), `@@lock=present|absent`
-    (its text) with `@@lock-session` (a start time), `@@pending=present|absent` (its text)."""
+    (its text) with `@@lock-session` (a start time), `@@pending=present|absent` and `@@tune=present|absent`
+    (their text)."""
     files: dict[str, FileState | None] = {}
     dirs: dict[str, FileState | None] = {}
     contents: dict[str, str] = {}
     unreadable: list[str] = []
-    lock_present, lock_text, session_start, pending = False, "", "", None
+    lock_present, lock_text, session_start, pending, tune = False, "", "", None, None
     for f in frames(answer):
         if f.key in ("file", "dir"):
             try:
@@ -218,8 +221,10 @@ def parse_deploy_state(answer: str | list[str]) -> DeployState:
             session_start = str(start) if start is not None else ""
         elif f.key == "pending" and f.value == "present":
             pending = (f.text or "").strip()
+        elif f.key == "tune" and f.value == "present":
+            tune = (f.text or "").strip()
     return DeployState(files, dirs, contents, LockFacts(lock_present, lock_text, session_start), pending,
-                       tuple(unreadable))
+                       tuple(unreadable), tune)
 
 
 def parse_service_runtime(answer: str | list[str]) -> ServiceRuntime:

@@ -9,8 +9,8 @@ replica of a class the gateway routes:
      shows nothing running or queued, or drain_timeout_s passes (SGLang's own SIGTERM drain then
      finishes what is left, KillMode=mixed)
   3. is activated (restart, gate, smoke test, or roll back: fleet/activation.py)
-  4. serving again, new spec or old: back in the file, `ready` in smg within ready_timeout_s; not
-     serving: left out, and its row says so. Whatever raises in between, it is put back if it
+  4. serving again, new spec or old: back in the file, `ready` in smg within ready_timeout_s (a make tune
+     candidate stays out); not serving: left out, and its row says so. Whatever raises in between, it is put back if it
      serves, or its row says why not.
 """
 
@@ -87,9 +87,10 @@ def serves(outcome: Outcome) -> bool:
 
 
 def through_gateway(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through,
-                    go: Callable[[], Outcome], leave: Callable[[str], Outcome]) -> Outcome:
+                    go: Callable[[], Outcome], leave: Callable[[str], Outcome], stay_out: bool = False) -> Outcome:
     """The replica's turn: out of the gateway, drained, `go` (its activation), back in; or `leave`
-    (its begun rollout ended without a change) when it may not go out."""
+    (its begun rollout ended without a change) when it may not go out. stay_out: a make tune candidate,
+    measured alone and kept out until the tune's last run (no candidate) puts it back."""
     try:
         statuses = wait_for(gw, lambda s: peer_problem(me, replicas, s) is None, r.ready_timeout_s,
                             r.poll_interval_s, "a peer ready in the gateway")
@@ -116,6 +117,9 @@ def through_gateway(me: Replica, replicas: list[Replica], r: GatewayRolling, gw:
         gw.log(f"left out of gateway {gw.name}: not serving", "red")
         outcome.reasons.append(f"{me.host}: left out of gateway {gw.name}: it does not serve "
                                "(the next run that serves it puts it back)")
+        return outcome
+    if stay_out:
+        gw.log(f"kept out of gateway {gw.name}: a make tune candidate", "cyan")
         return outcome
     return back_in(me, r, gw, outcome)
 

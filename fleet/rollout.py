@@ -85,7 +85,7 @@ def managed_dirs(spec: ClassSpec) -> list[str]:
 
 def spec_record(spec: ClassSpec, group: str) -> str:
     """The spec as deployed, for the host's record: secrets appear as where they come from, never as values."""
-    data = json.loads(spec.model_dump_json())
+    data = json.loads(spec.model_dump_json(exclude={"tune"}))  # the tune's settings change no host
     return json.dumps({"group": group, "spec": data}, indent=2, sort_keys=True) + "\n"
 
 
@@ -111,17 +111,19 @@ def _drop_staged(spec: ClassSpec) -> str:
     return "rm -f " + " ".join(_q(layout.staged_path(p)) for p in managed_paths(spec))
 
 
-def backup_command(spec: ClassSpec, stamp: str) -> str:
-    """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS; prints the dir or
-    nothing (nothing there yet). A failed copy fails the command and leaves no partial set."""
+def backup_command(spec: ClassSpec, stamp: str, prune: bool = True) -> str:
+    """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS (prune: a make tune's run,
+    whose set goes at its end, prunes none); prints the dir or nothing (nothing there yet). A failed
+    copy fails the command and leaves no partial set."""
     d = _q(f"{spec.backups_dir}/{stamp}")
     files = " ".join(_q(f) for f in managed_paths(spec))
     return (
         f"mkdir -p {d} || exit 1; copied=yes; for f in {files}; do "
         f"if [ -e \"$f\" ]; then cp -p \"$f\" {d}/ || {{ copied=no; break; }}; fi; done; "
         f"if [ $copied = no ]; then rm -rf {d}; exit 1; fi; "
-        f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi; "
-        f"ls -1d {_q(spec.backups_dir)}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
+        f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi"
+        + (f"; ls -1d {_q(spec.backups_dir)}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
+           if prune else "")
     )
 
 
@@ -166,13 +168,16 @@ def begin_command(
     secret_uploads: list[str],
     copies: dict[str, str] | None = None,
     units: Sequence[UnitSeen] = (),
+    tune_mark: dict | None = None,
+    prune_backups: bool = True,
 ) -> str:
     """Before the first change: take the lock, check that the files (watched_files) and the units'
     states are still what preflight read, fix the directories, stage the files a rollback copies
     (path -> its backup, before this run's backup can prune that one), back up, write the
     pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
     that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
-    (none given: none checked). Whatever fails after the lock is taken releases it and changes
+    (none given: none checked); tune_mark: a make tune candidate's mark (fleet.tune.mark), written with
+    the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever fails after the lock is taken releases it and changes
     nothing else: a backup set this command took is removed again."""
     release = lock.release_command(spec)
     undo = [_drop_staged(spec), release]
@@ -190,10 +195,12 @@ def begin_command(
     for path, source in (copies or {}).items():
         steps.append(f"cp -p {_q(source)} {_q(layout.staged_path(path))} || {fail()}")
     if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp)} ) || {fail()}")
+        steps.append(f"( {backup_command(spec, backup_stamp, prune_backups)} ) || {fail()}")
         # a set without its pending record would pass for an interrupted rollout's (fleet.history)
         undo.insert(0, f"rm -rf {_q(f'{spec.backups_dir}/{backup_stamp}')}")
     steps.append(f"{_write_json(spec.pending_file, pending)} || {fail()}")
+    if tune_mark is not None:
+        steps.append(f"{_write_json(spec.tune_file, tune_mark)} || {fail()}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
         steps.append(f"install -m 600 /dev/null {_q(layout.staged_path(path))} || {fail()}")
     steps.append(f"echo {BEGUN_MARK}")
@@ -366,12 +373,18 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     return "; ".join(parts)
 
 
-def finish_command(spec: ClassSpec, record: dict) -> str:
-    """The end of every rollout that ran: the record, the pending record and the lock gone."""
+def finish_command(spec: ClassSpec, record: dict, drop_backup: str | None = None, tune_returned: bool = False) -> str:
+    """The end of every rollout that ran: the record, the pending record and the lock gone. drop_backup: the
+    backup set a make tune's run took, dropped: it holds a candidate's files, or files group_data declares,
+    never a set to roll back to (fleet.history.before_last_change passes such runs over), and five
+    candidates would push the real sets out. tune_returned: the host serves its declared spec again, so
+    the tune's mark goes."""
+    drop = [f"rm -rf {_q(spec.backups_dir + '/' + drop_backup)}"] if drop_backup else []
     return "; ".join(
         [
             record_command(spec, record),
-            f"rm -f {_q(spec.pending_file)}",
+            f"rm -f {_q(spec.pending_file)}" + (f" {_q(spec.tune_file)}" if tune_returned else ""),
+            *drop,
             _drop_staged(spec),
             lock.release_command(spec),
         ]

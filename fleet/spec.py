@@ -1116,6 +1116,64 @@ def workload_name(w: str | HeldWorkload) -> str:
     return w if isinstance(w, str) else w.name
 
 
+# --- tune: what `make tune` measures (ops/tune.py); never part of a deployed service ------------
+
+TUNE_BLOCK_SIZES = (4, 8, 12, 16)  # tune.block_sizes' default, cut at the declared block size
+BlockSize = Annotated[int, Field(strict=True, ge=1, le=16)]
+TreeBudget = Annotated[int, Field(strict=True, ge=1, le=1024)]
+Concurrency = Annotated[int, Field(strict=True, ge=1, le=1024)]
+
+
+def _distinct_sorted(v: list | None) -> list | None:
+    if v is not None and len(set(v)) != len(v):
+        raise ValueError("each value once")
+    return None if v is None else sorted(v)
+
+
+class Tune(Strict):
+    """`make tune`: the candidates swept on one host of the class, the fixed workload each is measured
+    with, and the objective that picks the winner. Read by the tune only: a change here changes no host."""
+
+    block_sizes: Annotated[list[BlockSize], Field(min_length=1, max_length=16), AfterValidator(_distinct_sorted)] | None = Field(
+        None, description="The block sizes tried (DFLASH, DDTREE), 1..16 each; unset: 4, 8, 12, 16 up to the "
+        "declared speculative.block_size (the operator's bound), and that one.")
+    tree_budgets: Annotated[list[TreeBudget], Field(min_length=1, max_length=16), AfterValidator(_distinct_sorted)] | None = Field(
+        None, description="DDTREE: the tree budgets tried with each block size, 1..1024; unset: the declared one.")
+    concurrency: Annotated[list[Concurrency], Field(min_length=1, max_length=8), AfterValidator(_distinct_sorted)] = Field(
+        [1, 8, 32], description="The concurrencies each candidate is measured at (streams in flight at once).")
+    rounds: int = Field(4, ge=1, le=100, description="Requests per concurrency: concurrency x rounds, at least "
+                        "min_requests; 1..100.")
+    min_requests: int = Field(8, ge=1, le=10000, description="The fewest requests one concurrency is measured "
+                              "with, 1..10000.")
+    max_tokens: int = Field(256, ge=1, le=8192, description="max_tokens of every request, 1..8192 (all run to it: "
+                            "the figures compare like with like).")
+    prompts: Annotated[list[Text], Field(min_length=1, max_length=256)] | None = Field(
+        None, description="The prompts, sent in turn; unset: the shipped set (fleet/tune.py PROMPTS: prose, code, "
+        "reasoning, chat; accept lengths differ by kind).")
+    level_timeout_s: float = Field(600, ge=1, le=7200, description="The most one concurrency's requests may take, "
+                                   "1..7200 s; past it the rest count as failed.")
+    objective_concurrency: Concurrency | None = Field(
+        None, description="The overall winner is the candidate with the most output tokens/s at this concurrency "
+        "(one of tune.concurrency); unset: the highest.")
+    p99_latency_s: float | None = Field(None, ge=0.001, le=3600, description="A latency bound, 0.001..3600 s: a "
+                                        "candidate whose p99 request latency at the objective concurrency is above "
+                                        "it cannot win.")
+
+    @model_validator(mode="after")
+    def _objective_measured(self) -> Tune:
+        if self.objective_concurrency is not None and self.objective_concurrency not in self.concurrency:
+            raise ValueError(f"objective_concurrency {self.objective_concurrency} is not one of concurrency "
+                             f"{self.concurrency}")
+        return self
+
+    @property
+    def objective(self) -> int:
+        return self.objective_concurrency or max(self.concurrency)
+
+    def requests(self, concurrency: int) -> int:
+        return max(concurrency * self.rounds, self.min_requests)
+
+
 class ClassSpec(Strict):
     """Everything declared for one GPU class (one group_data file over all.py)."""
 
@@ -1152,6 +1210,7 @@ class ClassSpec(Strict):
                                       "unset: a hand-made environment at service.launcher.")
     hub: HubSpec = Field(default_factory=HubSpec, description="Where models declared by repository (service.model, "
                          "speculative.draft_model) are fetched from and kept.")
+    tune: Tune = Field(default_factory=Tune, description="What make tune sweeps and how it picks.")
 
     @field_validator("workloads")
     @classmethod
@@ -1291,6 +1350,10 @@ class ClassSpec(Strict):
     @property
     def pending_file(self) -> str:
         return layout.pending_file(self.service.unit)
+
+    @property
+    def tune_file(self) -> str:
+        return layout.tune_file(self.service.unit)
 
     @property
     def records_file(self) -> str:

@@ -44,6 +44,7 @@ class HostStatus:
     gen_throughput: float | None = None  # sglang:gen_throughput now, tokens/s
     last_deploy: Record | None = None  # the newest deploy record
     drift: str = ""  # what `make deploy` would do, as `make dry` says it; '' when nothing
+    tuning: str = ""  # a make tune left it on a candidate (which, since when, by whom); '' when none
     reasons: list[str] = field(default_factory=list)  # why the verdict: drift details, refusals, notes
 
     def to_json(self) -> dict:
@@ -115,6 +116,8 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
         row.reasons.append(f"secret files compared by presence only: {secrets_problem}")
     interrupted = read_pending(facts.deployed.pending, spec) if facts.deployed.pending else None
     p = plan(spec, want, facts, interrupted, "-", int(now), "-")
+    if p.tune_left:
+        row.tuning = f"{p.tune_left.candidate}, since {_when(p.tune_left.since)} by {p.tune_left.by}"
     if p.has_work:
         row.drift = p.action()
         row.reasons[:0] = [*p.why] + [_file_drift(f, facts) for f in p.swap]

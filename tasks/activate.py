@@ -150,12 +150,16 @@ class HostSteps:
 
     def finish(self, record: dict) -> None:
         self.begun.end()  # no renewal after its release: it would find the lock gone
-        run(self.host, rollout.finish_command(self.spec, record), bounds.finish(self.spec))
+        p = self.pf.plan
+        drop = p.before.backup if record.get("kind") == "tune" else None
+        returned = p.tune_left is not None and p.tune is None and record.get("result") == "ok"
+        run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
         BEGUN.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
-    return new_record(kind="rollback" if pf.rollback else "deploy", spec=pf.spec, group=pf.group, stamp=pf.stamp,
+    kind = "rollback" if pf.rollback else "tune" if pf.plan.tune or pf.plan.tune_left else "deploy"
+    return new_record(kind=kind, spec=pf.spec, group=pf.group, stamp=pf.stamp,
                       now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
                       sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")
 

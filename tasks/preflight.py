@@ -13,7 +13,7 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import bounds, guards, lock
+from fleet import bounds, guards, lock, tune
 from fleet.groupdata import SpecError, class_files, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
@@ -81,10 +81,15 @@ def _check(report, group_dir: str) -> Preflight | None:
     rollback_to = requested_rollback(host.inventory.get_override_data())
     rollback = None
     try:
+        candidate = tune.requested(host.inventory.get_override_data())  # make tune's run of one candidate
         if len(classes) != 1:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
+        if candidate is not None:
+            if rollback_to is not None:
+                raise SpecError([f"{host.name}: tune: a rollback deploys no candidate"])
+            spec = tune.candidate_spec(spec, candidate)
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
         secrets = Secrets() if rollback_to is not None else resolve(spec, f"{group_dir}/{group}.py")
         if rollback_to is not None:  # make rollback: the files of a backup set, and the spec they came from
@@ -99,6 +104,8 @@ def _check(report, group_dir: str) -> Preflight | None:
                     host.log(f"{m.repo}: branch {m.branch} is commit {m.revision} (this run's, on every host)")
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
+    except ValueError as e:  # the candidate (pydantic's ValidationError is one)
+        return refused(report, [f"{host.name}: tune: {excerpt(str(e), 300)}; nothing was touched"])
 
     facts = host.get_fact(HostSnapshot, **snapshot_args(spec), _timeout=bounds.snapshot_s(spec))
     if facts is None:  # the one command answered nothing at all (the connection broke, say)
@@ -128,7 +135,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     want = rollback.files if rollback else declared_files(spec, group, facts, secrets)
     pf = Preflight(group, spec, facts, secrets, plan(spec, want, facts, interrupted, stamp, int(now),
-                                                     lock.owner()["holder"]), stamp, rollback)
+                                                     lock.owner()["holder"], candidate), stamp, rollback)
     _show(pf)
     return pf
 

@@ -21,12 +21,13 @@ import atexit
 import os
 import signal
 import sys
+import time
 
 from pyinfra import state
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import python
 
-from fleet import bounds, lock, rollout
+from fleet import bounds, lock, rollout, tune
 from fleet.plan import units_as_read
 from fleet.report import RUN
 from tasks import activate
@@ -64,6 +65,8 @@ def _begin(state, host, pf: Preflight) -> bool:
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={f.path: f.copied_from for f in p.swap if f.copied_from},
         units=units,
+        tune_mark=tune.mark(int(time.time()), lock.owner()["holder"], p.tune) if p.tune else None,
+        prune_backups=not (p.tune or p.tune_left),
     ), bounds.begin(spec))
     said = rollout.read_begin(out, spec, units)
     if said.begun:

@@ -246,7 +246,7 @@ def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
         return go()
     me = next(r for r in roll.gateway.replicas if r.host == host.name)
     return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
-                           ReplicaThrough(roll.gateway, host, pf, steps), go, leave)
+                           ReplicaThrough(roll.gateway, host, pf, steps), go, leave, stay_out=pf.plan.tune is not None)
 
 
 def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:

@@ -76,7 +76,7 @@ def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
 
 def preflight_like():
     from types import SimpleNamespace
-    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(restart=True, interrupted=None))
+    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(restart=True, interrupted=None, tune=None))
 
 
 def gateway_of(hosts, gw) -> rolling.Gateway:
