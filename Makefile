@@ -9,7 +9,7 @@ INVENTORY ?= inventory.py
 LAB ?= lab/default.toml
 export SGLANG_FLEET_CACHE ?= $(HOME)/.cache/sglang-fleet
 
-.PHONY: venv host-packages sglang-venv check dry deploy verify status history rollback test test-unit demo lab-up lab-down lab-status bench
+.PHONY: venv host-packages sglang-venv check dry deploy verify status history rollback tune test test-unit demo lab-up lab-down lab-status bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,13 @@ history: venv
 rollback: venv
 	@test -n "$(HOST)" || { echo "make rollback HOST=<host> [TO=<stamp>] [INVENTORY=f]"; exit 2; }
 	$(BIN)/pyinfra -y --limit $(HOST) --data 'sglang_fleet_rollback=$(or $(TO),previous)' $(ARGS) $(INVENTORY) deploy.py
+
+# The draft length measured on one host of CLASS (ops/tune.py): each candidate deployed, the workload streamed at
+# each concurrency, the host back on its declared spec; record in tuning/CLASS.json. ARGS: --yes (no gateway: the
+# host stops serving), --apply (write the winner into group_data), --block-sizes 4,8 --concurrency 1,32 ...
+tune: venv
+	@test -n "$(CLASS)" || { echo "make tune CLASS=<class> [HOST=<host>] [ARGS='--yes --apply'] [INVENTORY=f]"; exit 2; }
+	$(BIN)/python -m ops tune $(INVENTORY) --class $(CLASS) $(if $(HOST),--host $(HOST)) $(ARGS)
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit

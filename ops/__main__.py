@@ -2,6 +2,7 @@
 
     python -m ops status  [INVENTORY] [--limit H ...] [--json]   # make status
     python -m ops history INVENTORY HOST [--json]                # make history HOST=h
+    python -m ops tune    INVENTORY --class C [--host H] [...]     # make tune CLASS=c (ops/tune.py)
 
 status: one SSH round trip per host, all hosts at once; a row per host (unreachable and
 refused ones too) with what it serves now and how it differs from group_data, in the words
@@ -33,6 +34,7 @@ from fleet.history import History
 from fleet.groupdata import class_files, gateway_files
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
+from ops import tune
 from ops.fleet import GROUP_DIR, Fleet
 from tasks.rolling import replicas
 
@@ -139,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("inventory")
     h.add_argument("host")
     h.add_argument("--json", action="store_true")
+    tune.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        return tune.main(args, host_status)
     return show_status(args) if args.command == "status" else show_history(args)
 
 

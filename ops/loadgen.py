@@ -30,6 +30,8 @@ class Request:
     ended: float
     ok: bool
     error: str = ""
+    tokens: int = 0  # output tokens: the stream's usage, else its chunks with text
+    first_token: float | None = None  # when the first of them came
 
     @property
     def latency_s(self) -> float:
@@ -102,13 +104,35 @@ def _lines(resp: requests.Response):
         yield pending.rstrip(b"\r").decode("utf-8", "replace")
 
 
-def _read_stream(resp: requests.Response, deadline: float) -> str:
-    """Read an SSE chat stream to its end: '' when it ended with [DONE] and no error, else why not."""
+@dataclass
+class Stream:
+    error: str = ""  # '' when it ended with [DONE] and no error, else why not
+    chunks: int = 0  # events with text (content or reasoning)
+    usage_tokens: int | None = None  # completion_tokens of its usage event, where one was asked for
+    first_token: float | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.chunks
+
+
+def _has_text(event: dict) -> bool:
+    for choice in event.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")):
+            return True
+    return False
+
+
+def _read_stream(resp: requests.Response, deadline: float) -> Stream:
+    """Read an SSE chat stream to its end, counting its tokens."""
+    out = Stream()
     data: list[str] = []
     done = False
     for line in _lines(resp):
         if time.monotonic() > deadline:
-            return "timeout: the stream outlasted the request timeout"
+            out.error = "timeout: the stream outlasted the request timeout"
+            return out
         if line.startswith("data:"):
             value = line[5:]
             data.append(value[1:] if value.startswith(" ") else value)
@@ -124,15 +148,26 @@ def _read_stream(resp: requests.Response, deadline: float) -> str:
         try:
             event = json.loads(payload)
         except ValueError:
-            return f"stream data is not JSON: {payload[:BODY_CHARS]}"
+            out.error = f"stream data is not JSON: {payload[:BODY_CHARS]}"
+            return out
         if isinstance(event, dict) and "error" in event:
-            return f"stream error event: {payload[:BODY_CHARS]}"
+            out.error = f"stream error event: {payload[:BODY_CHARS]}"
+            return out
+        if isinstance(event, dict) and _has_text(event):
+            out.chunks += 1
+            out.first_token = out.first_token or time.monotonic()
+        usage = event.get("usage") if isinstance(event, dict) else None
+        if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
+            out.usage_tokens = usage["completion_tokens"]
     # an event cut before its blank line is discarded, as SSE says: a cut [DONE] does not count
-    return "" if done else "stream ended without [DONE]"
+    out.error = "" if done else "stream ended without [DONE]"
+    return out
 
 
 class Load:
-    """`concurrency` threads, each sending one streaming chat completion after another until stop().
+    """`concurrency` threads, each sending one streaming chat completion after another until stop(),
+    or until `requests` have been sent (then `finished` is set once the last ends). The prompts go
+    in turn, one per request; usage: ask for the stream's usage (its token count).
 
     A failed request is followed by a pause of failure_pause_s, so that a target that refuses
     at once does not turn each thread into a busy loop flooding the report.
@@ -140,10 +175,15 @@ class Load:
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, concurrency: int = 8,
                  max_tokens: int = 32, prompt: str = "Count to ten.", timeout_s: float = 120.0,
-                 failure_pause_s: float = 0.05):
+                 failure_pause_s: float = 0.05, prompts: list[str] | None = None, requests: int | None = None,
+                 usage: bool = False):
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
-        self.body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-                     "max_tokens": max_tokens, "stream": True}
+        self.body = {"model": model, "max_tokens": max_tokens, "stream": True,
+                     **({"stream_options": {"include_usage": True}} if usage else {})}
+        self.prompts = list(prompts or [prompt])
+        self.limit = requests
+        self.sent = 0
+        self.finished = threading.Event()
         self.api_key = api_key
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -185,26 +225,37 @@ class Load:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def _next_prompt(self) -> str | None:
+        with self._lock:
+            if self.limit is not None and self.sent >= self.limit:
+                return None
+            self.sent += 1
+            return self.prompts[(self.sent - 1) % len(self.prompts)]
+
     def _worker(self) -> None:
         with _session(self.api_key) as session:
-            while not self._stopping.is_set():
-                request = self._send(session)
+            while not self._stopping.is_set() and (prompt := self._next_prompt()) is not None:
+                request = self._send(session, prompt)
                 with self._lock:
                     self._done.append(request)
+                    if len(self._done) == self.limit:
+                        self.finished.set()
                 if not request.ok:
                     self._stopping.wait(self.failure_pause_s)
 
-    def _send(self, session: requests.Session) -> Request:
+    def _send(self, session: requests.Session, prompt: str) -> Request:
         started = time.monotonic()
+        body = {**self.body, "messages": [{"role": "user", "content": prompt}]}
+        stream = Stream()
         try:
-            with session.post(self.url, json=self.body, stream=True, timeout=self.timeout_s) as resp:
+            with session.post(self.url, json=body, stream=True, timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
-                    error = _http_error(resp)
+                    stream.error = _http_error(resp)
                 else:
-                    error = _read_stream(resp, started + self.timeout_s)
+                    stream = _read_stream(resp, started + self.timeout_s)
         except requests.RequestException as e:  # refused, reset, timed out, cut mid-chunk
-            error = f"transport: {type(e).__name__}: {e}"
-        return Request(started, time.monotonic(), not error, error)
+            stream.error = f"transport: {type(e).__name__}: {e}"
+        return Request(started, time.monotonic(), not stream.error, stream.error, stream.tokens, stream.first_token)
 
 
 @dataclass
