@@ -437,7 +437,7 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
     tune_left = read_mark(deployed.tune)
     if tune_left is not None and tune is None:
         why.append(f"make tune left it serving a candidate ({tune_left.candidate}; since {_utc(tune_left.since)}, "
-                   f"by {tune_left.by}): restarted on the declared spec")
+                   f"by {tune_left.by}): restarted")
     restart = restarts_for_files or not active or args_differ or tune is not None or tune_left is not None
     if active and not restart and runtime.health != 200:
         why.append(f"{spec.service_unit} is active but not serving: /health "

@@ -18,7 +18,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune
-from fleet.wire import excerpt
+from pydantic import ValidationError
+
+from fleet.wire import clipped, excerpt
 
 TUNE_DATA = "sglang_fleet_tune"  # the one pyinfra run's --data that deploys a candidate (never an environment variable)
 RECORD_VERSION = 1
@@ -59,7 +61,7 @@ def requested(command_line_data: dict) -> Candidate | None:
             value = json.loads(value)
         except ValueError:
             raise ValueError(f"--data {TUNE_DATA}: expected JSON such as {{\"block_size\": 8}}, "
-                             f"found {excerpt(value, 80)!r}") from None
+                             f"found {excerpt(value, 80)}") from None
     if not isinstance(value, dict) or set(value) - {"block_size", "tree_budget"} or "block_size" not in value \
             or not all(type(v) is int for v in value.values()):
         raise ValueError(f"--data {TUNE_DATA}: expected {{\"block_size\": N}} (and \"tree_budget\": N for DDTREE), "
@@ -74,8 +76,11 @@ def candidate_spec(spec: ClassSpec, c: Candidate) -> ClassSpec:
         raise ValueError(f"speculative.algorithm {s.algorithm} has no block size to tune")
     if (c.tree_budget is not None) != isinstance(s, DDTree):
         raise ValueError("a tree budget is tuned with DDTREE only, and always with it")
-    knobs = c.to_json()
-    return ClassSpec.model_validate({**spec.model_dump(), "speculative": {**s.model_dump(), **knobs}})
+    try:
+        return ClassSpec.model_validate({**spec.model_dump(), "speculative": {**s.model_dump(), **c.to_json()}})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"{c.describe()}: {first['loc'][-1]}: {first['msg']}") from None
 
 
 def candidates(spec: ClassSpec, block_sizes: list[int] | None = None,
@@ -147,10 +152,15 @@ class Level:
     errors: list[str] = field(default_factory=list)  # the first distinct failures
 
 
+NOT_SENT = "not sent: the level's requests outlasted tune.level_timeout_s"
+
+
 def level(concurrency: int, results: list[tuple[float, bool, int, float | None, str]], wall_s: float,
-          before: dict[str, float], after: dict[str, float]) -> Level:
+          before: dict[str, float], after: dict[str, float], planned: int = 0) -> Level:
     """results: (latency_s, ok, output tokens, time to first token, error) per request; before and after:
-    the host's /metrics (fleet.status.parse_metrics) around the level."""
+    the host's /metrics (fleet.status.parse_metrics) around the level; planned: the requests it was to
+    send, those never sent (its time ran out) counting as failed."""
+    results = results + [(0.0, False, 0, None, NOT_SENT)] * max(0, planned - len(results))
     ok = [r for r in results if r[1]]
     tokens = sum(r[2] for r in ok)
     made = after.get("sglang:generation_tokens_total", 0) - before.get("sglang:generation_tokens_total", 0)
@@ -212,8 +222,9 @@ def record(*, host: str, group: str, spec: ClassSpec, gpus: str, engine: str, we
            results: list[Result], started: int, ended: int, by: str, finished: bool) -> dict:
     """The tuning record (tuning/<class>.json): what was measured where, every figure, and the winners."""
     t = spec.tune
-    per = {str(c): (w.to_json() if (w := winner(results, c)) else None) for c in t.concurrency}
-    best = winner(results, t.objective, t.p99_latency_s)
+    # a sweep cut off keeps its figures but names no winner: a candidate it never reached may have been better
+    per = {str(c): (w.to_json() if finished and (w := winner(results, c)) else None) for c in t.concurrency}
+    best = winner(results, t.objective, t.p99_latency_s) if finished else None
     s = spec.speculative
     return {
         "version": RECORD_VERSION, "class": group, "host": host, "gpus": gpus, "engine": engine,
@@ -231,34 +242,48 @@ def record(*, host: str, group: str, spec: ClassSpec, gpus: str, engine: str, we
     }
 
 
+def _assigns_speculative(node: ast.stmt) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id == "speculative" for t in targets)
+
+
+def _declared_in(text: str) -> dict:
+    """The `speculative` table the file ends with, run as pyinfra runs a group_data file."""
+    namespace: dict = {}
+    exec(compile(text, "<group_data class file>", "exec"), namespace)  # noqa: S102 - the operator's own file
+    return namespace.get("speculative") if isinstance(namespace.get("speculative"), dict) else {}
+
+
 def apply_change(text: str, changed: dict[str, int]) -> str:
     """The class file's text with the winner's keys in its `speculative` table: the value replaced where the
-    last top-level `speculative = {...}` names the key, else one line appended that overrides it."""
+    last top-level `speculative = {...}` names the key, else (or if a later line still sets another value)
+    one line appended that overrides it. ValueError: the file declares no speculative table."""
     if not changed:
         return text
     tree = ast.parse(text)
     last = None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "speculative" for t in node.targets):
+        if _assigns_speculative(node) and node.value is not None:
             last = node
     if last is None:
         raise ValueError("it declares no `speculative = {...}`")
     lines = text.splitlines(keepends=True)
-    rest = dict(changed)
+    literal = dict(changed)  # the keys still to find written as int literals of that table
     if isinstance(last.value, ast.Dict):
         spans = []
         for k, v in zip(last.value.keys, last.value.values):
-            if isinstance(k, ast.Constant) and k.value in rest and isinstance(v, ast.Constant) and type(v.value) is int \
+            if isinstance(k, ast.Constant) and k.value in literal and isinstance(v, ast.Constant) and type(v.value) is int \
                     and v.lineno == v.end_lineno:
-                spans.append((v.lineno, v.col_offset, v.end_col_offset, rest.pop(k.value)))
+                spans.append((v.lineno, v.col_offset, v.end_col_offset, literal.pop(k.value)))
         for lineno, start, end, value in sorted(spans, reverse=True):
             line = lines[lineno - 1].encode()  # ast's offsets are in UTF-8 bytes
             lines[lineno - 1] = (line[:start] + str(value).encode() + line[end:]).decode()
     out = "".join(lines)
-    if rest:  # a key not written as a literal there: one override after it, as group_data's own files do
+    declared = _declared_in(out)
+    rest = {k: v for k, v in changed.items() if declared.get(k) != v}
+    if rest:  # not written as a literal there, or set again later: one override at the end, as group_data's files do
         keys = ", ".join(f'"{k}": {v}' for k, v in rest.items())
         out = out.rstrip("\n") + f"\n\n# make tune --apply\nspeculative = {{**speculative, {keys}}}\n"
-    ast.parse(out)  # still Python
     return out
 
 
@@ -277,7 +302,7 @@ def read_mark(text: str | None) -> TuneMark | None:
         return None
     try:
         data = json.loads(text)
-        return TuneMark(int(data["since"]), excerpt(str(data["by"]), 200), excerpt(str(data["candidate"]), 200))
+        return TuneMark(int(data["since"]), clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200))
     except (ValueError, KeyError, TypeError):
         return TuneMark(0, "?", "unreadable tune.json")
 

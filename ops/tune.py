@@ -103,22 +103,27 @@ class Tuner:
         if refusals:
             raise Refused(refusals)
         row = self.status()
-        if row.tuning:
-            say(f"{self.name}: a make tune left it ({row.tuning}): returning it to its declared spec first")
-            self.give_back()
-            row = self.status()
-        if row.verdict != OK:
-            found = row.drift or "; ".join(row.reasons[:3]) or row.verdict
-            raise Refused([f"{self.name}: tune: expected the host on its declared spec and serving (make status "
-                           f"OK), found {row.verdict}: {excerpt(found, 400)}; make deploy first"])
-        self.row = row
+        if not row.tuning:
+            self._on_its_spec(row)
         if self.gateway is not None:
             problem = self._peer_problem()
             if problem:
                 raise Refused([f"{self.name}: tune: gateway {self.gateway.name}: {problem}"])
         else:
             self._confirm(len(cands))
+        if row.tuning:  # confirmed first: its return restarts it too
+            say(f"{self.name}: a make tune left it ({row.tuning}): returning it to its declared spec first")
+            self.give_back()
+            row = self.status()
+            self._on_its_spec(row)
+        self.row = row
         return cands
+
+    def _on_its_spec(self, row) -> None:
+        if row.verdict != OK:
+            found = row.drift or "; ".join(row.reasons[:3]) or row.verdict
+            raise Refused([f"{self.name}: tune: expected the host on its declared spec and serving (make status "
+                           f"OK), found {row.verdict}: {excerpt(found, 400)}; make deploy first"])
 
     def status(self):
         row = self.host_status(self.fleet, self.host)
@@ -183,7 +188,7 @@ class Tuner:
             report = load.stop()
             wall = time.monotonic() - started
             lv = tune.level(c, [(r.latency_s, r.ok, r.tokens, None if r.first_token is None else r.first_token - r.started,
-                                 r.error) for r in report.requests], wall, before, self._metrics())
+                                 r.error) for r in report.requests], wall, before, self._metrics(), planned=n)
             levels.append(lv)
             say(f"  {candidate.describe()}, concurrency {c}: {lv.tokens_per_s:.1f} tok/s, accept length "
                 f"{_num(lv.accept_length)}, p50 {_ms(lv.latency_p50_s)}, p99 {_ms(lv.latency_p99_s)}, "
@@ -210,8 +215,8 @@ class Tuner:
     def _auth(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def sweep(self, cands: list[tune.Candidate]) -> list[tune.Result]:
-        results = []
+    def sweep(self, cands: list[tune.Candidate], results: list[tune.Result]) -> None:
+        """Each candidate's result into `results` as it ends: an interrupted sweep keeps what it measured."""
         for i, c in enumerate(cands, 1):
             say(f"{self.name}: candidate {i} of {len(cands)}: {c.describe()}: deploying")
             t0 = time.monotonic()
@@ -222,7 +227,6 @@ class Tuner:
                 continue
             say(f"  serving in {time.monotonic() - t0:.1f}s; measuring")
             results.append(tune.Result(c, True, levels=self.measure(c)))
-        return results
 
     # --- 3. return -----------------------------------------------------------------------------------------
     def give_back(self) -> None:
@@ -258,7 +262,7 @@ class Tuner:
             f"{', '.join(map(str, self.spec.tune.concurrency))} (the deploys' output: {self.log_path})")
         results: list[tune.Result] = []
         try:
-            results = self.sweep(cands)
+            self.sweep(cands, results)
         except KeyboardInterrupt:
             if getattr(self, "child", None) is not None:
                 self.child.wait()  # it had the Ctrl-C too: let it say where the host is
@@ -292,8 +296,11 @@ class Tuner:
         say(f"figures from {rec['figures_from']}")
         if self.args.apply and rec["change"]:
             path = GROUP_DIR / f"{self.group}.py"
-            path.write_text(tune.apply_change(path.read_text(), rec["change"]))
-            say(f"applied to {path}: make dry shows the rollout it makes")
+            try:
+                path.write_text(tune.apply_change(path.read_text(), rec["change"]))
+                say(f"applied to {path}: make dry shows the rollout it makes")
+            except Exception as e:  # noqa: BLE001 - the operator's file, as it is: say why and leave it
+                say(f"not applied to {path}: {type(e).__name__}: {excerpt(str(e), 200)}; change it by hand")
         plot(rec, RECORDS / f"{self.group}.png")
 
 
@@ -311,7 +318,7 @@ def _with_overrides(spec: ClassSpec, args) -> ClassSpec:
 def _summary_row(log: Path, host: str) -> str:
     """The host's row of the deploy's closing table, and its reasons, from the run's output."""
     text = log.read_text(errors="replace").rsplit("SGLang fleet rollout summary", 1)[-1]
-    lines = [line for line in text.splitlines() if line.startswith(host) or line.startswith(("  ", "\t"))]
+    lines = [line for line in text.splitlines() if line.split()[:1] == [host] or line.startswith(("  ", "\t"))]
     return " ".join(" ".join(lines).split()) or text.strip()[-300:]
 
 
@@ -333,11 +340,15 @@ def plot(rec: dict, path: Path) -> None:
         say("no picture: matplotlib is not installed (pip install matplotlib; the record has every figure)")
         return
     fig, (tps, acc) = plt.subplots(1, 2, figsize=(10, 4))
+    budgets = sorted({r["candidate"].get("tree_budget", 0) for r in rec["candidates"]})  # DDTREE: a line per budget too
     for c in rec["workload"]["concurrency"]:
-        points = sorted((r["candidate"]["block_size"], lv) for r in rec["candidates"] for lv in r["levels"]
-                        if lv["concurrency"] == c and not lv["failed"])
-        tps.plot([b for b, _ in points], [lv["tokens_per_s"] for _, lv in points], marker="o", label=f"concurrency {c}")
-        acc.plot([b for b, _ in points], [lv["accept_length"] or 0 for _, lv in points], marker="o", label=f"concurrency {c}")
+        for g in budgets:
+            points = sorted(((r["candidate"]["block_size"], lv) for r in rec["candidates"] for lv in r["levels"]
+                             if r["candidate"].get("tree_budget", 0) == g and lv["concurrency"] == c
+                             and not lv["failed"]), key=lambda p: p[0])
+            label = f"concurrency {c}" + (f", tree budget {g}" if g else "")
+            tps.plot([b for b, _ in points], [lv["tokens_per_s"] for _, lv in points], marker="o", label=label)
+            acc.plot([b for b, _ in points], [lv["accept_length"] or 0 for _, lv in points], marker="o", label=label)
     tps.set(xlabel="block size", ylabel="output tokens/s (client)", title=f"{rec['class']} on {rec['host']}")
     acc.set(xlabel="block size", ylabel="accept length (SGLang /metrics)")
     for ax in (tps, acc):
