@@ -103,3 +103,4 @@ bench: venv host-packages
 	$(BIN)/python bench/turns.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/weights.py
+	$(BIN)/python bench/tune.py

@@ -9,7 +9,8 @@ same start-up sequence (port closed while loading, /health 503 during warm-up), 
 HTTP surface for what a deploy uses, the same processes (one scheduler child per GPU,
 holding its memory as seen by the lab's nvidia-smi double) and the same stop behaviour
 (SIGTERM drains; a dead scheduler takes the whole tree down). Tokens come at host.json's
-decode_tokens_per_s. See docs/ARCHITECTURE.md, "Lab host contract".
+decode_tokens_per_s, or, where host.json has `speculation`, as its speed model says (block size
+and running requests: lab/doubles/README.md). See docs/ARCHITECTURE.md, "Lab host contract".
 
 The host's lab entry (/etc/lab/host.json, or $LAB_HOST_JSON) decides the version, the
 speculative algorithms this "engine" has, whether loading succeeds, crashes or hangs, and
