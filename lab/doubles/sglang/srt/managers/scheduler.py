@@ -236,29 +236,18 @@ def _run(rank: int, conn: socket.socket, parent: int, decode_tokens_per_s: float
     step = 1.0 / decode_tokens_per_s
     running: dict[str, int] = {}  # rid -> tokens still to make
     next_step = 0.0
-    buf = b""
+    channel = _Channel(conn, rank, parent)
     while True:
-        timeout = max(0.0, next_step - time.monotonic()) if running else None
-        if select.select([conn], [], [], timeout)[0]:
-            data = conn.recv(65536)
-            if not data:
-                return  # the main process is gone
-            *lines, buf = (buf + data).split(b"\n")
-            for line in lines:
-                msg = json.loads(line)
-                if msg["op"] == "gen":
-                    if not running:
-                        next_step = time.monotonic() + step
-                    running[msg["rid"]] = int(msg["n"])
-                elif msg["op"] == "abort":
-                    running.pop(msg["rid"], None)
-                elif msg["op"] == "raise":
-                    # as run_scheduler_process's except: log, SIGQUIT the parent, return
-                    tp_log(msg["text"], rank)
-                    os.kill(parent, signal.SIGQUIT)
-                    return
-                elif msg["op"] == "shutdown":
-                    return
+        msgs = channel.receive(max(0.0, next_step - time.monotonic()) if running else None)
+        if msgs is None:
+            return
+        for msg in msgs:
+            if msg["op"] == "gen":
+                if not running:
+                    next_step = time.monotonic() + step
+                running[msg["rid"]] = int(msg["n"])
+            else:
+                running.pop(msg["rid"], None)
         if running and time.monotonic() >= next_step:
             conn.sendall("".join(f"{rid}\n" for rid in running).encode())
             for rid in list(running):
@@ -266,6 +255,34 @@ def _run(rank: int, conn: socket.socket, parent: int, decode_tokens_per_s: float
                 if not running[rid]:
                     del running[rid]
             next_step += step
+
+
+class _Channel:
+    """A scheduler's side of its channel: the main process's gen and abort requests; None once it is
+    told to stop (shutdown, a raise, EOF)."""
+
+    def __init__(self, conn: socket.socket, rank: int, parent: int):
+        self.conn, self.rank, self.parent, self.buf = conn, rank, parent, b""
+
+    def receive(self, timeout: float | None) -> list[dict] | None:
+        if not select.select([self.conn], [], [], timeout)[0]:
+            return []
+        data = self.conn.recv(65536)
+        if not data:
+            return None  # the main process is gone
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        msgs = []
+        for line in lines:
+            msg = json.loads(line)
+            if msg["op"] == "raise":
+                # as run_scheduler_process's except: log, SIGQUIT the parent, return
+                tp_log(msg["text"], self.rank)
+                os.kill(self.parent, signal.SIGQUIT)
+                return None
+            if msg["op"] == "shutdown":
+                return None
+            msgs.append(msg)  # gen, abort
+        return msgs
 
 
 def _run_speed_model(rank: int, conn: socket.socket, parent: int, plan: dict) -> None:
@@ -276,26 +293,16 @@ def _run_speed_model(rank: int, conn: socket.socket, parent: int, plan: dict) ->
     batch: list[str] | None = None  # the step under way: the requests it serves
     step_s = 0.0
     step_end = 0.0
-    buf = b""
+    channel = _Channel(conn, rank, parent)
     while True:
-        timeout = max(0.0, step_end - time.monotonic()) if batch is not None else None
-        if select.select([conn], [], [], timeout)[0]:
-            data = conn.recv(65536)
-            if not data:
-                return  # the main process is gone
-            *lines, buf = (buf + data).split(b"\n")
-            for line in lines:
-                msg = json.loads(line)
-                if msg["op"] == "gen":
-                    running[msg["rid"]] = [int(msg["n"]), 0.0]
-                elif msg["op"] == "abort":
-                    running.pop(msg["rid"], None)
-                elif msg["op"] == "raise":
-                    tp_log(msg["text"], rank)
-                    os.kill(parent, signal.SIGQUIT)
-                    return
-                elif msg["op"] == "shutdown":
-                    return
+        msgs = channel.receive(max(0.0, step_end - time.monotonic()) if batch is not None else None)
+        if msgs is None:
+            return
+        for msg in msgs:
+            if msg["op"] == "gen":
+                running[msg["rid"]] = [int(msg["n"]), 0.0]
+            else:
+                running.pop(msg["rid"], None)
         now = time.monotonic()
         start = now  # from idle, a step starts at once
         if batch is not None and now >= step_end:
