@@ -1138,7 +1138,8 @@ class Tune(Strict):
         None, description="The block sizes tried (DFLASH, DDTREE), 1..16 each; unset: 4, 8, 12, 16 up to the "
         "declared speculative.block_size (the operator's bound), and that one.")
     tree_budgets: Annotated[list[TreeBudget], Field(min_length=1, max_length=16), AfterValidator(_distinct_sorted)] | None = Field(
-        None, description="DDTREE: the tree budgets tried with each block size, 1..1024; unset: the declared one.")
+        None, description="DDTREE: the tree budgets tried with each block size, 1..1024; unset: half the declared "
+        "one, it and twice it (within 1..1024).")
     concurrency: Annotated[list[Concurrency], Field(min_length=1, max_length=8), AfterValidator(_distinct_sorted)] = Field(
         [1, 8, 32], description="The concurrencies each candidate is measured at (streams in flight at once).")
     rounds: int = Field(4, ge=1, le=100, description="Requests per concurrency: concurrency x rounds, at least "

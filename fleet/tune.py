@@ -96,7 +96,9 @@ def candidates(spec: ClassSpec, block_sizes: list[int] | None = None,
                 for b in sizes if not 1 <= b <= MAX_BLOCK_SIZE]
     budgets: list[int | None] = [None]
     if isinstance(s, DDTree):
-        budgets = list(tree_budgets or t.tree_budgets or [s.tree_budget])
+        declared_budget = s.tree_budget  # by default half of it, it and twice it: the tree's width is the other knob
+        budgets = list(tree_budgets or t.tree_budgets
+                       or {max(1, declared_budget // 2), declared_budget, min(MAX_TREE_BUDGET, declared_budget * 2)})
         problems += [f"tree budget {b}: expected 1..{MAX_TREE_BUDGET} (SGLang's bound), found {b}"
                      for b in budgets if not 1 <= b <= MAX_TREE_BUDGET]
     elif tree_budgets:

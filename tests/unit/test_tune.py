@@ -185,7 +185,10 @@ def test_block_sizes_out_of_bounds_are_problems_each_named():
 
 
 def test_ddtree_candidates_are_each_block_size_with_each_tree_budget():
-    assert tune.candidates(ddtree(8, 64))[0] == [Candidate(4, 64), Candidate(8, 64)]  # the declared budget
+    # half the declared budget, it and twice it, within SGLang's bounds
+    assert tune.candidates(ddtree(8, 64))[0] == [Candidate(b, g) for b in (4, 8) for g in (32, 64, 128)]
+    assert [c.tree_budget for c in tune.candidates(ddtree(4, 1))[0]] == [1, 2]
+    assert [c.tree_budget for c in tune.candidates(ddtree(4, 1024))[0]] == [512, 1024]
     spec = ddtree(8, 64, tree_budgets=[32, 16])
     assert tune.candidates(spec)[0] == [Candidate(4, 16), Candidate(4, 32), Candidate(8, 16), Candidate(8, 32)]
     assert tune.candidates(spec, [8], [128, 128])[0] == [Candidate(8, 128)]
