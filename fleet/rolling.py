@@ -9,9 +9,9 @@ replica of a class the gateway routes:
      shows nothing running or queued, or drain_timeout_s passes (SGLang's own SIGTERM drain then
      finishes what is left, KillMode=mixed)
   3. is activated (restart, gate, smoke test, or roll back: fleet/activation.py)
-  4. serving again, new spec or old: back in the file, `ready` in smg within ready_timeout_s (a make tune
-     candidate stays out); not serving: left out, and its row says so. Whatever raises in between, it is put back if it
-     serves, or its row says why not.
+  4. serving again, new spec or old: back in the file, `ready` in smg within ready_timeout_s (a make
+     tune candidate stays out); not serving: left out, and its row says so. Whatever raises in
+     between, it is put back if it serves, or its row says why not.
 """
 
 from __future__ import annotations

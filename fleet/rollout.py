@@ -177,7 +177,8 @@ def begin_command(
     pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
     that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
     (none given: none checked); tune_mark: a make tune candidate's mark (fleet.tune.mark), written with
-    the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever fails after the lock is taken releases it and changes
+    the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever
+    fails after the lock is taken releases it and changes
     nothing else: a backup set this command took is removed again."""
     release = lock.release_command(spec)
     undo = [_drop_staged(spec), release]

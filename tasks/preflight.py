@@ -82,14 +82,20 @@ def _check(report, group_dir: str) -> Preflight | None:
     rollback = None
     try:
         candidate = tune.requested(host.inventory.get_override_data())  # make tune's run of one candidate
+    except ValueError as e:
+        return refused(report, [f"{host.name}: tune: {e}; nothing was touched"])
+    try:
         if len(classes) != 1:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
         if candidate is not None:
             if rollback_to is not None:
-                raise SpecError([f"{host.name}: tune: a rollback deploys no candidate"])
-            spec = tune.candidate_spec(spec, candidate)
+                raise SpecError([f"{host.name}: tune: a rollback deploys no candidate; nothing was touched"])
+            try:
+                spec = tune.candidate_spec(spec, candidate)
+            except ValueError as e:
+                raise SpecError([f"{host.name}: tune: {e}; nothing was touched"]) from None
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
         secrets = Secrets() if rollback_to is not None else resolve(spec, f"{group_dir}/{group}.py")
         if rollback_to is not None:  # make rollback: the files of a backup set, and the spec they came from
@@ -104,8 +110,6 @@ def _check(report, group_dir: str) -> Preflight | None:
                     host.log(f"{m.repo}: branch {m.branch} is commit {m.revision} (this run's, on every host)")
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
-    except ValueError as e:  # the candidate (pydantic's ValidationError is one)
-        return refused(report, [f"{host.name}: tune: {excerpt(str(e), 300)}; nothing was touched"])
 
     facts = host.get_fact(HostSnapshot, **snapshot_args(spec), _timeout=bounds.snapshot_s(spec))
     if facts is None:  # the one command answered nothing at all (the connection broke, say)

@@ -83,6 +83,115 @@ def test_gateway_installed_and_routing(gw_lab):
     assert "HTTP 401" in anonymous.report.failures()[0]
 
 
+# --- make tune on one replica (ops/tune.py), first, while the replicas are on the base spec. This lab's pro6000
+# hosts' `speculation` (lab/gateway.toml) plants the best block size at 8 for concurrency 1 and at 4 for 32, and
+# the tuner must find both by measuring.
+TUNE_HOST = "pro6000-1"
+TUNE = 'tune = {"concurrency": [1, 32], "rounds": 1, "max_tokens": 32}'
+
+
+def _tune(lab, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000",
+                        "--host", TUNE_HOST, *args], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    p.out = p.stdout + p.stderr
+    return p
+
+
+def _declared(lab, cwd: Path) -> None:
+    """The tuned host on the workdir's spec (block size 16, as group_data declares), the others as they are."""
+    run = deploy(lab, cwd, "--limit", TUNE_HOST, env=ENV)
+    assert run.returncode == 0, run.out
+
+
+def _on_its_spec(lab, cwd: Path) -> None:
+    assert _block_size(lab, TUNE_HOST) == "16"
+    assert health(lab, TUNE_HOST) == "200"
+    assert sh(lab, TUNE_HOST, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline"
+              " | grep -o -- '--speculative-dflash-block-size [0-9]*'") == "--speculative-dflash-block-size 16"
+    state = "/var/lib/sglang-fleet/sglang"
+    assert sh(lab, TUNE_HOST, f"ls {LOCK_FILE} {state}/pending.json {state}/tune.json 2>/dev/null") == ""
+    status = subprocess.run([str(BIN / "python"), "-m", "ops", "status", str(lab.inventory), "--limit", TUNE_HOST,
+                             "--json"], cwd=cwd, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120)
+    assert json.loads(status.stdout)[0]["verdict"] == "OK", status.stdout + status.stderr
+
+
+def test_tune_behind_the_gateway_finds_the_planted_optimum_and_returns_the_host(gw_lab, tmp_path):
+    lab = gw_lab
+    cwd = workdir(tmp_path, pro6000=TUNE)
+    _declared(lab, cwd)
+    backups = sh(lab, TUNE_HOST, "ls /var/lib/sglang-fleet/sglang/backups")
+    with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
+            Load(_url(lab), MODEL, KEY, concurrency=4, max_tokens=16) as load:
+        run = _tune(lab, cwd, "--apply")
+        time.sleep(1)
+    assert run.returncode == 0, run.out
+    rec = json.loads((cwd / "tuning" / "pro6000.json").read_text())
+    assert rec["winner_per_concurrency"] == {"1": {"block_size": 8}, "32": {"block_size": 4}}, run.out
+    assert rec["winner"] == {"block_size": 4} and rec["change"] == {"block_size": 4}
+    assert [c["candidate"]["block_size"] for c in rec["candidates"]] == [4, 8, 12, 16]
+    assert all(c["deployed"] and len(c["levels"]) == 2 for c in rec["candidates"])
+    for c in rec["candidates"]:
+        for lv in c["levels"]:
+            assert lv["failed"] == 0 and lv["requests"] == max(lv["concurrency"], 8) and lv["accept_length"] > 1
+    assert "double" in rec["figures_from"] and rec["host"] == TUNE_HOST
+    assert "recommended group_data/pro6000.py change: speculative.block_size: 16 -> 4" in run.out
+    assert '"block_size": 4' in (cwd / "group_data" / "pro6000.py").read_text()  # --apply
+    assert "kept out of gateway gw-1: a make tune candidate" in (cwd / "tuning" / "pro6000.log").read_text()
+    _on_its_spec(lab, workdir(tmp_path / "declared", pro6000=TUNE))  # the spec before --apply changed it
+    assert load.report.total > 0 and load.report.failed == 0, load.report.failures()
+    assert min_ready(sampler.samples) >= 2  # one replica out at a time, never more
+    with WorkersSampler(_url(lab), KEY) as after:
+        time.sleep(0.5)
+    assert min_ready(after.samples) == 3  # back in the gateway, ready
+    kinds = [r["kind"] for r in records(lab, TUNE_HOST)[-5:]]
+    assert kinds == ["tune"] * 5  # four candidates and the return
+    assert sh(lab, TUNE_HOST, "ls /var/lib/sglang-fleet/sglang/backups") == backups  # the tune keeps no backup set
+
+
+def test_tune_without_a_gateway_asks_first(gw_lab, tmp_path):
+    lab = gw_lab
+    # the gateway routes another class here: pro6000 is behind none
+    cwd = workdir(tmp_path, pro6000=TUNE, gateway='gateway = {**gateway, "routes": ["a6000"]}')
+    _declared(lab, cwd)
+    pid = main_pid(lab, TUNE_HOST)
+    refused = _tune(lab, cwd)
+    assert refused.returncode == 2, refused.out
+    assert f"{TUNE_HOST}: tune: {TUNE_HOST} is behind no gateway" in refused.out and "--yes" in refused.out
+    assert main_pid(lab, TUNE_HOST) == pid and not (cwd / "tuning" / "pro6000.json").exists()
+    run = _tune(lab, cwd, "--yes", "--block-sizes", "8", "--concurrency", "1")
+    assert run.returncode == 0, run.out
+    assert json.loads((cwd / "tuning" / "pro6000.json").read_text())["winner"] == {"block_size": 8}
+    _on_its_spec(lab, cwd)
+
+
+def test_tune_cut_off_mid_candidate_then_make_deploy_returns_the_host(gw_lab, tmp_path):
+    lab = gw_lab
+    cwd = workdir(tmp_path, pro6000=TUNE)
+    _declared(lab, cwd)
+    p = subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000", "--host",
+                          TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    server = "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline"
+    deadline = time.monotonic() + 120
+    while "--speculative-dflash-block-size 4" not in sh(lab, TUNE_HOST, server):  # the candidate's server loads
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the terminal's whole group, the deploy under the tune too
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 130, out
+    assert "keeps its tune mark" in out, out
+    assert sh(lab, TUNE_HOST, "cat /var/lib/sglang-fleet/sglang/tune.json")  # the mark is there
+    run = deploy(lab, cwd, "--limit", TUNE_HOST, env=ENV)
+    assert run.returncode == 0, run.out
+    assert "return from make tune" in summary_row(run.out, TUNE_HOST), run.out
+    _on_its_spec(lab, cwd)
+    with WorkersSampler(_url(lab), KEY) as after:
+        time.sleep(0.5)
+    assert min_ready(after.samples) == 3
+
+
 def test_second_run_changes_nothing(gw_lab, tmp_path):
     lab = gw_lab
     before = {h: main_pid(lab, h) for h in REPLICAS} | {"gw-1": main_pid(lab, "gw-1", "smg.service")}
@@ -264,111 +373,3 @@ def test_a_link_lost_in_a_replicas_readiness_wait_then_the_next_run_puts_it_back
     with WorkersSampler(_url(lab), KEY) as sampler:
         time.sleep(0.5)
     assert min_ready(sampler.samples) == 3  # the canary back in the gateway, ready, beside the others
-
-
-# --- make tune on one replica (ops/tune.py), on this lab: its pro6000 hosts' `speculation` (lab/gateway.toml)
-# plants the best block size at 8 for concurrency 1 and at 4 for 32, and the tuner must find both by measuring.
-TUNE_HOST = "pro6000-1"
-TUNE = 'tune = {"concurrency": [1, 32], "rounds": 1, "max_tokens": 32}'
-
-
-def _tune(lab, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    p = subprocess.run([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000",
-                        "--host", TUNE_HOST, *args], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-    p.out = p.stdout + p.stderr
-    return p
-
-
-def _declared(lab, cwd: Path) -> None:
-    """The tuned host on the workdir's spec (block size 16, as group_data declares), the others as they are."""
-    run = deploy(lab, cwd, "--limit", TUNE_HOST, env=ENV)
-    assert run.returncode == 0, run.out
-
-
-def _on_its_spec(lab, cwd: Path) -> None:
-    assert _block_size(lab, TUNE_HOST) == "16"
-    assert health(lab, TUNE_HOST) == "200"
-    assert sh(lab, TUNE_HOST, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline"
-              " | grep -o -- '--speculative-dflash-block-size [0-9]*'") == "--speculative-dflash-block-size 16"
-    state = "/var/lib/sglang-fleet/sglang"
-    assert sh(lab, TUNE_HOST, f"ls {LOCK_FILE} {state}/pending.json {state}/tune.json 2>/dev/null") == ""
-    status = subprocess.run([str(BIN / "python"), "-m", "ops", "status", str(lab.inventory), "--limit", TUNE_HOST,
-                             "--json"], cwd=cwd, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120)
-    assert json.loads(status.stdout)[0]["verdict"] == "OK", status.stdout + status.stderr
-
-
-def test_tune_behind_the_gateway_finds_the_planted_optimum_and_returns_the_host(gw_lab, tmp_path):
-    lab = gw_lab
-    cwd = workdir(tmp_path, pro6000=TUNE)
-    _declared(lab, cwd)
-    backups = sh(lab, TUNE_HOST, "ls /var/lib/sglang-fleet/sglang/backups")
-    with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
-            Load(_url(lab), MODEL, KEY, concurrency=4, max_tokens=16) as load:
-        run = _tune(lab, cwd, "--apply")
-        time.sleep(1)
-    assert run.returncode == 0, run.out
-    rec = json.loads((cwd / "tuning" / "pro6000.json").read_text())
-    assert rec["winner_per_concurrency"] == {"1": {"block_size": 8}, "32": {"block_size": 4}}, run.out
-    assert rec["winner"] == {"block_size": 4} and rec["change"] == {"block_size": 4}
-    assert [c["candidate"]["block_size"] for c in rec["candidates"]] == [4, 8, 12, 16]
-    assert all(c["deployed"] and len(c["levels"]) == 2 for c in rec["candidates"])
-    for c in rec["candidates"]:
-        for lv in c["levels"]:
-            assert lv["failed"] == 0 and lv["requests"] == max(lv["concurrency"], 8) and lv["accept_length"] > 1
-    assert "double" in rec["figures_from"] and rec["host"] == TUNE_HOST
-    assert "recommended group_data/pro6000.py change: speculative.block_size: 16 -> 4" in run.out
-    assert '"block_size": 4' in (cwd / "group_data" / "pro6000.py").read_text()  # --apply
-    assert "kept out of gateway gw-1: a make tune candidate" in (cwd / "tuning" / "pro6000.log").read_text()
-    _on_its_spec(lab, workdir(tmp_path / "declared", pro6000=TUNE))  # the spec before --apply changed it
-    assert load.report.total > 0 and load.report.failed == 0, load.report.failures()
-    assert min_ready(sampler.samples) >= 2  # one replica out at a time, never more
-    with WorkersSampler(_url(lab), KEY) as after:
-        time.sleep(0.5)
-    assert min_ready(after.samples) == 3  # back in the gateway, ready
-    kinds = [r["kind"] for r in records(lab, TUNE_HOST)[-5:]]
-    assert kinds == ["tune"] * 5  # four candidates and the return
-    assert sh(lab, TUNE_HOST, "ls /var/lib/sglang-fleet/sglang/backups") == backups  # the tune keeps no backup set
-
-
-def test_tune_without_a_gateway_asks_first(gw_lab, tmp_path):
-    lab = gw_lab
-    # the gateway routes another class here: pro6000 is behind none
-    cwd = workdir(tmp_path, pro6000=TUNE, gateway='gateway = {**gateway, "routes": ["a6000"]}')
-    _declared(lab, cwd)
-    pid = main_pid(lab, TUNE_HOST)
-    refused = _tune(lab, cwd)
-    assert refused.returncode == 2, refused.out
-    assert f"{TUNE_HOST}: tune: {TUNE_HOST} is behind no gateway" in refused.out and "--yes" in refused.out
-    assert main_pid(lab, TUNE_HOST) == pid and not (cwd / "tuning" / "pro6000.json").exists()
-    run = _tune(lab, cwd, "--yes", "--block-sizes", "8", "--concurrency", "1")
-    assert run.returncode == 0, run.out
-    assert json.loads((cwd / "tuning" / "pro6000.json").read_text())["winner"] == {"block_size": 8}
-    _on_its_spec(lab, cwd)
-
-
-def test_tune_cut_off_mid_candidate_then_make_deploy_returns_the_host(gw_lab, tmp_path):
-    lab = gw_lab
-    cwd = workdir(tmp_path, pro6000=TUNE)
-    _declared(lab, cwd)
-    p = subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000", "--host",
-                          TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    server = "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline"
-    deadline = time.monotonic() + 120
-    while "--speculative-dflash-block-size 4" not in sh(lab, TUNE_HOST, server):  # the candidate's server loads
-        assert time.monotonic() < deadline and p.poll() is None
-        time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the terminal's whole group, the deploy under the tune too
-    out = p.communicate(timeout=120)[0]
-    assert p.returncode == 130, out
-    assert "keeps its tune mark" in out, out
-    assert sh(lab, TUNE_HOST, "cat /var/lib/sglang-fleet/sglang/tune.json")  # the mark is there
-    run = deploy(lab, cwd, "--limit", TUNE_HOST, env=ENV)
-    assert run.returncode == 0, run.out
-    assert "return from make tune" in summary_row(run.out, TUNE_HOST), run.out
-    _on_its_spec(lab, cwd)
-    with WorkersSampler(_url(lab), KEY) as after:
-        time.sleep(0.5)
-    assert min_ready(after.samples) == 3

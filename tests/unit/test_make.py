@@ -59,3 +59,10 @@ def test_rollback_and_history_need_a_host():
     for target in ("rollback", "history"):
         p = subprocess.run(["make", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and f"make {target} HOST=<host>" in p.stdout
+
+
+def test_tune_names_its_class_and_host_and_passes_the_arguments():
+    assert ".venv/bin/python -m ops tune inventory.py --class pro6000 --host pro6000-1 --yes" in dry(
+        "tune", "CLASS=pro6000", "HOST=pro6000-1", "ARGS=--yes")
+    assert ".venv/bin/python -m ops tune inventory.py --class pro6000  " in dry("tune", "CLASS=pro6000")
+    assert "make tune CLASS=<class>" in dry("tune")

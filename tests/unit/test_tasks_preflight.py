@@ -195,3 +195,20 @@ def test_a_branch_without_a_commit_refuses_the_host_before_it_is_read(checking, 
     assert pf is None and row.verdict == "REFUSED" and asked == []
     assert row.reasons == ["h: z-lab/d: branch main: expected its commit from https://huggingface.co, found HTTP 404: "
                            "'Repository not found'; nothing was touched"]
+
+
+def test_a_tune_candidate_is_planned_on_the_declared_spec_with_its_knobs_and_always_restarted(checking):
+    pf, row, queued, _, _ = checking(converged(SPEC), override={"sglang_fleet_tune": {"block_size": 8}})
+    assert pf.spec.speculative.block_size == 8 and pf.plan.tune.block_size == 8 and queued == []
+    assert pf.plan.restart and "tune candidate block size 8" in row.action
+
+
+@pytest.mark.parametrize("override, reason", [
+    ({"sglang_fleet_tune": "8"}, 'h: tune: --data sglang_fleet_tune: expected {"block_size": N}'),
+    ({"sglang_fleet_tune": {"block_size": 17}}, "h: tune: block size 17: block_size: Input should be less than or equal to 16"),
+    ({"sglang_fleet_tune": {"block_size": 8}, "sglang_fleet_rollback": STAMP}, "h: tune: a rollback deploys no candidate"),
+])
+def test_a_tune_candidate_that_cannot_be_is_refused_before_the_host_is_read(checking, override, reason):
+    pf, row, queued, _, asked = checking(converged(SPEC), override=override)
+    assert pf is None and row.verdict == "REFUSED" and asked == [] and len(queued) == 1
+    assert row.reasons[0].startswith(reason) and row.reasons[0].endswith("nothing was touched"), row.reasons
