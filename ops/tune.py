@@ -44,6 +44,7 @@ from ops.loadgen import Load
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
 INTERRUPTED = 130
+PROGRESS_EVERY_S = 15  # how often a long deploy or level says where it is
 
 
 class Refused(Exception):
@@ -168,8 +169,10 @@ class Tuner:
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
         self.child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        started = time.monotonic()
         try:
-            rc = self.child.wait()
+            while (rc := _wait(self.child, PROGRESS_EVERY_S)) is None:  # a GPU's load takes minutes: say where it is
+                say(f"  deploying, {time.monotonic() - started:.0f}s: {_last_line(self.log_path)}")
         finally:
             log.close()
         return rc, _summary_row(self.log_path, self.name)
@@ -184,7 +187,11 @@ class Tuner:
                         max_tokens=t.max_tokens, prompts=list(t.prompts or tune.PROMPTS), requests=n,
                         timeout_s=t.level_timeout_s, usage=True)
             load.start()
-            load.finished.wait(t.level_timeout_s)
+            while not load.finished.wait(min(PROGRESS_EVERY_S, max(0.0, started + t.level_timeout_s - time.monotonic()))):
+                if time.monotonic() - started >= t.level_timeout_s:
+                    break
+                say(f"  {candidate.describe()}, concurrency {c}: {load.completed} of {n} requests, "
+                    f"{time.monotonic() - started:.0f}s of at most {t.level_timeout_s:g}s")
             report = load.stop()
             wall = time.monotonic() - started
             lv = tune.level(c, [(r.latency_s, r.ok, r.tokens, None if r.first_token is None else r.first_token - r.started,
@@ -313,6 +320,21 @@ def _with_overrides(spec: ClassSpec, args) -> ClassSpec:
     except ValueError as e:
         raise Refused([f"tune: the command line: {excerpt(str(e), 300)}"]) from None
     return spec.model_copy(update={"tune": t})
+
+
+def _wait(child: subprocess.Popen, seconds: float) -> int | None:
+    try:
+        return child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _last_line(log: Path) -> str:
+    """The deploy's newest words, for progress (its log is the operator's own output)."""
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 2048))
+        lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    return excerpt(lines[-1], 160) if lines else "(no output yet)"
 
 
 def _summary_row(log: Path, host: str) -> str:

@@ -137,6 +137,7 @@ def test_tune_behind_the_gateway_finds_the_planted_optimum_and_returns_the_host(
     assert "double" in rec["figures_from"] and rec["host"] == TUNE_HOST
     assert "recommended group_data/pro6000.py change: speculative.block_size: 16 -> 4" in run.out
     assert '"block_size": 4' in (cwd / "group_data" / "pro6000.py").read_text()  # --apply
+    assert (cwd / "tuning" / "pro6000.png").read_bytes()[:4] == b"\x89PNG"  # matplotlib: in the test extra
     assert "kept out of gateway gw-1: a make tune candidate" in (cwd / "tuning" / "pro6000.log").read_text()
     _on_its_spec(lab, workdir(tmp_path / "declared", pro6000=TUNE))  # the spec before --apply changed it
     assert load.report.total > 0 and load.report.failed == 0, load.report.failures()

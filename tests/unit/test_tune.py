@@ -1059,6 +1059,17 @@ def test_apply_writes_the_winner_into_the_class_file(here, capsys):
     assert f"applied to {here / 'group_data/pro6000.py'}: make dry shows the rollout it makes" in capsys.readouterr().out
 
 
+def test_apply_to_a_class_file_that_does_not_run_on_its_own_says_so_and_leaves_it(here, capsys):
+    path = here / "group_data/pro6000.py"
+    path.write_text(path.read_text() + "\nspeculative = {**speculative, **SHARED}\n")  # a name from elsewhere
+    before = path.read_text()
+    s = Scripted(levels={8: [lv(1, 900), lv(8, 900)]}, apply=True)
+    assert s.t.run() == 0
+    assert path.read_text() == before
+    assert f"not applied to {path}: NameError: \"name 'SHARED' is not defined\"; change it by hand" in \
+        capsys.readouterr().out
+
+
 def test_apply_without_a_change_leaves_the_class_file(here, capsys):
     s = Scripted(apply=True)  # 16, the declared one, is fastest
     assert s.t.run() == 0
@@ -1305,7 +1316,7 @@ def test_measure_sends_the_fixed_workload_at_each_concurrency_and_reads_metrics_
     assert (first.url, first.model, first.api_key) == ("http://h1:30000", "qwen3.6-27b", "sk-x")
     assert first.kw == {"concurrency": 1, "max_tokens": 64, "prompts": list(tune.PROMPTS), "requests": 5,
                         "timeout_s": 30, "usage": True}
-    assert first.waited == 30 and FakeLoad.made[1].kw["requests"] == 12
+    assert first.waited == ops_tune.PROGRESS_EVERY_S and FakeLoad.made[1].kw["requests"] == 12
     out = capsys.readouterr().out
     assert "  block size 8, concurrency 1: " in out and "accept length 4.00, p50 1000 ms, p99 1000 ms, 1 of 5 failed " \
                                                        "(HTTP 500)" in out
@@ -1584,3 +1595,44 @@ def test_small_formatters():
 def test_apply_change_output_is_still_a_valid_class_file():
     text = (REPO / "group_data/pro6000.py").read_text()
     ast.parse(tune.apply_change(text, {"block_size": 4}))
+
+
+def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys):
+    stand_in_pyinfra(here, monkeypatch, "OK", "", rc=0)
+    real_wait = ops_tune._wait
+    waits = iter([None, None, 0])  # two progress intervals pass, then it ends
+    monkeypatch.setattr(ops_tune, "_wait", lambda child, seconds: (child.wait(), next(waits))[1])
+    t = object.__new__(TUNER)
+    t.name, t.inventory, t.log_path = "h1", "inventory.py", here / "tune.log"
+    t.log_path.write_text("[h1] restart sglang.service: waiting for /health: 30s of 1200s\n")
+    assert TUNER.deploy(t, Candidate(8))[0] == 0
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  deploying, ")]
+    assert len(progress) == 2 and all(line.endswith("s: " + repr(ops_tune._last_line(t.log_path)[1:-1]))
+                                      for line in progress), progress
+    assert real_wait(SimpleNamespace(wait=lambda timeout: (_ for _ in ()).throw(
+        subprocess.TimeoutExpired("pyinfra", timeout))), 1) is None
+    (here / "empty.log").write_text("")
+    assert ops_tune._last_line(here / "empty.log") == "(no output yet)"
+
+
+def test_a_long_level_says_where_it_is_and_ends_at_its_timeout(monkeypatch, capsys):
+    now = [100.0]
+    monkeypatch.setattr(ops_tune.time, "monotonic", lambda: now[0])
+
+    class Slow(FakeLoad):
+        completed = 3
+
+        def _wait(self, timeout):
+            self.waited = timeout
+            now[0] += timeout  # nothing finishes: each wait runs out
+            return False
+
+    monkeypatch.setattr(ops_tune, "Load", Slow)
+    t = object.__new__(TUNER)
+    t.spec = dflash(16, concurrency=[1], level_timeout_s=40)
+    t.url, t.api_key, t._metrics = "http://h1:30000", None, dict
+    (level,) = TUNER.measure(t, Candidate(8))
+    out = capsys.readouterr().out
+    assert "  block size 8, concurrency 1: 3 of 8 requests, 15s of at most 40s" in out
+    assert "30s of at most 40s" in out and "40s of at most" not in out  # the third wait is the rest, 10 s: then it stops
+    assert level.requests == 8
