@@ -172,12 +172,12 @@ def level(concurrency: int, results: list[tuple[float, bool, int, float | None, 
     ttft = [r[3] for r in ok if r[3] is not None]
     errors = list(dict.fromkeys(r[4] for r in results if not r[1]))[:3]
     return Level(concurrency, len(results), len(results) - len(ok), tokens, round(wall_s, 3),
-                 round(tokens / wall_s, 2) if wall_s > 0 else 0.0, *(_ms(percentile(v, p)) for v, p in
+                 round(tokens / wall_s, 2) if wall_s > 0 else 0.0, *(_rounded(percentile(v, p)) for v, p in
                                                                     ((lat, 50), (lat, 90), (lat, 99), (ttft, 50))),
                  accept, after.get("sglang:gen_throughput"), errors)
 
 
-def _ms(seconds: float | None) -> float | None:
+def _rounded(seconds: float | None) -> float | None:
     """Seconds to the millisecond: the record is read by people."""
     return None if seconds is None else round(seconds, 3)
 
