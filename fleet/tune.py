@@ -130,7 +130,7 @@ def workload_sha256(t: Tune) -> str:
 
 
 def percentile(values: list[float], p: float) -> float | None:
-    """Nearest rank, as ops.loadgen's."""
+    """The nearest-rank p-th percentile (0 < p <= 100) of `values`; None when there are none."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else None
 

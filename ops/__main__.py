@@ -24,7 +24,6 @@ import sys
 import time
 from dataclasses import asdict
 
-from facts.gateway import GatewayStatus
 from facts.history import DeployHistory
 from facts.preflight import snapshot_args
 from facts.status import StatusSnapshot
@@ -35,7 +34,7 @@ from fleet.groupdata import class_files, gateway_files
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
 from ops import tune
-from ops.fleet import GROUP_DIR, Fleet
+from ops.fleet import GROUP_DIR, Fleet, gateway_status
 from tasks.rolling import replicas
 
 
@@ -45,10 +44,7 @@ def host_status(fleet: Fleet, host) -> status.HostStatus:
         why = fleet.connect(host)
         if why:
             return status.unreachable(host.name, group, why)
-        return status.judge_gateway(host.name, group, gw, fleet.fact(
-            host, GatewayStatus, unit=gw.service_unit, venv=gw.venv, readiness_url=gw.url("/readiness"),
-            workers_url=gw.url("/workers"), auth_file=gw.auth_header_file if gw.api_key is not None else None),
-                                    replicas(fleet.state, gw))
+        return status.judge_gateway(host.name, group, gw, gateway_status(fleet, host, gw), replicas(fleet.state, gw))
     group, spec, problems = fleet.spec_of(host)
     if spec is None:
         return status.refused(host.name, group, problems)

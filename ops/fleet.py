@@ -16,6 +16,7 @@ from pyinfra.api.facts import get_fact
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
+from facts.gateway import GatewayStatus
 from fleet.gateway import Gateway
 from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
 from fleet.hub import pin_branches
@@ -96,3 +97,9 @@ class Fleet:
         for h in self.hosts:
             if h.connected:
                 h.disconnect()
+
+
+def gateway_status(fleet: Fleet, host, gw: Gateway) -> dict[str, str]:
+    """The gateway host's unit, smg's version, /readiness and /workers, in one round trip (facts.gateway)."""
+    return fleet.fact(host, GatewayStatus, unit=gw.service_unit, venv=gw.venv, readiness_url=gw.url("/readiness"),
+                      workers_url=gw.url("/workers"), auth_file=gw.auth_header_file if gw.api_key is not None else None)

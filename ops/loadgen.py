@@ -9,7 +9,6 @@ status code alone is not enough: every stream is read to its end and checked.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 import requests
 
 from fleet.gateway import READY, parse_workers
+from fleet.tune import percentile
 from fleet.wire import Unreadable
 
 BODY_CHARS = 200  # of an error body or event kept in an error text
@@ -63,13 +63,8 @@ class LoadReport:
     def latency_percentile(self, p: float, start: float | None = None, end: float | None = None) -> float | None:
         """Nearest-rank p-th percentile (0 < p <= 100) of the latency, in seconds, of the ok
         requests that started within [start, end]; None when there are none."""
-        latencies = sorted(
-            r.latency_s for r in self.requests
-            if r.ok and (start is None or r.started >= start) and (end is None or r.started <= end)
-        )
-        if not latencies:
-            return None
-        return latencies[max(0, math.ceil(p / 100 * len(latencies)) - 1)]
+        return percentile([r.latency_s for r in self.requests
+                           if r.ok and (start is None or r.started >= start) and (end is None or r.started <= end)], p)
 
     def summary(self) -> str:
         def ms(p: float) -> str:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import requests
 
-from facts.gateway import GatewayStatus
 from fleet import tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, parse_workers, peer_problem
@@ -38,8 +37,9 @@ from fleet.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, Tune
 from fleet.status import OK, parse_metrics
 from fleet.wire import Unreadable, excerpt
-from ops.fleet import GROUP_DIR, Fleet
+from ops.fleet import GROUP_DIR, Fleet, gateway_status
 from ops.loadgen import Load
+from tasks.rolling import gateway_of
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
@@ -83,18 +83,17 @@ class Tuner:
         self.gateway, self.replicas = self._gateway()
 
     def _gateway(self) -> tuple[object | None, list[Replica]]:
-        """The gateway host routing the class (the first of its group in the inventory), and the class's replicas."""
-        from tasks.rolling import replicas  # the deploy's own list, at the address pyinfra connects to
+        """The gateway host routing the class, as the deploy finds it, and the class's replicas. A gateway file
+        that does not validate refuses the tune (the deploy's lookup takes it for none: its run is refused already)."""
         try:
-            gateways = load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))
+            load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))
         except SpecError as e:
             raise Refused(e.problems) from None
-        for group, gw in gateways.items():
-            hosts = [h for h in self.fleet.state.inventory if group in h.groups]
-            if self.group in gw.routes and hosts:
-                self.gw_spec = gw
-                return hosts[0], [r for r in replicas(self.fleet.state, gw) if r.gpu_class == self.group]
-        return None, []
+        gw = gateway_of(self.fleet.state, self.group, str(GROUP_DIR))
+        if gw is None:
+            return None, []
+        self.gw_spec = gw.spec
+        return gw.host, [r for r in gw.replicas if r.gpu_class == self.group]
 
     # --- 1. check ------------------------------------------------------------------------------------------
     def check(self) -> list[tune.Candidate]:
@@ -136,9 +135,7 @@ class Tuner:
         why = self.fleet.connect(h)
         if why:
             return f"unreachable: {why}"
-        read = self.fleet.fact(h, GatewayStatus, unit=gw.service_unit, venv=gw.venv,
-                               readiness_url=gw.url("/readiness"), workers_url=gw.url("/workers"),
-                               auth_file=gw.auth_header_file if gw.api_key is not None else None)
+        read = gateway_status(self.fleet, h, gw)
         self.fleet.close()
         try:
             statuses = parse_workers(read.get("workers"))

@@ -162,12 +162,13 @@ def enlist(host, pf, group_dir: str = "group_data") -> None:
 
 def _class_roll(state, pf, group_dir: str) -> ClassRoll:
     hosts = sum(1 for h in state.inventory if pf.group in h.groups)
-    gateway = _gateway_of(state, pf.group, group_dir)
+    gateway = gateway_of(state, pf.group, group_dir)
     return ClassRoll(pf.group, pf.spec.rolling.at_once(hosts),
                      bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway)
 
 
-def _gateway_of(state, gpu_class: str, group_dir: str) -> Gateway | None:
+def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
+    """The gateway in the inventory that routes `gpu_class` (its group's first host), with its replicas; None if none."""
     try:
         gateways = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))
     except SpecError:

@@ -277,7 +277,7 @@ def test_hosts_enlist_in_inventory_order_and_a_takeover_goes_at_once(monkeypatch
     spec = ClassSpec.model_validate({
         "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
         "service": {"model_path": "/m", "served_model_name": "m"}, "rolling": {"max_unavailable": "50%"}})
-    monkeypatch.setattr(rolling, "_gateway_of", lambda state, cls, group_dir: None)
+    monkeypatch.setattr(rolling, "gateway_of", lambda state, cls, group_dir: None)
 
     def pf(restart=True, interrupted=None):
         return SimpleNamespace(group="c", spec=spec, plan=SimpleNamespace(restart=restart, interrupted=interrupted))

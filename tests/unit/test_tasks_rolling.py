@@ -65,13 +65,13 @@ def test_a_class_behind_a_gateway_rolls_through_it_and_one_without_does_not(flee
     roll = rolling.ROLLS["pro6000"]
     assert roll.order == ["r1", "r2"] and roll.at_once == 1 and roll.turn_s == bounds.turn_s(SPEC, gw.rolling)
     assert roll.gateway.host is hosts["smg"].host and roll.gateway.replicas == [R1, R2]
-    assert rolling._gateway_of(hosts["x"].host.state, "a6000", fleet.dir) is None
+    assert rolling.gateway_of(hosts["x"].host.state, "a6000", fleet.dir) is None
 
 
 def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
     hosts, _ = fleet({})
     (tmp_path / "gw.py").write_text('gateway = {"routes": ["nope"]}\n')
-    assert rolling._gateway_of(hosts["r1"].host.state, "pro6000", fleet.dir) is None
+    assert rolling.gateway_of(hosts["r1"].host.state, "pro6000", fleet.dir) is None
 
 
 def preflight_like():

@@ -13,7 +13,6 @@ import builtins
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from types import SimpleNamespace
 
 import pytest
 from builders import KEYED, SPEC, converged, make_spec, secrets_of
+from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
+from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
 
 from facts.deploy import DeployedFiles
 from fleet import lock, rollout, tune
@@ -646,41 +647,6 @@ def test_parse_deploy_state_takes_only_a_present_tune_block():
 
 # --- begin writes the mark, finish drops the set and the mark (run for real) ----------------------
 
-class Root:
-    """A tmp root: the command's absolute prefixes moved under it; chown and install take no owner."""
-
-    PREFIXES = ("/etc/", "/var/lib/", "/run/")
-
-    def __init__(self, root: Path, shell: str):
-        self.root, self.shell = root, shell
-        self.bin = root / "bin"
-        self.bin.mkdir()
-        self._stand_in("systemctl", "exit 0")
-        self._stand_in("chown", "exit 0")
-        self._stand_in("install", 'args=""; while [ $# -gt 0 ]; do case "$1" in -o|-g) shift 2;; '
-                                  '*) args="$args $1"; shift;; esac; done; exec /usr/bin/install $args')
-
-    def _stand_in(self, name: str, body: str) -> None:
-        p = self.bin / name
-        p.write_text(f"#!/bin/sh\n{body}\n")
-        p.chmod(0o755)
-
-    def path(self, real: str) -> Path:
-        return self.root / real.lstrip("/")
-
-    def run(self, command: str) -> subprocess.CompletedProcess:
-        for p in self.PREFIXES:
-            command = command.replace(p, f"{self.root}{p}")
-        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}
-        r = subprocess.run([self.shell, "-c", command], capture_output=True, text=True, timeout=30, env=env)
-        assert r.returncode == 0, (command, r.stdout, r.stderr)
-        return r
-
-    def write(self, real: str, text: str) -> None:
-        self.path(real).parent.mkdir(parents=True, exist_ok=True)
-        self.path(real).write_text(text)
-
-
 WHO = {"holder": BY, "pid": 4242, "since": NOW}
 
 
@@ -780,33 +746,6 @@ def test_previous_passes_over_the_tunes_runs():
 
 ME, PEER = Replica("r1", "c", "m", "http://10.0.0.1:30000"), Replica("r2", "c", "m", "http://10.0.0.2:30000")
 BOTH_READY, ME_OUT = {ME.url: "ready", PEER.url: "ready"}, {PEER.url: "ready"}
-
-
-class Through:
-    """The gateway scripted: statuses() answers in turn (the last repeats); the clock moves when it sleeps."""
-
-    name = "gw"
-
-    def __init__(self, statuses):
-        self.answers, self.t, self.events = list(statuses), 0.0, []
-
-    def statuses(self):
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-
-    def set_out(self, out):
-        self.events.append("out" if out else "in")
-
-    def load(self):
-        return 0.0
-
-    def log(self, message, color=None):
-        self.events.append(message)
-
-    def now(self):
-        return self.t
-
-    def sleep(self, seconds):
-        self.t += seconds
 
 
 def turn(gw, verdict="OK", stay_out=True):
