@@ -269,23 +269,43 @@ def repo_state() -> tuple[str, bool | None]:
 # The controller's cache (wheels it uploads to hosts that reach no index), outside the checkout
 CACHE = Path(os.environ.get("SGLANG_FLEET_CACHE") or Path.home() / ".cache" / "sglang-fleet")
 DOWNLOAD_TIMEOUT_S = 600
+LOCK_WAIT_S = 2 * DOWNLOAD_TIMEOUT_S  # another's download, with room for one retry of it
+LOCK_POLL_S = 0.2
+PROGRESS_EVERY_S = 15
 
 
 class WheelError(Exception):
     pass
 
 
-def downloaded(where: Path, pip_args: list[str], what: str) -> list[Path]:
+def downloaded(where: Path, pip_args: list[str], what: str, sleep: Callable[[float], None] = gevent.sleep,
+               now: Callable[[], float] = time.monotonic) -> list[Path]:
     """Wheels `pip download <pip_args>` gets, downloaded once into `where` (a `complete` file, written
     last, marks a finished download and lists them). One download at a time per directory (a lock
-    beside it): make test's two processes, or two deploys, may want the same wheels at once."""
+    beside it): two hosts of this run, make test's two processes, or two deploys may want the same
+    wheels at once. The lock is tried, never waited on: pyinfra runs every host in one process, and a
+    blocking flock would stop every host's greenlet while another holds it (the holder too)."""
     done = where / "complete"
     if done.exists():
         return [where / name for name in done.read_text().split()]
     where.parent.mkdir(parents=True, exist_ok=True)
-    with open(where.with_name(where.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():  # else another process downloaded it meanwhile
+    lock_path = where.with_name(where.name + ".lock")
+    with open(lock_path, "w") as lock:
+        started = said = now()
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = now() - started
+                if waited >= LOCK_WAIT_S:
+                    raise WheelError(f"expected {lock_path} free within {LOCK_WAIT_S:g} s (another download of "
+                                     f"{what}), found it still held") from None
+                if now() - said >= PROGRESS_EVERY_S:
+                    logger.info(f"Waiting for another download of {what} into {where}: {waited:.0f} s")
+                    said = now()
+                sleep(LOCK_POLL_S)
+        if not done.exists():  # else another host or process downloaded it meanwhile
             _download(where, pip_args, what)
     return [where / name for name in done.read_text().split()]
 

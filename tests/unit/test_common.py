@@ -255,3 +255,50 @@ def test_make_status_and_make_verify_connect_with_the_keepalive(tmp_path, footer
     p = subprocess.run([sys.executable, "-c", count, str(inventory)], cwd=REPO, capture_output=True, text=True,
                        timeout=60)
     assert p.stdout.split()[-1:] == ["1"], p.stdout + p.stderr
+
+
+# Every host of a pyinfra run is a greenlet of one process: the wheels' lock must not block it.
+COLD_CACHE_HOSTS = """
+import sys, time
+from pathlib import Path
+import gevent
+from tasks import common
+
+calls = []
+def download(where, pip_args, what):  # pip, as slow as a cold cache: the other hosts come meanwhile
+    calls.append(what)
+    gevent.sleep(0.5)
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "pip-24.3.1-py3-none-any.whl").write_text("wheel")
+    (where / "complete").write_text("pip-24.3.1-py3-none-any.whl\\n")
+common._download = download
+where = Path(sys.argv[1]) / "wheels" / "pip-24.3.1"
+hosts = [gevent.spawn(common.downloaded, where, ["pip==24.3.1"], f"pip for h{i}") for i in range(3)]
+gevent.joinall(hosts, raise_error=True)
+print(len(calls), sorted({tuple(p.name for p in h.value) for h in hosts}))
+"""
+
+
+def test_hosts_of_one_run_share_a_cold_wheel_cache_without_blocking_the_process(tmp_path):
+    # a blocking flock here hung the whole run for good (the second host's greenlet waited on the first's lock)
+    got = subprocess.run([sys.executable, "-c", COLD_CACHE_HOSTS, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split(None, 1) == ["1", "[('pip-24.3.1-py3-none-any.whl',)]\n"]
+
+
+def test_a_wheel_lock_held_by_another_process_is_waited_for_within_a_bound_and_said(tmp_path, monkeypatch):
+    import fcntl
+    where = tmp_path / "pip-24.3.1"
+    holder = open(tmp_path / "pip-24.3.1.lock", "w")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another deploy's download, as a second open file description
+
+    clock, said = [0.0], []
+    monkeypatch.setattr(common.logger, "info", said.append)
+    with pytest.raises(common.WheelError, match=r"pip-24.3.1.lock free within 1200 s \(another download of pip"):
+        common.downloaded(where, ["pip==24.3.1"], "pip", sleep=lambda s: clock.__setitem__(0, clock[0] + s),
+                          now=lambda: clock[0])
+    assert said and all("Waiting for another download of pip" in s for s in said)
+    assert not (where / "complete").exists()
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    holder.close()
