@@ -34,6 +34,7 @@ from fleet.plan import Plan
 
 
 class Steps(Protocol):
+    def go_live(self) -> tuple[bool, str]: ...  # the pending record says its turn came (ROLLING_OUT)
     def stop_workloads(self) -> list[str]: ...  # stop the plan's workloads, wait for their GPU memory; problems
     def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
     def wait_ready(self) -> Verdict: ...
@@ -67,6 +68,11 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
     if plan.finish_rollback:
         steps.log(f"an interrupted run was rolling back ({plan.interrupted.reason}): finishing that rollback", "yellow")
         return roll_back(plan, steps, unit, record, plan.interrupted.reason, started=started, workloads_stopped=True)
+    if not plan.record.mid_change:  # before the first change: a run cut off from here on left it mid-change
+        ok, message = steps.go_live()
+        if not ok:
+            return roll_back(plan, steps, unit, record, f"recording its turn failed: {message}", started=False,
+                             workloads_stopped=False)
     if plan.stop_workloads:
         problems = steps.stop_workloads()
         if problems:

@@ -42,8 +42,11 @@ from fleet.spec import (
 from fleet.tune import Candidate, TuneMark, read_mark
 from fleet.wire import Unreadable, excerpt, load_json
 
-PENDING_VERSION = 2  # 2: scope and process workloads (what was found of them); 1 is read still
-ROLLING_OUT, ROLLING_BACK = "rolling-out", "rolling-back"
+PENDING_VERSION = 3  # 3: the begun phase; 2: scope and process workloads (what was found of them); 1, 2 are read still
+# How far a rollout got, as its host records it: begun (lock, backup, record; nothing live: waiting for
+# its turn), rolling out (its turn came: workloads stopped, files live, the service restarted, or on the
+# way to them), rolling back (it failed).
+BEGUN, ROLLING_OUT, ROLLING_BACK = "begun", "rolling-out", "rolling-back"
 RUNNING_STATES = ("active", "activating", "reloading")  # a workload runs (it holds or will hold GPUs)
 SERVING_STATES = ("active",)  # the service serves: a rollback returns to a serving one
 
@@ -114,7 +117,7 @@ def _workload_json(u: UnitBefore | Held) -> dict:
 class Pending:
     """An unfinished rollout, as recorded on the host (pending.json)."""
 
-    phase: str  # ROLLING_OUT, or ROLLING_BACK once it has failed
+    phase: str  # BEGUN, ROLLING_OUT once its turn came, ROLLING_BACK once it has failed
     since: int
     by: str
     target: str  # target_of() the files it was rolling out
@@ -129,6 +132,14 @@ class Pending:
 
     def rolling_back(self, reason: str) -> Pending:
         return Pending(ROLLING_BACK, self.since, self.by, self.target, self.restart, reason, self.before)
+
+    def rolling_out(self) -> Pending:
+        return Pending(ROLLING_OUT, self.since, self.by, self.target, self.restart, "", self.before)
+
+    @property
+    def mid_change(self) -> bool:
+        """Its turn had come: its workloads, files or service may be neither as before nor as declared."""
+        return self.phase != BEGUN
 
 
 class _Record(BaseModel):
@@ -178,8 +189,8 @@ class _BeforeRecord(_Record):
 
 
 class _PendingRecord(_Record):
-    version: Literal[1, 2]  # 1: services only
-    phase: Literal["rolling-out", "rolling-back"]
+    version: Literal[1, 2, 3]  # 1: services only; 2: no begun phase
+    phase: Literal["begun", "rolling-out", "rolling-back"]
     since: Annotated[int, Field(ge=0, lt=1 << 40)]
     by: Annotated[str, StringConstraints(max_length=256)]
     target: Sha1
@@ -200,6 +211,8 @@ def read_pending(text: str, spec: ClassSpec) -> Pending:
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise ValueError(f"unreadable pending-rollout record ({where}: {first['msg']}; "
                          f"{e.error_count()} problem(s))") from None
+    if r.phase == BEGUN and r.version < 3:
+        raise ValueError(f"unreadable pending-rollout record (phase: {BEGUN} in a version {r.version} record)")
     outside = sorted(set(r.before.files) - set(managed_paths(spec)))
     if outside:
         raise ValueError(f"the pending-rollout record names files that are not {spec.service_unit}'s: "
@@ -300,7 +313,8 @@ class Plan:
             started = f"started {_utc(self.interrupted.since)} by {self.interrupted.by}"
             if self.finish_rollback:
                 return f"finish the rollback of an interrupted rollout ({started}; it failed: {self.interrupted.reason})"
-            parts.append(f"take over an interrupted rollout ({started})")
+            parts.append(f"take over an interrupted rollout ({started}; "
+                         + ("mid-change: at once)" if self.interrupted.mid_change else "its turn had not come)"))
         if self.stop_workloads:
             parts.append(f"stop {', '.join(self.stop_workloads)}")
         if self.swap and not any(self.before.files.values()):
@@ -369,15 +383,19 @@ def before_of(spec: ClassSpec, facts: HostFacts) -> Before:
     )
 
 
-def units_as_read(spec: ClassSpec, facts: HostFacts) -> list[UnitSeen]:
+def units_as_read(spec: ClassSpec, facts: HostFacts, taken_over: bool = False) -> list[UnitSeen]:
     """The service's and each service workload's state as preflight read it, for begin to check
     again (a scope or a process has no unit state to compare). UnitFileState must be the same word.
     Of ActiveState only what the plan and the rollback ask counts: of the service, serving or not
     (SERVING_STATES); of a workload, running or not (RUNNING_STATES). So a training job that was
     activating and is active now is the same, one deactivating now is not; a service that was
-    activating (loading) and serves now is not: a rollback would have left it stopped."""
+    activating (loading) and serves now is not: a rollback would have left it stopped. taken_over: the
+    service is not compared: its state is the interrupted run's doing (a server it left loading serves
+    by now), and the rollback returns to the record's before-state, not to what preflight read."""
     seen = before_of(spec, facts)
-    return [UnitSeen(spec.service_unit, seen.service.enabled, seen.service.active, SERVING_STATES),
+    service = [] if taken_over else [UnitSeen(spec.service_unit, seen.service.enabled, seen.service.active,
+                                              SERVING_STATES)]
+    return [*service,
             *(UnitSeen(w, u.enabled, u.active, RUNNING_STATES) for w, u in seen.workloads.items()
               if isinstance(u, UnitBefore))]
 
@@ -454,8 +472,9 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
     finish_rollback = interrupted is not None and interrupted.phase == ROLLING_BACK and interrupted.target == target
     if finish_rollback:
         record = interrupted
-    else:  # a taken-over rollout keeps its start and its before-state, and heads for this spec
-        record = Pending(ROLLING_OUT, interrupted.since if interrupted else now, interrupted.by if interrupted else by,
+    else:  # a taken-over rollout keeps its start, its before-state and how far it got, and heads for this spec
+        record = Pending(ROLLING_OUT if interrupted and interrupted.mid_change else BEGUN,
+                         interrupted.since if interrupted else now, interrupted.by if interrupted else by,
                          target, restart or bool(interrupted and interrupted.restart), "", before)
     return Plan(
         before=before,

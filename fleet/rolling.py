@@ -16,10 +16,31 @@ replica of a class the gateway routes:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fleet.activation import Outcome
 from fleet.gateway import READY, GatewayRolling, Replica, peer_problem, routed
+
+
+@dataclass(frozen=True)
+class Turns:
+    """The order of a class's restarts this run (tasks/rolling.py waits for them)."""
+
+    first: tuple[str, ...]  # alone, before any other: the canary, or the rollouts an interrupted run left mid-change
+    rest: tuple[str, ...]  # once all of `first` passed: at most rolling.max_unavailable at a time
+    mid_change: frozenset[str]  # of `first`: each goes at once, wherever its peers are (it is down or half-way)
+
+
+def turns(hosts: list[tuple[str, bool]]) -> Turns:
+    """hosts: (name, mid_change) for each of the class's hosts whose service restarts this run (or that
+    takes over an interrupted rollout), in inventory order. mid_change: its interrupted rollout's turn had
+    come (fleet.plan.Pending.mid_change): it may be down now, so it goes first, at once, and stands for the
+    canary; a host whose interrupted rollout had only begun waits for its turn like any other, so a run
+    killed during the canary does not restart the rest of the class together."""
+    mid = tuple(name for name, mid_change in hosts if mid_change)
+    waiting = tuple(name for name, mid_change in hosts if not mid_change)
+    return Turns(mid, waiting, frozenset(mid)) if mid else Turns(waiting[:1], waiting[1:], frozenset())
 
 
 class GatewayError(Exception):

@@ -340,6 +340,11 @@ def give_back_command(spec: ClassSpec, enable: list[str], start: list[str], comm
     return " && ".join(steps) or "true"
 
 
+def phase_command(spec: ClassSpec, pending: dict) -> str:
+    """Rewrite the pending record with how far the rollout got, as begin wrote it: private, atomic."""
+    return f"umask 077; {_write_json(spec.pending_file, pending)}"
+
+
 RESTORED = "@@restored="
 
 

@@ -65,6 +65,11 @@ class HostSteps:
         else:
             self.host.log(message)
 
+    def go_live(self) -> tuple[bool, str]:
+        ok, out = run(self.host, rollout.phase_command(self.spec, self.pf.plan.record.rolling_out().to_json()),
+                      bounds.disk("the pending record's phase"))
+        return ok, out.strip()
+
     def stop_workloads(self) -> list[str]:
         self.log(f"stopping {', '.join(self.pf.plan.stop_workloads)} (its turn) and waiting for the GPUs")
         self.begun.workloads_stopped = True  # from here a failure gives them back

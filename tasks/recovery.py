@@ -54,7 +54,7 @@ def _begin_or_lost(state, host, pf: Preflight) -> bool:
 
 def _begin(state, host, pf: Preflight) -> bool:
     spec, p = pf.spec, pf.plan
-    units = units_as_read(spec, pf.facts)
+    units = units_as_read(spec, pf.facts, taken_over=p.interrupted is not None)
     _, out = run(host, rollout.begin_command(
         spec,
         lock.owner(),

@@ -28,7 +28,7 @@ from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
 from fleet.report import RUN
-from fleet.rolling import GatewayError, serves, put_back, through_gateway
+from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
@@ -130,13 +130,23 @@ class ClassRoll:
     at_once: int  # hosts restarting at once after the canary
     turn_s: float  # the most one host's turn can take (fleet.bounds.turn_s): what a wait for turns is bounded by
     gateway: Gateway | None = None  # a gateway in the inventory routes the class
-    order: list[str] = field(default_factory=list)  # hosts that restart, inventory order; [0] is the canary
+    order: list[str] = field(default_factory=list)  # hosts that restart, inventory order
+    mid_change: set[str] = field(default_factory=set)  # of them, those taking over a rollout left mid-change
     stopped: str = ""  # why the class's rollout stopped; '' while it goes on
-    canary_done: Event = field(default_factory=Event)
+    first_done: set[str] = field(default_factory=set)  # of turns().first, those whose turn has ended
+    canary_done: Event = field(default_factory=Event)  # all of turns().first have
     now: Callable[[], float] = time.monotonic  # the clock of the wait for the canary
 
     def __post_init__(self) -> None:
         self.slots = BoundedSemaphore(self.at_once)  # turns after the canary's
+
+    def turns(self) -> Turns:
+        return turns([(h, h in self.mid_change) for h in self.order])
+
+    def ended_first(self, name: str) -> None:
+        self.first_done.add(name)
+        if self.first_done >= set(self.turns().first):
+            self.canary_done.set()
 
 
 ROLLS: dict[str, ClassRoll] = {}
@@ -144,17 +154,18 @@ ROLLS: dict[str, ClassRoll] = {}
 
 def enlist(host, pf, group_dir: str = "group_data") -> None:
     """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
-    part in its class's rollout. One that takes over an interrupted rollout goes at once: it was
-    mid-change already, and waiting for a turn (or a stopped class) would keep it there; but out of
-    its gateway around the restart all the same (take_turn), and back in once it serves: even with
-    no restart left to do (its new server loads already), a run given up may have left it out."""
+    part in its class's rollout, and so does one that takes over an interrupted rollout. One left
+    mid-change goes first, at once (fleet.rolling.turns): waiting for a turn (or a stopped class) would
+    keep it there; but out of its gateway around the restart all the same (take_turn), and back in once
+    it serves: even with no restart left to do (its new server loads already), a run given up may have
+    left it out. One whose interrupted rollout had only begun waits for its turn as any other."""
     if not pf.plan.restart and pf.plan.interrupted is None:
         return
     roll = ROLLS.get(pf.group)
     if roll is None:
         roll = ROLLS[pf.group] = _class_roll(host.state, pf, group_dir)
-    if pf.plan.interrupted is not None:
-        return
+    if pf.plan.interrupted is not None and pf.plan.interrupted.mid_change:
+        roll.mid_change.add(host.name)
     roll.order.append(host.name)
     inventory = [h.name for h in host.state.inventory]
     roll.order.sort(key=inventory.index)  # hosts are prepared in any order
@@ -167,8 +178,13 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
                      bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway)
 
 
+GATEWAYS: dict[str, Gateway] = {}  # gateway host -> the one Gateway of this run: every class it routes shares it
+
+
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
-    """The gateway in the inventory that routes `gpu_class` (its group's first host), with its replicas; None if none."""
+    """The gateway in the inventory that routes `gpu_class` (its group's first host), with its replicas; None if none.
+    One object per gateway host, whatever classes it routes: it alone writes its discovery file, so no
+    class's turn can list another's drained replica."""
     try:
         gateways = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))
     except SpecError:
@@ -176,7 +192,9 @@ def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway 
     for group, gw in gateways.items():
         hosts = [h for h in state.inventory if group in h.groups]
         if gpu_class in gw.routes and hosts:
-            return Gateway(gw, hosts[0], replicas(state, gw, group_dir))
+            if hosts[0].name not in GATEWAYS:
+                GATEWAYS[hosts[0].name] = Gateway(gw, hosts[0], replicas(state, gw, group_dir))
+            return GATEWAYS[hosts[0].name]
     return None  # no gateway in this inventory routes it: no drain around the restarts
 
 
@@ -188,27 +206,20 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
     roll = ROLLS.get(pf.group)
     if roll is None:
         return go()
-    if host.name not in roll.order:  # a takeover: no turn to wait for
-        def at_once(why: str) -> activation.Outcome:  # kept in (its peers not ready): as it ever went, at once
-            steps.log(f"{why}; it takes over its interrupted rollout all the same", "yellow")
-            return go()
-
-        try:
-            return _one(roll, host, pf, steps, go, at_once)
-        except BaseException as e:
-            _left_out(roll, host, e)
-            raise
-    canary = roll.order[0]
-    if host.name != canary:
-        deadline = roll.now() + roll.turn_s
-        while not roll.canary_done.wait(timeout=CANARY_POLL_S):
-            if canary in {h.name for h in host.state.failed_hosts}:  # failed before its turn came
-                roll.stopped = roll.stopped or f"the canary {canary} failed"
-                break
-            if roll.now() >= deadline:  # every command has its bound: a backstop, never the way a turn ends
-                roll.stopped = roll.stopped or (f"the canary {canary} did not end its turn within {roll.turn_s:g}s, "
-                                                "the most a turn can take")
-                break
+    t = roll.turns()
+    if host.name in t.first:
+        return _first(roll, t, host, pf, steps, go, leave)
+    deadline = roll.now() + roll.turn_s
+    while not roll.canary_done.wait(timeout=CANARY_POLL_S):
+        failed = [h for h in t.first if h in {f.name for f in host.state.failed_hosts}]
+        if failed:  # failed before its turn came
+            roll.stopped = roll.stopped or (f"the interrupted rollout of {failed[0]} could not be taken over"
+                                            if failed[0] in t.mid_change else f"the canary {failed[0]} failed")
+            break
+        if roll.now() >= deadline:  # every command has its bound: a backstop, never the way a turn ends
+            roll.stopped = roll.stopped or (f"the canary {', '.join(t.first)} did not end its turn within "
+                                            f"{roll.turn_s:g}s, the most a turn can take")
+            break
     if roll.stopped:
         return _left(leave, roll)
     wait_s = len(roll.order) * roll.turn_s  # every turn of the class before this one
@@ -218,20 +229,38 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
     try:
         if roll.stopped:
             return _left(leave, roll)
-        if host.name == canary and len(roll.order) > 1:
+        return _stopping_on_failure(roll, host, lambda: _one(roll, host, pf, steps, go, leave))
+    finally:
+        roll.slots.release()
+
+
+def _first(roll: ClassRoll, t: Turns, host, pf, steps, go, leave) -> activation.Outcome:
+    """The canary's turn, or a takeover's left mid-change (at once, wherever its peers are)."""
+    if host.name in t.mid_change:
+        def at_once(why: str) -> activation.Outcome:  # kept in (its peers not ready): as it ever went, at once
+            steps.log(f"{why}; it takes over its interrupted rollout all the same", "yellow")
+            return go()
+        turn = lambda: _one(roll, host, pf, steps, go, at_once)  # noqa: E731
+    else:
+        if len(roll.order) > 1:
             steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
-        outcome = _one(roll, host, pf, steps, go, leave)
-        if not outcome.ok:
-            roll.stopped = roll.stopped or f"after {host.name}: {outcome.verdict}"
-        return outcome
+        turn = lambda: _one(roll, host, pf, steps, go, leave)  # noqa: E731
+    try:
+        return _stopping_on_failure(roll, host, turn)
+    finally:
+        roll.ended_first(host.name)
+
+
+def _stopping_on_failure(roll: ClassRoll, host, turn: Callable[[], activation.Outcome]) -> activation.Outcome:
+    try:
+        outcome = turn()
     except BaseException as e:
         roll.stopped = roll.stopped or f"after {host.name}: an error"
         _left_out(roll, host, e)
         raise
-    finally:
-        roll.slots.release()
-        if host.name == canary:
-            roll.canary_done.set()
+    if not outcome.ok:
+        roll.stopped = roll.stopped or f"after {host.name}: {outcome.verdict}"
+    return outcome
 
 
 def _left_out(roll: ClassRoll, host, e: BaseException) -> None:

@@ -135,6 +135,7 @@ def fresh_run(monkeypatch):
     monkeypatch.setattr(RUN, "hosts", {})
     monkeypatch.setattr(RUN, "_registered", True)
     monkeypatch.setattr(rolling, "ROLLS", {})
+    monkeypatch.setattr(rolling, "GATEWAYS", {})
     common.LOST.clear()
     common.BEGUN.clear()
     yield RUN

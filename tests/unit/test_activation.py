@@ -8,7 +8,7 @@ import pytest
 
 from fleet.activation import activate, roll_back
 from fleet.gate import SmokeResult, Verdict
-from fleet.plan import ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
+from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
 
 UNIT = "sglang.service"
 READY = Verdict(True, True, "/health 200 after 3.0s", 3.0)
@@ -27,8 +27,8 @@ class Steps:
     """Scripted steps: each answer is taken from its list in turn; every call is logged."""
 
     def __init__(self, apply=(True,), ready=(READY, READY), smoke=(SMOKE_OK,), restore=((True, True, ""),),
-                 restart=(True,), give_back=([],), stop_workloads=([],)):
-        self.answers = {"apply": list(apply), "wait_ready": list(ready), "smoke": list(smoke),
+                 restart=(True,), give_back=([],), stop_workloads=([],), go_live=((True, ""),)):
+        self.answers = {"go_live": list(go_live), "apply": list(apply), "wait_ready": list(ready), "smoke": list(smoke),
                         "restore": list(restore), "restart": list(restart), "give_back": list(give_back),
                         "stop_workloads": list(stop_workloads)}
         self.calls: list[tuple] = []
@@ -37,6 +37,9 @@ class Steps:
     def _next(self, name, *args):
         self.calls.append((name, *args))
         return self.answers[name].pop(0)
+
+    def go_live(self):
+        return self._next("go_live")
 
     def stop_workloads(self):
         return self._next("stop_workloads")
@@ -78,8 +81,8 @@ class Steps:
 
 
 def make_plan(before=SERVING, restart=True, wait=True, interrupted=None, finish_rollback=False, replaces_service=True,
-              stop_workloads=("dflash-train.service",)):
-    record = Pending(ROLLING_OUT, 1, "alice@laptop", "t", restart, "", before)
+              stop_workloads=("dflash-train.service",), phase=ROLLING_OUT):
+    record = Pending(phase, 1, "alice@laptop", "t", restart, "", before)
     return Plan(before=before, restart=restart, wait=wait, interrupted=interrupted, finish_rollback=finish_rollback,
                 record=interrupted if finish_rollback else record, replaces_service=replaces_service,
                 stop_workloads=stop_workloads)
@@ -93,6 +96,20 @@ def test_ready_and_smoke_passed_finish_the_rollout():
     assert out.ok and out.verdict == "OK" and out.ready == READY and out.smoke == SMOKE_OK
     assert steps.names == ["stop_workloads", "apply", "wait_ready", "smoke", "finish"]
     assert steps.records == [{**RECORD, "result": "ok", "ready": READY.reason, "smoke": SMOKE_OK.summary()}]
+
+
+def test_a_rollout_only_begun_records_that_its_turn_came_before_its_first_change():
+    steps = Steps()
+    assert activate(make_plan(phase=BEGUN), steps, UNIT, RECORD).ok
+    assert steps.names == ["go_live", "stop_workloads", "apply", "wait_ready", "smoke", "finish"]
+
+
+def test_a_turn_that_cannot_be_recorded_changes_nothing_and_gives_up_the_rollout():
+    steps = Steps(go_live=[(False, "No space left on device")], restore=[(True, False, "")])
+    out = activate(make_plan(phase=BEGUN), steps, UNIT, RECORD)
+    assert not out.ok and steps.names[:2] == ["go_live", "restore"]
+    assert "stop_workloads" not in steps.names and "apply" not in steps.names
+    assert "recording its turn failed: No space left on device" in steps.calls[1][1]
 
 
 def test_a_plan_without_a_wait_applies_and_finishes():

@@ -11,6 +11,7 @@ from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 from fleet.parse import FileState, GpuProcess, GpuProcessList, ServiceRuntime
 from fleet.plan import (
     ROLLING_BACK,
+    BEGUN,
     ROLLING_OUT,
     RUNNING_STATES,
     SERVING_STATES,
@@ -122,7 +123,7 @@ def test_a_changed_spec_updates_unit_and_record_backs_up_and_restarts():
     assert p.backup and p.before.backup == STAMP and p.restart and p.daemon_reload and p.wait and not p.enable
     assert p.replaces_service  # a rollback has the previous service to return to
     assert p.action() == "update sglang.service, spec.json, restart"
-    assert p.record == Pending(ROLLING_OUT, NOW, BY, target_of(wanted(CHANGED)), True, "", p.before)
+    assert p.record == Pending(BEGUN, NOW, BY, target_of(wanted(CHANGED)), True, "", p.before)  # its turn to come
 
 
 def test_an_env_change_restarts_without_daemon_reload():
@@ -328,7 +329,14 @@ def test_a_record_of_scopes_or_processes_of_other_types_is_refused(record):
 def test_a_version_1_record_holds_services_only():
     data = plan_for(held_facts(gpu_process(10, "docker-ab.scope")), HELD).record.to_json()
     with pytest.raises(ValueError, match="holds trainer as a scope workload"):
-        read_pending(json.dumps({**data, "version": 1}), HELD)
+        read_pending(json.dumps({**data, "version": 1, "phase": ROLLING_OUT}), HELD)
+
+
+def test_a_taken_over_rollouts_service_is_not_compared_at_begin():
+    # the canary's server it left loading (activating at preflight) serves by begin: not a change to refuse for
+    facts = converged()
+    assert [u.unit for u in units_as_read(SPEC, facts, taken_over=True)] == [
+        u.unit for u in units_as_read(SPEC, facts) if u.unit != SPEC.service_unit]
 
 
 def test_the_before_state_is_the_host_as_preflight_read_it():
@@ -376,6 +384,20 @@ def test_an_interrupted_rollout_is_taken_over_and_goes_through_the_gate_even_if_
     assert p.action().endswith(", wait for /health")
 
 
+def test_an_interrupted_rollout_whose_turn_had_not_come_is_taken_over_as_only_begun():
+    p = plan_for(converged(), spec=CHANGED, interrupted=interrupted(BEGUN))
+    assert p.record.phase == BEGUN and not p.record.mid_change and p.before == BEFORE
+    assert "its turn had not come" in p.action()
+    mid = plan_for(converged(), spec=CHANGED, interrupted=interrupted(ROLLING_OUT))
+    assert mid.record.phase == ROLLING_OUT and "mid-change: at once" in mid.action()
+
+
+def test_a_begun_phase_in_an_older_record_is_refused():
+    text = json.dumps({**interrupted(BEGUN).to_json(), "version": 2})
+    with pytest.raises(ValueError, match="phase: begun in a version 2 record"):
+        read_pending(text, SPEC)
+
+
 def test_an_interrupted_rollback_of_the_same_spec_is_finished_not_retried():
     it = interrupted(ROLLING_BACK)
     p = plan_for(converged(), interrupted=it)
@@ -400,7 +422,7 @@ def test_a_taken_over_rollout_without_a_backup_backs_up_while_the_files_are_stil
 def test_the_pending_record_round_trips_through_json():
     it = interrupted(ROLLING_BACK)
     assert read_pending(json.dumps(it.to_json()), SPEC) == it
-    assert it.to_json()["version"] == 2 and it.rolling_back("x").reason == "x"
+    assert it.to_json()["version"] == 3 and it.rolling_back("x").reason == "x"
 
 
 def test_a_version_1_record_of_an_earlier_deploy_is_read():
@@ -430,7 +452,7 @@ UNIT_FILE = "/etc/systemd/system/sglang.service"
 
 
 @pytest.mark.parametrize("change", [
-    ("since", float("nan")), ("since", 1e20), ("since", "1700000000"), ("restart", 1), ("version", 3),
+    ("since", float("nan")), ("since", 1e20), ("since", "1700000000"), ("restart", 1), ("version", 4),
     ("phase", "rolling-sideways"), ("target", "t"), ("by", 5), ("reason", "x" * 5000),
     ("before", "backup", "../../etc"), ("before", "backup", 20261129), ("before", "files", UNIT_FILE, "nothex"),
     ("before", "service", "enabled", "enabled; rm -rf /"), ("before", "service", {"enabled": "enabled"}),

@@ -15,7 +15,8 @@ import pytest
 from fleet import bounds
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
-from fleet.rolling import GatewayError, through_gateway
+from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
+from fleet.rolling import GatewayError, Turns, through_gateway, turns
 from fleet.spec import ClassSpec, Rolling
 from tasks import rolling
 
@@ -30,13 +31,14 @@ class Steps:
 @pytest.fixture
 def run_class(monkeypatch):
     def run(max_unavailable: int, failing: set[str] = frozenset(), failed_before: set[str] = frozenset(),
-            arriving: list[str] = HOSTS, hanging: set[str] = frozenset(), turn_s: float = 60, now=None):
+            arriving: list[str] = HOSTS, hanging: set[str] = frozenset(), turn_s: float = 60, now=None,
+            mid_change: set[str] = frozenset()):
         """hanging: hosts whose activation never ends (left running, killed at the end)."""
         state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=n) for n in failed_before])
         roll = rolling.ClassRoll("c", max_unavailable, turn_s)  # no gateway: the same turns, no drain
         if now is not None:
             roll.now = now
-        roll.order = list(HOSTS)
+        roll.order, roll.mid_change = list(HOSTS), set(mid_change)
         monkeypatch.setitem(rolling.ROLLS, "c", roll)
         events, active = [], set()
 
@@ -270,9 +272,9 @@ def _host(name, groups=("c",)):
     return SimpleNamespace(name=name, groups=list(groups))
 
 
-def test_hosts_enlist_in_inventory_order_and_a_takeover_goes_at_once(monkeypatch):
+def test_hosts_enlist_in_inventory_order_and_only_a_takeover_left_mid_change_goes_first(monkeypatch):
     monkeypatch.setattr(rolling, "ROLLS", {})
-    inventory = [_host("a"), _host("x", ("other",)), _host("b"), _host("c1")]
+    inventory = [_host("a"), _host("x", ("other",)), _host("b"), _host("c1"), _host("d")]
     state = SimpleNamespace(inventory=inventory)
     spec = ClassSpec.model_validate({
         "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
@@ -282,7 +284,60 @@ def test_hosts_enlist_in_inventory_order_and_a_takeover_goes_at_once(monkeypatch
     def pf(restart=True, interrupted=None):
         return SimpleNamespace(group="c", spec=spec, plan=SimpleNamespace(restart=restart, interrupted=interrupted))
 
-    for name, p in (("c1", pf()), ("a", pf()), ("b", pf(interrupted=object())), ("x", pf(restart=False))):
+    left = {phase: SimpleNamespace(mid_change=phase != BEGUN) for phase in (BEGUN, ROLLING_OUT)}
+    for name, p in (("c1", pf()), ("a", pf(interrupted=left[BEGUN])), ("b", pf(interrupted=left[ROLLING_OUT])),
+                    ("x", pf(restart=False)), ("d", pf(restart=False))):
         rolling.enlist(SimpleNamespace(name=name, state=state), p)
     roll = rolling.ROLLS["c"]
-    assert roll.order == ["a", "c1"] and roll.at_once == 1  # 50% of the class's 3 hosts, rounded down
+    assert roll.order == ["a", "b", "c1"] and roll.mid_change == {"b"}
+    assert roll.turns() == Turns(("b",), ("a", "c1"), frozenset({"b"}))
+    assert roll.at_once == 2  # 50% of the class's 4 hosts
+
+
+# Every phase a run can be cut off at, for the canary and for the host after it (a class of N hosts):
+# the phase each host's pending record says, and the turns the next run gives them.
+CUT_AT = {
+    "before begin": {},  # nothing recorded: a fresh rollout
+    "begun, waiting for its turn": {"r1": BEGUN, "r2": BEGUN, "r3": BEGUN},  # e.g. during another host's engine install
+    "the canary's load": {"r1": ROLLING_OUT, "r2": BEGUN, "r3": BEGUN},
+    "the canary's rollback": {"r1": ROLLING_BACK, "r2": BEGUN, "r3": BEGUN},
+    "the second host's load": {"r2": ROLLING_OUT, "r3": BEGUN},  # r1 had finished
+}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("cut", CUT_AT)
+def test_the_next_run_restarts_only_hosts_left_mid_change_at_once_and_the_rest_in_turns(n, cut):
+    hosts = [f"r{i}" for i in range(1, n + 1)]
+    phases = {h: p for h, p in CUT_AT[cut].items() if h in hosts}
+    t = turns([(h, h in phases and phases[h] != BEGUN) for h in hosts])
+    mid = [h for h in hosts if phases.get(h) in (ROLLING_OUT, ROLLING_BACK)]
+    assert sorted(t.first + t.rest) == hosts and set(t.first).isdisjoint(t.rest)
+    assert t.mid_change == set(mid)
+    assert list(t.first) == (mid or hosts[:1])  # mid-change ones stand for the canary; else the first host is it
+    assert list(t.rest) == [h for h in hosts if h not in t.first]  # in inventory order, in turns
+
+
+def test_a_run_killed_during_the_canary_finishes_it_then_rolls_the_others_in_turns(run_class):
+    events, outcomes = run_class(1, mid_change={"r1"})
+    assert events[:2] == [("start", "r1", 1), ("end", "r1")]
+    assert max(e[2] for e in events if e[0] == "start") == 1  # never two at once
+    assert sorted(e[1] for e in events if e[0] == "start") == HOSTS and all(o.ok for o in outcomes.values())
+
+
+def test_two_hosts_left_mid_change_go_together_before_the_others(run_class):
+    events, _ = run_class(1, mid_change={"r2", "r4"})
+    assert {e[1] for e in events[:2]} == {"r2", "r4"} and events[1][2] == 2
+    assert all(e[0] == "start" for e in events[:2]) and max(e[2] for e in events[2:] if e[0] == "start") == 1
+
+
+def test_a_takeover_left_mid_change_that_fails_stops_the_class(run_class):
+    events, outcomes = run_class(2, mid_change={"r3"}, failing={"r3"})
+    assert [e[1] for e in events if e[0] == "start"] == ["r3"]
+    assert all(outcomes[h].verdict == "NOT ROLLED (serving as before)" for h in HOSTS if h != "r3")
+
+
+def test_a_takeover_dropped_before_its_turn_stops_the_class_at_once(run_class):
+    events, outcomes = run_class(1, mid_change={"r2"}, failed_before={"r2"}, arriving=["r1", "r3", "r4", "r5"])
+    assert events == []
+    assert "the interrupted rollout of r2 could not be taken over" in outcomes["r1"].reasons[0]

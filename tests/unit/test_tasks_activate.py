@@ -45,7 +45,8 @@ class Named:
                       GpuProcesses().command(spec.readiness.command_timeout_s): "smi",
                       rollout.stop_workloads_command([TRAINING]): "stop training",
                       rollout.give_back_command(spec, [TRAINING], [TRAINING]): "give back"}
-        self.starts = {"prev=": "wait", "umask 077; ": "restore", rollout.record_command(spec, {})[:40]: "finish"}
+        self.starts = {"prev=": "wait", rollout.phase_command(spec, p.record.rolling_out().to_json()): "its turn",
+                       "umask 077; ": "restore", rollout.record_command(spec, {})[:40]: "finish"}
 
     def __call__(self, command: str) -> str:
         return self.exact.get(command) or next((n for s, n in self.starts.items() if command.startswith(s)),
@@ -77,8 +78,8 @@ SERVING = {"apply": observation(pid=5000, health=0), "wait": observation(pid=500
 
 def test_a_rollout_stops_the_training_puts_the_files_live_waits_for_health_and_records_ok():
     ok, sent, fake, row = activating(SERVING)
-    assert ok and sent == ["stop training", "smi", "apply", "wait", "smoke", "finish"]
-    wait = fake.commands()[3]
+    assert ok and sent == ["its turn", "stop training", "smi", "apply", "wait", "smoke", "finish"]
+    wait = fake.commands()[sent.index("wait")]
     assert wait == gate.wait_command(NEW, gate.observation_text(observation(pid=5000, health=0)),
                                      NEW.readiness.progress_every_s)  # the clock stood still: a whole budget
     assert row.verdict == "OK" and row.ready_s == 0 and row.smoke == "500 ms, 16.0 tok/s, accept length 3.25"
@@ -87,7 +88,7 @@ def test_a_rollout_stops_the_training_puts_the_files_live_waits_for_health_and_r
 
 def test_a_host_that_serves_at_once_needs_no_wait():
     ok, sent, _, _ = activating({**SERVING, "apply": observation(pid=5000)})
-    assert ok and sent == ["stop training", "smi", "apply", "smoke", "finish"]
+    assert ok and sent == ["its turn", "stop training", "smi", "apply", "smoke", "finish"]
 
 
 GIVEN_BACK = {"smi": [smi(), TRAINING_HOLDS]}  # free for the new service; the training holds its GPU again
@@ -96,11 +97,11 @@ ROLLED_BACK = ["journal", "restore", "restart", "give back", "smi", "finish"]
 
 @pytest.mark.parametrize("answers, sent, reason", [
     ({"apply": observation(active="failed", sub="failed", pid=0, health=0, result="exit-code")},
-     ["stop training", "smi", "apply", *ROLLED_BACK], "the unit stopped: failed (failed, result exit-code)"),
+     ["its turn", "stop training", "smi", "apply", *ROLLED_BACK], "the unit stopped: failed (failed, result exit-code)"),
     ({"wait": observation(pid=5001, restarts=1, health=0)},
-     ["stop training", "smi", "apply", "wait", *ROLLED_BACK], "the unit restarted (pid 5000 -> 5001): the server died"),
+     ["its turn", "stop training", "smi", "apply", "wait", *ROLLED_BACK], "the unit restarted (pid 5000 -> 5001): the server died"),
     ({"smoke": smoke_answer(http=500, text="")},
-     ["stop training", "smi", "apply", "wait", "smoke", *ROLLED_BACK], "smoke test failed: chat completion answered HTTP 500"),
+     ["its turn", "stop training", "smi", "apply", "wait", "smoke", *ROLLED_BACK], "smoke test failed: chat completion answered HTTP 500"),
 ])
 def test_a_failed_activation_rolls_back_to_the_previous_service_and_gives_the_training_back(answers, sent, reason):
     ok, got, fake, row = activating({**SERVING, **GIVEN_BACK, **answers})
@@ -108,7 +109,7 @@ def test_a_failed_activation_rolls_back_to_the_previous_service_and_gives_the_tr
     assert row.verdict == "FAILED (rolled back)" and row.reasons[0].startswith(reason)
     assert any(r.startswith("left: the previous sglang.service serving again (backups/20261130T120000Z); "
                             f"{TRAINING} given back") for r in row.reasons)
-    restore = next(c for c in fake.commands() if c.startswith("umask 077; "))
+    restore = fake.commands()[got.index("restore")]
     pf = preflight_of(NEW, HOST)
     assert restore == rollout.restore_command(NEW, pf.plan.before.files, pf.plan.before.backup, False, "enabled",
                                               pf.plan.record.rolling_back(row.reasons[0]).to_json())
@@ -152,7 +153,7 @@ def test_training_that_does_not_come_back_is_named_in_the_row(clock):
 
 def test_a_link_that_breaks_mid_rollout_gives_the_host_up_and_sends_nothing_more():
     ok, sent, _, row = activating({**SERVING, "wait": EOFError()})
-    assert not ok and sent == ["stop training", "smi", "apply", "wait"]  # no rollback over the lost link
+    assert not ok and sent == ["its turn", "stop training", "smi", "apply", "wait"]  # no rollback over the lost link
     assert row.verdict == "LOST" and "h" in LOST and "h" not in BEGUN
     assert row.reasons[1] == "h: given up at: the wait for sglang.service's /health"
     assert row.reasons[-1].startswith("next: once it answers again, make deploy")

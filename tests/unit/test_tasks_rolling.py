@@ -7,6 +7,7 @@ way they fail as a GatewayError, a replica's /metrics, and a replica's turn thro
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from builders import make_spec
@@ -184,23 +185,25 @@ def test_a_replica_rolled_back_outside_its_turn_goes_back_in_only_if_it_serves_a
 
 
 def taking_over(fleet, smg_answers, go):
-    """r1 takes over an interrupted rollout (not in the class's order: no turn to wait for)."""
+    """r1 takes over an interrupted rollout left mid-change (first in the class's turns: none to wait for)."""
     hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
                                                                              "sglang:num_queue_reqs 0\n"})})
-    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r2"])
+    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"],
+                                                 mid_change={"r1"})
     steps = Steps()
     outcome = rolling.take_turn(hosts["r1"].host, preflight_like(), steps, go=go,
                                 leave=lambda why: pytest.fail(f"a takeover never leaves its rollout: {why}"))
     return outcome, hosts, gw, steps
 
 
-def test_a_takeover_enlists_no_turn_but_its_class_knows_its_gateway(fleet):
+def test_a_takeover_left_mid_change_goes_first_and_its_class_knows_its_gateway(fleet):
     hosts, gw = fleet({})
     pf = preflight_like()
-    pf.plan.interrupted, pf.plan.restart = object(), False  # its new server loads already: only the wait is left
+    # its new server loads already: only the wait is left
+    pf.plan.interrupted, pf.plan.restart = SimpleNamespace(mid_change=True), False
     rolling.enlist(hosts["r1"].host, pf, fleet.dir)
     roll = rolling.ROLLS["pro6000"]
-    assert roll.order == [] and roll.gateway.host is hosts["smg"].host
+    assert roll.turns().first == ("r1",) and roll.mid_change == {"r1"} and roll.gateway.host is hosts["smg"].host
 
 
 def test_a_takeover_behind_the_gateway_goes_at_once_out_and_back_in_once_it_serves(fleet):
@@ -220,3 +223,15 @@ def test_a_takeover_whose_peers_are_not_ready_goes_at_once_where_it_is(fleet):
     assert outcome.ok and ran == [1]
     assert not [c for c in hosts["smg"].commands() if c.startswith("printf")]  # never taken out
     assert any("it takes over its interrupted rollout all the same" in m for m in steps.logged)
+
+
+def test_one_gateway_routing_two_classes_is_one_object_that_keeps_each_classs_drained_replica_out(fleet, tmp_path):
+    # each class had a Gateway of its own: class a6000's write of the file put pro6000's drained r1 back
+    (tmp_path / "gw.py").write_text('gateway = {"routes": ["pro6000", "a6000"], "health_check_interval_s": 1}\n')
+    hosts, gw = fleet({})
+    state = hosts["r1"].host.state
+    pro, a6000 = rolling.gateway_of(state, "pro6000", fleet.dir), rolling.gateway_of(state, "a6000", fleet.dir)
+    assert pro is a6000 and [r.host for r in pro.replicas] == ["r1", "r2", "x"]
+    pro.set_out("r1", True)
+    a6000.set_out("x", True)
+    assert hosts["smg"].commands()[-1] == write_command(gw.discovery_file, discovery_file(pro.replicas, {"r1", "x"}))
