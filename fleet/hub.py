@@ -77,7 +77,6 @@ def declared_weights(spec: ClassSpec) -> str:
 # --- branches: resolved to their commit once per run, on the controller -------------------
 
 BRANCH_ANSWER_LIMIT = 4 << 20  # bytes of the endpoint's answer read (a model's info lists its files)
-RESOLVED: dict[tuple[str, str, str], str] = {}  # (endpoint, repo, branch) -> commit, for this run
 
 
 def branch_url(endpoint: str, model: HubModel) -> str:
@@ -107,15 +106,16 @@ def http_get(url: str, token: str | None, timeout: float = 30) -> tuple[int, byt
         return r.status_code, r.raw.read(BRANCH_ANSWER_LIMIT, decode_content=True)
 
 
-def pin_branches(spec: ClassSpec, token: str | None,
+def pin_branches(spec: ClassSpec, token: str | None, resolved: dict[tuple[str, str, str], str],
                  get: Callable[[str, str | None], tuple[int, bytes]] | None = None) -> tuple[ClassSpec, list[str]]:
     """The spec with each model declared by branch at the branch's commit, asked of the endpoint once
     per run (every host of the run gets the same commit, however the branch moves meanwhile); or
-    the spec and, per branch that cannot be resolved, why."""
+    the spec and, per branch that cannot be resolved, why. resolved: the run's (endpoint, repo,
+    branch) -> commit, which this adds to."""
     endpoint, problems, get = spec.hub.endpoint.rstrip("/"), [], get or http_get
     for m in spec.branches:
         key = (endpoint, m.repo, m.branch)
-        if key not in RESOLVED:
+        if key not in resolved:
             try:
                 sha, why = read_commit(*get(branch_url(endpoint, m), token))
             except OSError as e:  # requests' errors are OSErrors
@@ -123,10 +123,10 @@ def pin_branches(spec: ClassSpec, token: str | None,
             if sha is None:
                 problems.append(f"{m.repo}: branch {m.branch}: expected its commit from {endpoint}, found {why}")
                 continue
-            RESOLVED[key] = sha
+            resolved[key] = sha
     if problems:
         return spec, problems
-    return spec.with_commits({(r, b): sha for (e, r, b), sha in RESOLVED.items() if e == endpoint}), []
+    return spec.with_commits({(r, b): sha for (e, r, b), sha in resolved.items() if e == endpoint}), []
 
 
 # --- the client ------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -63,18 +63,14 @@ def table(reports: list[HostReport]) -> str:
 
 
 class RunReport:
-    """One per pyinfra run: deploy.py is executed once per host in one process."""
+    """One per pyinfra run (tasks/run.py): its hosts' rows, printed as a table when it ends."""
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, failed_hosts: Callable[[], set[str]] = set):
         self.title = title
         self.hosts: dict[str, HostReport] = {}
-        self._registered = False
-        self.failed_hosts = lambda: set()  # names pyinfra itself failed (set by the deploy)
+        self.failed_hosts = failed_hosts  # names pyinfra itself failed
 
     def host(self, name: str) -> HostReport:
-        if not self._registered:
-            atexit.register(self.print)
-            self._registered = True
         return self.hosts.setdefault(name, HostReport(name))
 
     def print(self) -> None:
@@ -86,6 +82,3 @@ class RunReport:
                 r.reasons.append(f"{name}: an operation failed: see its error above")
         if self.hosts:
             print(f"\n--> {self.title}\n{table(list(self.hosts.values()))}", file=sys.stderr, flush=True)
-
-
-RUN = RunReport("SGLang fleet rollout summary")

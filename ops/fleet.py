@@ -44,6 +44,7 @@ class Fleet:
         if not any(isinstance(h, Keepalive) for h in self.state.callback_handlers):
             self.state.add_callback_handler(Keepalive())
         self.hosts = [h for h in self.state.inventory if not limit or h.name in limit]
+        self.resolved: dict[tuple[str, str, str], str] = {}  # branches asked of their endpoint, once each
         unknown = sorted(set(limit or []) - {h.name for h in self.hosts})
         if unknown:
             raise SystemExit(f"not in the inventory: {', '.join(unknown)}")
@@ -58,7 +59,8 @@ class Fleet:
             spec = validate_host(str(GROUP_DIR / f"{classes[0]}.py"), host.data.dict())
         except SpecError as e:
             return classes[0], None, e.problems
-        spec, problems = pin_branches(spec, hub_token(spec))  # the commit a deploy now would serve
+        # the commit a deploy now would serve
+        spec, problems = pin_branches(spec, hub_token(spec), self.resolved)
         return classes[0], None if problems else spec, [f"{host.name}: {p}" for p in problems]
 
     def gateway_of(self, host) -> tuple[str, Gateway | None]:

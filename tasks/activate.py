@@ -14,10 +14,10 @@ from pyinfra.operations import python
 from fleet import activation, bounds, gate, lock, rollout
 from fleet.history import new_record
 from fleet.plan import RUNNING_STATES, workload_of
-from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
-from tasks.common import BEGUN, LOST, Begun, HostLost, connected, give_up, repo_state, run
+from tasks import run as runs
+from tasks.common import Begun, HostLost, connected, give_up, given_up, repo_state, run
 from tasks.preflight import Preflight
 
 def service(pf: Preflight) -> None:
@@ -159,7 +159,7 @@ class HostSteps:
         drop = p.before.backup if record.get("kind") == "tune" else None
         returned = p.tune_left is not None and p.tune is None and record.get("result") == "ok"
         run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
-        BEGUN.pop(self.host.name, None)
+        runs.of(self.host.state).begun.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
@@ -170,7 +170,7 @@ def _record(pf: Preflight) -> dict:
 
 
 def _report(host, outcome: activation.Outcome) -> bool:
-    report = RUN.host(host.name)
+    report = runs.of(host.state).report.host(host.name)
     report.verdict = outcome.verdict
     if outcome.ready is not None and outcome.ready.ready:
         report.ready_s = outcome.ready.elapsed_s
@@ -185,7 +185,7 @@ def _report(host, outcome: activation.Outcome) -> bool:
 
 
 def _activate(state, host, pf: Preflight) -> bool:
-    begun = BEGUN[host.name]
+    begun = runs.of(state).begun[host.name]
     steps, unit, record = HostSteps(host, begun), pf.spec.service_unit, _record(pf)
 
     def go() -> activation.Outcome:
@@ -214,7 +214,7 @@ def _or_lost(host, begun: Begun, work) -> activation.Outcome:
 def lost(host, begun: Begun, e: HostLost) -> activation.Outcome:
     """The host given up mid-rollout: what it was doing, what it keeps, what the next run does."""
     begun.end()
-    BEGUN.pop(host.name, None)
+    runs.of(host.state).begun.pop(host.name, None)
     return activation.Outcome(
         "LOST", [e.why, f"{host.name}: given up at: {e.doing}"],
         left="its pending-rollout record and this run's lock, no longer renewed: nothing more was run on it "
@@ -230,8 +230,8 @@ def after_failure(host, begun: Begun, reason: str) -> None:
     pf = begun.pf
     if not connected(host):  # an upload over a link the kernel dropped, say
         give_up(host, f"{host.name}: link lost: expected its connection up, found it closed")
-    if host.name in LOST:
-        _report(host, lost(host, begun, HostLost(LOST[host.name], reason)))
+    if given_up(host):
+        _report(host, lost(host, begun, HostLost(runs.of(host.state).lost[host.name], reason)))
         return
     try:
         steps = HostSteps(host, begun)
@@ -240,7 +240,7 @@ def after_failure(host, begun: Begun, reason: str) -> None:
             workloads_stopped=begun.workloads_stopped))
         rolling.after_rollback(host, pf, steps, outcome)
     except Exception as e:  # noqa: BLE001 - whatever it was: the next run finishes the job
-        RUN.host(host.name).reasons.append(
+        runs.of(host.state).report.host(host.name).reasons.append(
             f"{host.name}: could not roll back ({e}); the host keeps its pending-rollout record: "
             "the next run finishes this rollout or rolls it back")
         return

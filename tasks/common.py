@@ -22,8 +22,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from fleet import bounds, layout, lock, wire
 from fleet.bounds import Bound
-from fleet.report import RUN
 from fleet.spec import ClassSpec
+from tasks import run as runs
 
 
 @dataclass
@@ -40,10 +40,6 @@ class Begun:
         if self.lease is not None:
             self.lease.stop()
             self.lease = None
-
-
-# host name -> its begun rollout: a failed operation rolls it back; an interrupt leaves it to the next run
-BEGUN: dict[str, Begun] = {}
 
 
 def connector_arguments(host, **given) -> dict:
@@ -76,7 +72,6 @@ class HostLost(Exception):
         self.doing = doing  # the command it was given up at
 
 
-LOST: dict[str, str] = {}  # host name -> why this run gave it up
 # The lease's clock: on Linux one that counts a suspended laptop's sleep too (monotonic does not).
 CLOCK = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
     else time.monotonic
@@ -93,20 +88,21 @@ def run(host, command: str, bound: Bound) -> tuple[bool, str]:
     (a journal line, a server's reply) is text here, never an error of the reading.
     bound (fleet.bounds): without an answer within it, or over a connection that broke, the host
     is given up for this run and HostLost raised; so it is for a host given up before."""
-    begun = BEGUN.get(host.name)
+    this = runs.of(host.state)
+    begun = this.begun.get(host.name)
     if begun is not None and begun.lease is not None and not begun.lease.fresh():
         begun.lease.lapsed()
-    if host.name in LOST:
-        raise HostLost(LOST[host.name], bound.what)
+    if host.name in this.lost:
+        raise HostLost(this.lost[host.name], bound.what)
     try:
         ok, output = _call(host, command, bound.seconds)
     except _Unanswered as e:
         give_up(host, f"{host.name}: {bound.what}: expected an answer within {bound.seconds:g}s ({bound.basis}), "
                       f"found {e}")
-        raise HostLost(LOST[host.name], bound.what) from None
+        raise HostLost(this.lost[host.name], bound.what) from None
     if not ok and not connected(host):  # the connection closed under the command: no answer either
         give_up(host, f"{host.name}: {bound.what}: expected an answer, found the connection closed (its link lost)")
-        raise HostLost(LOST[host.name], bound.what)
+        raise HostLost(this.lost[host.name], bound.what)
     said = wire.untransported(output.stdout)
     # what ran the command (sudo, the login shell) speaks on stderr, outside the transport
     return ok, said if ok or not output.stderr else f"{said}\n{wire.printable(output.stderr)}"
@@ -164,13 +160,19 @@ def uploaded(host, wheels_dir: str, uploads: list[tuple[str, str]]) -> str | Non
 def give_up(host, why: str, hang_up: bool = False) -> None:
     """Nothing more runs on the host this run (run raises HostLost); said once. hang_up: close its
     connection too, which ends at once whatever waits on it there (a link found lost)."""
-    if host.name in LOST:
+    lost = runs.of(host.state).lost
+    if host.name in lost:
         return
-    LOST[host.name] = why
+    lost[host.name] = why
     host.log_styled(why, fg="red")
     client = getattr(host.connector, "client", None)
     if hang_up and client is not None:
         client.close()
+
+
+def given_up(host) -> bool:
+    """This run gave the host up (give_up): nothing more runs on it."""
+    return host.name in runs.of(host.state).lost
 
 
 class Lease:
@@ -211,7 +213,7 @@ class Lease:
     def keep(self) -> None:
         every, lost_after = lock.renew_every_s(self.spec), lock.lost_after_s(self.spec)
         last = ""
-        while self.host.name not in LOST:
+        while not given_up(self.host):
             self.sleep(every)
             sent = self.now()
             left = self.answered + lost_after - sent
@@ -242,7 +244,7 @@ class Lease:
 def fail(host, *reasons: str, verdict: str = "FAILED") -> bool:
     """Fail the host at execution time: say why and put it in the summary. Returns False, which
     is how a python.call callback fails its host in pyinfra (a begun rollout then rolls back)."""
-    report = RUN.host(host.name)
+    report = runs.of(host.state).report.host(host.name)
     report.verdict = verdict
     for reason in reasons:
         host.log_styled(reason, fg="red")

@@ -24,8 +24,8 @@ from facts.sglang import SglangEngine
 from fleet import bounds, guards, layout
 from fleet import engine as rules
 from fleet.parse import parse_engine
-from fleet.report import RUN
 from fleet.wire import excerpt
+from tasks import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded
 from tasks.preflight import Preflight, refused
 
@@ -39,7 +39,7 @@ def install(pf: Preflight) -> None:
         wheel = pip_wheel()
         wheels = declared_wheels(pf.spec)
     except (WheelError, ValueError) as e:
-        refused(RUN.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
+        refused(runs.of(host.state).report.host(host.name), [f"{host.name}: engine {pf.plan.install_engine}: {e}"])
         return
     python.call(name="Install the declared engine beside the live one, and check it (nothing stops)",
                 function=_install_or_lost, pf=pf, uploads=[(str(wheel), rules.pip_wheel_path(wheel.name)), *[

@@ -30,9 +30,9 @@ from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
 from fleet.layout import staged_path
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
-from fleet.report import RUN
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
+from tasks import run as runs
 from tasks import rolling
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
 from tasks.install import upload
@@ -46,7 +46,7 @@ def is_gateway(group_dir: str = "group_data") -> bool:
 
 
 def converge(group_dir: str = "group_data") -> None:
-    report = RUN.host(host.name)
+    report = runs.of(host.state).report.host(host.name)
     report.gpu_class = "gateway"
     contained(report, "gateway", lambda: _converge(report, group_dir))
 
@@ -152,7 +152,7 @@ def _wait_health(state, host, gw: Gateway) -> bool:
         except HostLost as e:
             return fail(host, e.why)
         if out.strip() == "200":
-            RUN.host(host.name).verdict = "OK"
+            runs.of(host.state).report.host(host.name).verdict = "OK"
             return True
         if time.monotonic() > deadline:
             return fail(host, f"{host.name}: {gw.service_unit}: expected /health 200 within {HEALTH_TIMEOUT_S}s, "

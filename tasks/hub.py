@@ -28,9 +28,9 @@ from facts.models import ModelDirs
 from fleet import bounds, guards, layout
 from fleet import hub as rules
 from fleet.parse import parse_model_dirs
-from fleet.report import RUN
 from fleet.wire import ascii_int, excerpt, frames
-from tasks.common import (CACHE, LOST, HostLost, WheelError, asked, downloaded, fail, give_up, run,
+from tasks import run as runs
+from tasks.common import (CACHE, HostLost, WheelError, asked, downloaded, fail, give_up, given_up, run,
                           uploaded)
 from tasks.engine import pip_wheel
 from tasks.install import upload
@@ -41,10 +41,6 @@ from tasks.preflight import Preflight, refused
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # Ubuntu 22.04 to Debian 13; huggingface_hub 2.x needs 3.10
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
-# One per endpoint (and its declared number): the fetches from it in this run, across every class
-SLOTS: dict[tuple[str, int], BoundedSemaphore] = {}
-
-
 def fetch(pf: Preflight) -> None:
     if not pf.plan.fetch_models:
         return
@@ -52,7 +48,7 @@ def fetch(pf: Preflight) -> None:
         pip = pip_wheel()
         client = client_wheels(pf.spec.hub.client)
     except (WheelError, ValueError) as e:
-        refused(RUN.host(host.name), [f"{host.name}: hub client {pf.spec.hub.client}: {e}"])
+        refused(runs.of(host.state).report.host(host.name), [f"{host.name}: hub client {pf.spec.hub.client}: {e}"])
         return
     name = rules.client_name(pf.spec.hub)
     python.call(name="Fetch the declared models' revisions, and check them (nothing stops)",
@@ -100,7 +96,8 @@ def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
         run(host, f"rm -f -- {shlex.quote(token)}", bounds.disk("the removal of the hub token's file"))
         return refuse(f"hub.token: expected it uploaded to {token} (0600), found the upload failed")
     endpoint = hub.endpoint.rstrip("/")  # one endpoint, however it is spelt
-    slots = SLOTS.setdefault((endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
+    # one set per endpoint (and its declared number): the fetches from it in this run, across every class
+    slots = runs.of(host.state).slots.setdefault((endpoint, hub.max_parallel), BoundedSemaphore(hub.max_parallel))
     if slots.locked():
         host.log(f"waiting for a fetch slot: {hub.max_parallel} hosts at once from {hub.endpoint} (hub.max_parallel)")
     try:
@@ -196,7 +193,7 @@ def watch(host, spec, partial: str, what: str, ask: Callable[[str, float], str |
     every, lost_after = spec.readiness.progress_every_s, spec.readiness.link_timeout_s
     ask = ask or (lambda command, within: asked(host, command, within))
     answered = now()
-    while host.name not in LOST:
+    while not given_up(host):
         sleep(every)
         said = ask(f"du -sk -- {shlex.quote(partial)} 2>/dev/null | cut -f1", max(1.0, answered + lost_after - now()))
         if said is not None:

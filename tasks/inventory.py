@@ -19,8 +19,8 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.context import ctx_state
 
 from fleet.groupdata import SpecError, check_or_exit, class_files, validate_host
-from fleet.report import RUN
 from fleet.spec import Readiness
+from tasks import run as runs
 
 
 class UnreachableInSummary(BaseStateCallback):
@@ -28,7 +28,7 @@ class UnreachableInSummary(BaseStateCallback):
 
     @classmethod
     def host_connect_error(cls, state, host, error) -> None:
-        report = RUN.host(host.name)
+        report = runs.of(host.state).report.host(host.name)
         report.gpu_class = ",".join(g for g in host.groups if g in class_files(cls.group_dir)) or "-"
         report.verdict, report.action = "UNREACHABLE", "none"
         report.reasons.append(f"{host.name}: {error.args[0] if error.args else error}")
@@ -71,13 +71,4 @@ def checked(namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> 
     state = ctx_state.get()
     if state is None:  # loaded by make check, not by pyinfra
         return
-    # pyinfra initialises its state (callbacks included) after loading the inventory, then
-    # connects: the handler goes in right after that initialisation.
-    init = state.init
-
-    def init_then_watch(*args, **kwargs):
-        init(*args, **kwargs)
-        state.add_callback_handler(UnreachableInSummary())
-        state.add_callback_handler(Keepalive())
-
-    state.init = init_then_watch
+    runs.on_inventory_loaded(state, UnreachableInSummary(), Keepalive())

@@ -20,11 +20,12 @@ from fleet.hub import pin_branches
 from fleet.parse import HostFacts
 from fleet.plan import Plan, declared_files, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
-from fleet.report import RUN, describe_gpu_list
+from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
 from fleet.wire import excerpt
+from tasks import run as runs
 
 # make rollback: `--data sglang_fleet_rollback=STAMP` on that one pyinfra run's command line, the backup
 # set to put back on the hosts of its --limit (fleet.history.PREVIOUS: the set before the last successful
@@ -52,9 +53,7 @@ def _refuse(state, host, reasons):
 def check(group_dir: str = "group_data") -> Preflight | None:
     """Gather the host's facts in one round trip, judge them, refuse the host if anything
     fails, else plan what to do (nothing, if it is already as declared)."""
-    report = RUN.host(host.name)
-    run_state = state._get_module()  # the object itself: the context is gone when the table prints
-    RUN.failed_hosts = lambda: {h.name for h in run_state.failed_hosts}
+    report = runs.of(host.state).report.host(host.name)
     return contained(report, "preflight", lambda: _check(report, group_dir))
 
 
@@ -102,7 +101,7 @@ def _check(report, group_dir: str) -> Preflight | None:
             rollback = _rollback_target(spec, rollback_to)
             spec, group = rollback.spec, rollback.group
         elif spec.branches:  # models declared by branch: at the commit the endpoint names now, once per run
-            spec, problems = pin_branches(spec, secrets.hub_token)
+            spec, problems = pin_branches(spec, secrets.hub_token, runs.of(host.state).resolved)
             if problems:
                 raise SpecError([f"{host.name}: {p}; nothing was touched" for p in problems])
             for m in spec.hub_models.values():
@@ -189,7 +188,7 @@ def refused(report, reasons: list[str]) -> None:
 
 def _show(pf: Preflight) -> None:
     """The plan in the report, what drifted, and with --diff the files' diffs (secrets never shown)."""
-    report = RUN.host(host.name)
+    report = runs.of(host.state).report.host(host.name)
     report.action = pf.plan.action()
     if pf.rollback:
         report.action = f"roll back to backups/{pf.rollback.stamp}: " + (

@@ -17,28 +17,21 @@
 
 from __future__ import annotations
 
-import atexit
-import os
-import signal
-import sys
 import time
 
-from pyinfra import state
-from pyinfra.api.state import BaseStateCallback
+from pyinfra import host
 from pyinfra.operations import python
 
 from fleet import bounds, lock, rollout, tune
 from fleet.plan import units_as_read
-from fleet.report import RUN
 from tasks import activate
-from tasks.common import BEGUN, Begun, HostLost, Lease, fail, run
+from tasks import run as runs
+from tasks.common import Begun, HostLost, Lease, fail, run
 from tasks.preflight import Preflight
-
-INTERRUPTED_EXIT = 130
 
 
 def begin(pf: Preflight) -> None:
-    _install_handlers()
+    runs.arm(host.state, _rolled_back_on_failure, _unfinished)
     python.call(name="Begin the rollout (deploy lock, backup, pending-rollout record)", function=_begin_or_lost, pf=pf)
 
 
@@ -70,10 +63,10 @@ def _begin(state, host, pf: Preflight) -> bool:
     ), bounds.begin(spec))
     said = rollout.read_begin(out, spec, units)
     if said.begun:
-        BEGUN[host.name] = Begun(pf, lease=Lease(host, spec).start())
+        runs.of(state).begun[host.name] = Begun(pf, lease=Lease(host, spec).start())
         return True
     if said.lock_taken is not None or said.changed:
-        RUN.host(host.name).action = "none"
+        runs.of(state).report.host(host.name).action = "none"
     if said.lock_taken is not None:
         holder = lock.describe(said.lock_taken) if said.lock_taken else "it has let it go again"
         return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
@@ -84,46 +77,19 @@ def _begin(state, host, pf: Preflight) -> bool:
     return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {words[-300:]}")
 
 
-class _RollBackOnFailure(BaseStateCallback):
-    @staticmethod
-    def operation_host_error(state, host, op_hash, retry_count=0, max_retries=0):
-        begun = BEGUN.get(host.name)
-        if begun is not None:  # the failed operation's own error is printed above
-            names = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
-            activate.after_failure(host, begun, f"'{names}' failed")
+def _rolled_back_on_failure(state, host, what: str) -> None:
+    begun = runs.of(state).begun.get(host.name)
+    if begun is not None:  # the failed operation's own error is printed above
+        activate.after_failure(host, begun, what)
 
 
-_handlers: list = []
-
-
-def _install_handlers() -> None:
-    if _handlers:
-        return
-    handler = _RollBackOnFailure()
-    state.add_callback_handler(handler)
-    _handlers.append(handler)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _interrupted)
-    atexit.register(_unfinished, "the run ended (see its error above)")  # runs before the table prints
-
-
-def _unfinished(how: str) -> None:
+def _unfinished(run: runs.Run, how: str) -> None:
     """Say, for every host whose rollout began and did not end, where it is left."""
-    for name in BEGUN:
-        report = RUN.host(name)
+    for name in run.begun:
+        report = run.report.host(name)
         report.verdict = "INTERRUPTED"
         report.reasons.append(
             f"{name}: {how} mid-rollout; it keeps its pending-rollout record: the next run "
             "(make deploy) finishes this rollout or rolls it back to the state recorded before it"
         )
-    BEGUN.clear()
-
-
-def _interrupted(signum, frame) -> None:
-    """Stop now, and say where each host is. (pyinfra's own handler would exit 0.)"""
-    _unfinished("interrupted")
-    print(f"\nInterrupted ({signal.Signals(signum).name}): no further command runs on any host.", file=sys.stderr)
-    RUN.print()
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(INTERRUPTED_EXIT)
+    run.begun.clear()

@@ -27,11 +27,11 @@ from fleet.gate import url_host
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
-from fleet.report import RUN
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
+from tasks import run as runs
 from tasks.common import HostLost, run
 
 IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
@@ -149,9 +149,6 @@ class ClassRoll:
             self.canary_done.set()
 
 
-ROLLS: dict[str, ClassRoll] = {}
-
-
 def enlist(host, pf, group_dir: str = "group_data") -> None:
     """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
     part in its class's rollout, and so does one that takes over an interrupted rollout. One left
@@ -161,9 +158,10 @@ def enlist(host, pf, group_dir: str = "group_data") -> None:
     left it out. One whose interrupted rollout had only begun waits for its turn as any other."""
     if not pf.plan.restart and pf.plan.interrupted is None:
         return
-    roll = ROLLS.get(pf.group)
+    rolls = runs.of(host.state).rolls
+    roll = rolls.get(pf.group)
     if roll is None:
-        roll = ROLLS[pf.group] = _class_roll(host.state, pf, group_dir)
+        roll = rolls[pf.group] = _class_roll(host.state, pf, group_dir)
     if pf.plan.interrupted is not None and pf.plan.interrupted.mid_change:
         roll.mid_change.add(host.name)
     roll.order.append(host.name)
@@ -178,9 +176,6 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
                      bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway)
 
 
-GATEWAYS: dict[str, Gateway] = {}  # gateway host -> the one Gateway of this run: every class it routes shares it
-
-
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
     """The gateway in the inventory that routes `gpu_class` (its group's first host), with its replicas; None if none.
     One object per gateway host, whatever classes it routes: it alone writes its discovery file, so no
@@ -192,9 +187,10 @@ def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway 
     for group, gw in gateways.items():
         hosts = [h for h in state.inventory if group in h.groups]
         if gpu_class in gw.routes and hosts:
-            if hosts[0].name not in GATEWAYS:
-                GATEWAYS[hosts[0].name] = Gateway(gw, hosts[0], replicas(state, gw, group_dir))
-            return GATEWAYS[hosts[0].name]
+            gateways = runs.of(state).gateways
+            if hosts[0].name not in gateways:
+                gateways[hosts[0].name] = Gateway(gw, hosts[0], replicas(state, gw, group_dir))
+            return gateways[hosts[0].name]
     return None  # no gateway in this inventory routes it: no drain around the restarts
 
 
@@ -203,7 +199,7 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
     """Run `go` (the activation) in the host's turn, drained out of the gateway around it where one
     routes the class; or `leave` (end the begun rollout without a change) if the class's rollout
     stopped first."""
-    roll = ROLLS.get(pf.group)
+    roll = runs.of(host.state).rolls.get(pf.group)
     if roll is None:
         return go()
     t = roll.turns()
@@ -266,7 +262,7 @@ def _stopping_on_failure(roll: ClassRoll, host, turn: Callable[[], activation.Ou
 def _left_out(roll: ClassRoll, host, e: BaseException) -> None:
     """The row of a replica whose rollout broke off out of its gateway says so."""
     if roll.gateway is not None:
-        RUN.host(host.name).reasons.append(
+        runs.of(host.state).report.host(host.name).reasons.append(
             f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
             f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
 
@@ -281,7 +277,7 @@ def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
 
 def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
     """A replica rolled back outside its turn (a failed operation): back in the gateway if it serves."""
-    roll = ROLLS.get(pf.group)
+    roll = runs.of(host.state).rolls.get(pf.group)
     if roll is None or roll.gateway is None or host.name not in roll.gateway.out:
         return
     if serves(outcome):

@@ -125,24 +125,28 @@ class Clock:
         return getattr(time, name)
 
 
+class _Now:
+    run = None  # the run of the test that runs now (fresh_run)
+
+
+def this_run():
+    """The test's run (tasks.run.Run): its summary rows, hosts begun and given up, classes rolling."""
+    return _Now.run
+
+
 @pytest.fixture(autouse=True)
 def fresh_run(monkeypatch):
-    """A run of its own for each test (import it into a test module): an empty summary that prints
-    nothing at exit, no host given up or begun, no class rolling."""
-    from fleet.report import RUN
-    from tasks import common, rolling
+    """A run of its own for each test (import it into a test module), whatever State its fake hosts
+    belong to: an empty summary that prints nothing at exit, no host given up or begun, no class rolling."""
+    from fleet.report import RunReport
+    from tasks import run as runs
 
-    monkeypatch.setattr(RUN, "hosts", {})
-    monkeypatch.setattr(RUN, "_registered", True)
-    monkeypatch.setattr(rolling, "ROLLS", {})
-    monkeypatch.setattr(rolling, "GATEWAYS", {})
-    common.LOST.clear()
-    common.BEGUN.clear()
-    yield RUN
-    for begun in common.BEGUN.values():
+    _Now.run = run = runs.Run(RunReport("test"))
+    monkeypatch.setattr(runs, "of", lambda state: run)
+    yield run
+    for begun in run.begun.values():
         begun.end()
-    common.LOST.clear()
-    common.BEGUN.clear()
+    _Now.run = None
 
 
 def preflight_of(spec, facts, group: str = "pro6000", interrupted=None, rollback=None, stamp="20261130T120000Z"):

@@ -13,13 +13,13 @@ from types import SimpleNamespace
 
 import gevent
 import pytest
+from fakehost import fresh_run, this_run  # noqa: F401
 from paramiko import SSHException
 from pyinfra.api import Config, Inventory, State
 
 from fleet import lock
 from fleet.bounds import Bound
 from fleet.spec import ClassSpec
-from fleet.report import RunReport
 from tasks import activate, common
 from tasks.common import HostLost, Lease, run
 from tasks.inventory import Keepalive
@@ -30,13 +30,6 @@ SPEC = ClassSpec.model_validate({
     "service": {"model_path": "/m", "served_model_name": "m"},
     "readiness": {"link_timeout_s": 12},
 })
-
-
-@pytest.fixture(autouse=True)
-def no_host_given_up():
-    common.LOST.clear()
-    yield
-    common.LOST.clear()
 
 
 def local():
@@ -60,7 +53,7 @@ def test_a_command_past_its_bound_gives_the_host_up_and_nothing_more_runs_on_it(
     assert lost.value.why == ("@local: the wait for sglang.service's /health: expected an answer within 1s "
                               "(its budget 0 + 1), found none")
     assert lost.value.doing == "the wait for sglang.service's /health"
-    assert common.LOST == {"@local": lost.value.why}
+    assert this_run().lost == {"@local": lost.value.why}
     made = tmp_path / "made"
     with pytest.raises(HostLost) as again:
         run(host, f"touch {made}", Bound("the smoke test", 5, "five"))
@@ -104,16 +97,14 @@ def test_a_connection_that_breaks_gives_the_host_up_naming_the_command(raises, f
 def test_a_failed_operation_over_a_lost_link_rolls_nothing_back_and_reports_lost(monkeypatch):
     """An upload that failed because the link went: no rollback tried over it; the row says LOST,
     at what, and what the next run does."""
-    report = RunReport("test")
-    report._registered = True  # no summary printed at the end of the tests
-    monkeypatch.setattr(activate, "RUN", report)
+    report = this_run().report
     host, ran = Broken(), []
     host.run_shell_command = lambda *args, **kwargs: ran.append(args)
     begun = common.Begun(pf=SimpleNamespace(spec=SPEC))
-    monkeypatch.setitem(common.BEGUN, host.name, begun)
+    this_run().begun[host.name] = begun
     activate.after_failure(host, begun, "'Upload the new files beside the live ones' failed")
     row = report.hosts["gpu-1"]
-    assert row.verdict == "LOST" and ran == [] and host.name not in common.BEGUN
+    assert row.verdict == "LOST" and ran == [] and host.name not in this_run().begun
     assert row.reasons[:2] == ["gpu-1: link lost: expected its connection up, found it closed",
                                "gpu-1: given up at: 'Upload the new files beside the live ones' failed"]
     assert row.reasons[-1] == ("next: once it answers again, make deploy (from any machine: the lock's lease runs "
@@ -160,7 +151,7 @@ def test_a_lease_is_renewed_every_quarter_of_the_link_timeout_while_the_host_ans
     # each bounded by what is left of half the lease since the last one answered
     assert [round(within, 1) for _, within in asked] == [3, 2.9, 2.9, 2.9, 2.9, 2.9]
     # the lock found another deploy's: given up, hung up, nothing more
-    assert common.LOST["gpu-1"] == ("gpu-1: deploy lock: expected this run's, found it gone or another deploy's "
+    assert this_run().lost["gpu-1"] == ("gpu-1: deploy lock: expected this run's, found it gone or another deploy's "
                                     "(taken over): nothing more runs on it")
     assert hung_up
 
@@ -170,7 +161,7 @@ def test_a_host_that_answers_no_renewal_for_half_the_link_timeout_is_given_up_an
     lease.keep()
     renewed_at = asked[0][0]
     assert asked[1] == (renewed_at + 3.1, pytest.approx(6 - 3.1))  # bounded by the time left
-    assert common.LOST["gpu-1"] == ("gpu-1: link lost: expected an answer to its lock's lease renewal every 3s, "
+    assert this_run().lost["gpu-1"] == ("gpu-1: link lost: expected an answer to its lock's lease renewal every 3s, "
                                     "found none for 6s (half of readiness.link_timeout_s 12)")
     assert hung_up == [pytest.approx(renewed_at + 6)]  # at the deadline, well before the host's lease (12 s) runs out
 
@@ -178,8 +169,8 @@ def test_a_host_that_answers_no_renewal_for_half_the_link_timeout_is_given_up_an
 def test_renewals_that_fail_on_the_host_give_it_up_saying_what_it_answered():
     lease, host, clock, asked, hung_up = lease_with(["flock: timed out"])
     lease.keep()  # the next renewal would come after the deadline: given up then
-    assert len(asked) == 1 and common.LOST["gpu-1"].startswith("gpu-1: link lost: ")
-    assert common.LOST["gpu-1"].endswith("found none for 6s (half of readiness.link_timeout_s 12); "
+    assert len(asked) == 1 and this_run().lost["gpu-1"].startswith("gpu-1: link lost: ")
+    assert this_run().lost["gpu-1"].endswith("found none for 6s (half of readiness.link_timeout_s 12); "
                                          "its last answer: 'flock: timed out'")
 
 
@@ -188,7 +179,7 @@ def test_a_controller_that_was_stopped_or_asleep_runs_nothing_more_on_its_begun_
     clock, host, hung_up = Clock(), Broken(), []
     host.connector.client.close = lambda: hung_up.append(True)
     lease = Lease(host, SPEC, renew=lambda within: lock.RENEWED_MARK, now=clock.now, sleep=clock.sleep)
-    monkeypatch.setitem(common.BEGUN, host.name, common.Begun(pf=None, lease=lease))
+    this_run().begun[host.name] = common.Begun(pf=None, lease=lease)
     clock.t += 7  # half the link timeout (6 s) passed without a renewal answered
     with pytest.raises(HostLost) as lost:
         run(host, "true", Bound("the smoke test", 150, "smoke.timeout_s 120 + 30"))
@@ -206,7 +197,7 @@ def test_a_stopped_lease_renews_no_more():
     lease.stop()
     renewed = len(asked)
     gevent.sleep(1.5)
-    assert renewed >= 1 and len(asked) == renewed and "gpu-1" not in common.LOST
+    assert renewed >= 1 and len(asked) == renewed and "gpu-1" not in this_run().lost
 
 
 # --- keepalive ---------------------------------------------------------------------------

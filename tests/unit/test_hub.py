@@ -330,11 +330,13 @@ def by_branch(branch: str = "main", **more):
 
 
 @pytest.fixture
-def run_resolved(monkeypatch):
-    monkeypatch.setattr(hub, "RESOLVED", {})
+def run_resolved():
+    return {}  # a run's resolved branches
 
 
 def test_a_branch_is_resolved_once_per_run_and_served_at_its_commit(run_resolved):
+    # two runs share nothing: another run's resolved branches are its own
+    other_run: dict = {}
     asked = []
 
     def get(url, token):
@@ -345,15 +347,16 @@ def test_a_branch_is_resolved_once_per_run_and_served_at_its_commit(run_resolved
     assert spec.branches and spec.service.model is None
     with pytest.raises(ValueError, match="branch refs/pr/1 is not resolved"):
         spec.draft_path
-    pinned, problems = hub.pin_branches(spec, "hf_secret", get)
+    pinned, problems = hub.pin_branches(spec, "hf_secret", run_resolved, get)
     assert problems == [] and pinned.draft_path == "/opt/sglang-fleet/models/z-lab/d/" + "c" * 40
     assert pinned.speculative.draft_model.describe() == "z-lab/d@cccccccccccc (branch refs/pr/1)"
     assert asked == [("http://hub.internal:8090/api/models/z-lab/d/revision/refs%2Fpr%2F1", "hf_secret")]
-    again, _ = hub.pin_branches(by_branch("refs/pr/1"), None, get)  # the next host: the same commit, no request
+    again, _ = hub.pin_branches(by_branch("refs/pr/1"), None, run_resolved, get)  # the next host: the same commit, no request
     assert again == pinned and len(asked) == 1
+    assert hub.pin_branches(by_branch("refs/pr/1"), None, other_run, get)[0] == pinned and len(asked) == 2
     # a revision declared with its branch: served at that commit, nothing asked
     both = by_branch(revision="d" * 40)
-    assert hub.pin_branches(both, None, get) == (both, []) and len(asked) == 1
+    assert hub.pin_branches(both, None, run_resolved, get) == (both, []) and len(asked) == 2
 
 
 @pytest.mark.parametrize("answer, found", [
@@ -370,10 +373,10 @@ def test_a_branch_that_cannot_be_resolved_is_named(run_resolved, answer, found):
         return answer
 
     spec = by_branch()
-    same, problems = hub.pin_branches(spec, None, get)
+    same, problems = hub.pin_branches(spec, None, run_resolved, get)
     assert same is spec and len(problems) == 1
     assert problems[0].startswith(f"z-lab/d: branch main: expected its commit from http://hub.internal:8090, found {found}")
-    assert hub.RESOLVED == {}
+    assert run_resolved == {}
 
 
 @pytest.mark.parametrize("branch", ["-x", "/main", "a..b", "a//b", "main/", "x.lock", "a b", "a\nb", ""])
@@ -390,10 +393,10 @@ def test_neither_commit_nor_branch():
 def test_the_real_endpoint_names_main_s_newest_commit(endpoint, run_resolved):
     spec = spec_of(speculative={"algorithm": "DFLASH", "draft_model": {"repo": hf.DRAFT, "branch": "main"}},
                    hub={"endpoint": endpoint["url"]})
-    pinned, problems = hub.pin_branches(spec, None)
+    pinned, problems = hub.pin_branches(spec, None, run_resolved)
     assert problems == [] and pinned.speculative.draft_model.revision == revision(hf.DRAFT, -1)
     _, problems = hub.pin_branches(spec_of(speculative={"algorithm": "DFLASH", "draft_model": {
-        "repo": hf.DRAFT, "branch": "nope"}}, hub={"endpoint": endpoint["url"]}), None)
+        "repo": hf.DRAFT, "branch": "nope"}}, hub={"endpoint": endpoint["url"]}), None, run_resolved)
     assert problems and "HTTP 401" in problems[0], problems
 
 

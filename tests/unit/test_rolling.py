@@ -19,6 +19,7 @@ from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
 from fleet.rolling import GatewayError, Turns, through_gateway, turns
 from fleet.spec import ClassSpec, Rolling
 from tasks import rolling
+from tasks import run as runs
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
 
@@ -39,7 +40,7 @@ def run_class(monkeypatch):
         if now is not None:
             roll.now = now
         roll.order, roll.mid_change = list(HOSTS), set(mid_change)
-        monkeypatch.setitem(rolling.ROLLS, "c", roll)
+        runs.of(state).rolls["c"] = roll
         events, active = [], set()
 
         def activation(name):
@@ -273,7 +274,6 @@ def _host(name, groups=("c",)):
 
 
 def test_hosts_enlist_in_inventory_order_and_only_a_takeover_left_mid_change_goes_first(monkeypatch):
-    monkeypatch.setattr(rolling, "ROLLS", {})
     inventory = [_host("a"), _host("x", ("other",)), _host("b"), _host("c1"), _host("d")]
     state = SimpleNamespace(inventory=inventory)
     spec = ClassSpec.model_validate({
@@ -288,7 +288,7 @@ def test_hosts_enlist_in_inventory_order_and_only_a_takeover_left_mid_change_goe
     for name, p in (("c1", pf()), ("a", pf(interrupted=left[BEGUN])), ("b", pf(interrupted=left[ROLLING_OUT])),
                     ("x", pf(restart=False)), ("d", pf(restart=False))):
         rolling.enlist(SimpleNamespace(name=name, state=state), p)
-    roll = rolling.ROLLS["c"]
+    roll = runs.of(state).rolls["c"]
     assert roll.order == ["a", "b", "c1"] and roll.mid_change == {"b"}
     assert roll.turns() == Turns(("b",), ("a", "c1"), frozenset({"b"}))
     assert roll.at_once == 2  # 50% of the class's 4 hosts

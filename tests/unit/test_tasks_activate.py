@@ -12,14 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 from builders import SPEC, converged, make_spec, process, unit
-from fakehost import Clock, Script, fake_host, fresh_run, observation, preflight_of, smi, smoke_answer  # noqa: F401
+from fakehost import Clock, Script, fake_host, fresh_run, this_run, observation, preflight_of, smi, smoke_answer  # noqa: F401
 
 from facts.gpu import GpuProcesses
 from fleet import gate, rollout
 from fleet.parse import GpuProcessList
-from fleet.report import RUN
 from tasks import activate, workloads
-from tasks.common import BEGUN, LOST, Begun
+from tasks.common import Begun
 
 NEW = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash",
                              "block_size": 8})
@@ -66,9 +65,9 @@ def activating(answers: dict, pf=None, facts=HOST):
     pf = pf or preflight_of(NEW, facts)
     named = Named(pf)
     fake = fake_host(Script(answers, key=named))
-    BEGUN["h"] = Begun(pf)
+    this_run().begun["h"] = Begun(pf)
     ok = activate._activate(None, fake.host, pf)
-    return ok, [named(c) for c in fake.commands()], fake, RUN.hosts["h"]
+    return ok, [named(c) for c in fake.commands()], fake, this_run().report.hosts["h"]
 
 
 RESTORED = f"{rollout.RESTORED} {SPEC.unit_file} {SPEC.env_file} "
@@ -83,7 +82,7 @@ def test_a_rollout_stops_the_training_puts_the_files_live_waits_for_health_and_r
     assert wait == gate.wait_command(NEW, gate.observation_text(observation(pid=5000, health=0)),
                                      NEW.readiness.progress_every_s)  # the clock stood still: a whole budget
     assert row.verdict == "OK" and row.ready_s == 0 and row.smoke == "500 ms, 16.0 tok/s, accept length 3.25"
-    assert '"result": "ok"' in fake.commands()[-1] and "h" not in BEGUN
+    assert '"result": "ok"' in fake.commands()[-1] and "h" not in this_run().begun
 
 
 def test_a_host_that_serves_at_once_needs_no_wait():
@@ -154,7 +153,7 @@ def test_training_that_does_not_come_back_is_named_in_the_row(clock):
 def test_a_link_that_breaks_mid_rollout_gives_the_host_up_and_sends_nothing_more():
     ok, sent, _, row = activating({**SERVING, "wait": EOFError()})
     assert not ok and sent == ["its turn", "stop training", "smi", "apply", "wait"]  # no rollback over the lost link
-    assert row.verdict == "LOST" and "h" in LOST and "h" not in BEGUN
+    assert row.verdict == "LOST" and "h" in this_run().lost and "h" not in this_run().begun
     assert row.reasons[1] == "h: given up at: the wait for sglang.service's /health"
     assert row.reasons[-1].startswith("next: once it answers again, make deploy")
 
@@ -173,15 +172,15 @@ def failing(answers: dict, applied=False):
     pf = preflight_of(NEW, HOST)
     named = Named(pf)
     fake = fake_host(Script(answers, key=named))
-    BEGUN["h"] = Begun(pf, applied=applied)
-    activate.after_failure(fake.host, BEGUN["h"], "'Upload the new files beside the live ones' failed")
-    return [named(c) for c in fake.commands()], RUN.hosts["h"]
+    this_run().begun["h"] = Begun(pf, applied=applied)
+    activate.after_failure(fake.host, this_run().begun["h"], "'Upload the new files beside the live ones' failed")
+    return [named(c) for c in fake.commands()], this_run().report.hosts["h"]
 
 
 def test_a_failed_upload_restores_the_files_and_restarts_the_previous_service():
     sent, row = failing(SERVING)
     assert sent == ["restore", "restart", "finish"]  # its training was never stopped: nothing given back
-    assert row.verdict == "FAILED (rolled back)" and "h" not in BEGUN
+    assert row.verdict == "FAILED (rolled back)" and "h" not in this_run().begun
     assert row.reasons[0] == "'Upload the new files beside the live ones' failed"
 
 

@@ -14,17 +14,16 @@ from types import SimpleNamespace
 import pytest
 from answers import answer, record
 from builders import HELP_0523, SGLANG_0523, SPEC, converged
-from fakehost import Call, Clock, Script, fake_host, fresh_run, preflight_of  # noqa: F401
+from fakehost import Call, Clock, Script, fake_host, fresh_run, this_run, preflight_of  # noqa: F401
 from pyinfra.context import ctx_host, ctx_state
 
 from facts.sglang import SglangEngine
 from fleet import bounds, layout
 from fleet import engine as rules
 from fleet.parse import Engine, parse_algorithms
-from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks import engine, preflight
-from tasks.common import CACHE, LOST, WheelError
+from tasks.common import CACHE, WheelError
 
 ENGINE = {"sglang": "sglang==0.5.24.dev29907", "index_url": "http://10.0.0.5:8080/simple/"}
 DDTREE = {"algorithm": "DDTREE", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash", "block_size": 8,
@@ -130,7 +129,7 @@ def installing(answers: dict, pf=PF, uploads=UPLOADS, upload: dict | None = None
     fake = fake_host(answering)
     uploading(fake, upload or {})
     ok = engine._install_or_lost(None, fake.host, pf, uploads)
-    return ok, [named(c) for c in fake.calls], fake, RUN.hosts.get("h")
+    return ok, [named(c) for c in fake.calls], fake, this_run().report.hosts.get("h")
 
 
 UP_TO_INSTALL = ["survey", "mkdirs", f"upload {ON_HOST}", "install"]
@@ -367,9 +366,9 @@ def test_a_command_without_an_answer_leaves_the_host_lost_and_sends_nothing_more
     assert ok is False and sent == UP_TO_INSTALL[:UP_TO_INSTALL.index(at) + 1]
     what = {"install": bounds.install(NEW).what, "survey": "the survey of the installed engines"}[at]
     assert row.verdict == "LOST" and row.reasons == [
-        LOST["h"], f"h: engine {NAME}: nothing live changed; the next run keeps a complete install and removes a "
+        this_run().lost["h"], f"h: engine {NAME}: nothing live changed; the next run keeps a complete install and removes a "
                    "partial one"]
-    assert LOST["h"] == f"h: {what}: {found}"
+    assert this_run().lost["h"] == f"h: {what}: {found}"
 
 
 # --- at generation time: pip's wheel into the controller's cache, engine.wheels found ------------------
@@ -385,7 +384,7 @@ def generating(monkeypatch, pf, downloaded):
     with ctx_state.use(fake.host.state), ctx_host.use(fake.host):
         engine.install(pf)
     assert fake.calls == []  # nothing runs on the host while operations are generated
-    return queued, RUN.hosts.get("h")
+    return queued, this_run().report.hosts.get("h")
 
 
 def cached(*args):

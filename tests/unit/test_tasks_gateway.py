@@ -11,14 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 from builders import make_spec
-from fakehost import Clock, Script, fake_hosts, fresh_run  # noqa: F401
+from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Sha1File
 
 from facts.gateway import GatewayFacts
 from fleet.gateway import GatewayHost, Replica, discovery_file, health_command
 from fleet.groupdata import load_class_specs, load_gateways
-from fleet.report import RUN
 from fleet.rollout import sha1, write_command
 from tasks import common, gateway, preflight
 
@@ -79,7 +78,7 @@ def converging(group_dir, facts=HOST, discovery_sha1=None):
     with ctx_state.use(smg.state), ctx_host.use(smg):
         assert gateway.is_gateway(str(group_dir))
         gateway.converge(str(group_dir))
-    return RUN.hosts["smg"]
+    return this_run().report.hosts["smg"]
 
 
 def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_restart(group_dir, monkeypatch):
@@ -185,7 +184,7 @@ def test_the_wait_for_smgs_health(group_dir, monkeypatch, answers, ok, polls, re
     smg = fake_hosts({"smg": Script({"/health": answers})})["smg"]
     assert gateway._wait_health(None, smg.host, gw) is ok
     assert smg.commands() == [health_command(gw)] * polls
-    row = RUN.hosts["smg"]
+    row = this_run().report.hosts["smg"]
     assert row.verdict == ("OK" if ok else "FAILED") and (reason is None or row.reasons[0].startswith(reason))
 
 

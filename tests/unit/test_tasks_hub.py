@@ -21,7 +21,7 @@ import gevent
 import pytest
 from answers import answer, record
 from builders import DRAFT, SPEC, converged, draft, target
-from fakehost import Call, Clock, Script, fake_host, fake_hosts, fresh_run, preflight_of  # noqa: F401
+from fakehost import Call, Clock, Script, fake_host, fake_hosts, fresh_run, this_run, preflight_of  # noqa: F401
 from paramiko import SSHException
 from pyinfra.context import ctx_host, ctx_state
 
@@ -29,10 +29,9 @@ from facts.models import ModelDirs
 from fleet import bounds, layout
 from fleet import hub as rules
 from fleet.parse import HostFacts, ModelDir
-from fleet.report import RUN
 from fleet.spec import ClassSpec
 from tasks import engine, hub, preflight
-from tasks.common import CACHE, LOST, WheelError
+from tasks.common import CACHE, WheelError
 
 TARGET_MODEL = {"repo": "Qwen/Qwen3.6-27B", "revision": "6f1c2d3e4b5a69788796a5b4c3d2e1f00f1e2d3c"}
 DRAFT_MODEL = {"repo": "z-lab/Qwen3.6-27B-DFlash", "revision": "0a9b8c7d6e5f40312f3e4d5c6b7a8990a1b2c3d4"}
@@ -146,10 +145,9 @@ def clock(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def slots(monkeypatch):
+def slots(fresh_run):
     """Each test's own fetch slots (they are the run's: one per endpoint across every class)."""
-    monkeypatch.setattr(hub, "SLOTS", {})
-    return hub.SLOTS
+    return fresh_run.slots
 
 
 def uploading(fake, results: dict[str, bool | BaseException]):
@@ -182,7 +180,7 @@ def fetching(answers: dict, pf=PF, uploads=UPLOADS, upload: dict | None = None, 
     ok = hub._fetch_or_lost(None, fake.host, pf, uploads)
     sent = [named(c) for c in fake.calls]
     assert not [s for s in sent if s.startswith("unknown")], sent
-    return ok, sent, fake, RUN.hosts.get("h")
+    return ok, sent, fake, this_run().report.hosts.get("h")
 
 
 def refusal_of(row) -> str:
@@ -215,7 +213,7 @@ def generating(monkeypatch, pf, pip=lambda *a: [PIP], client=lambda *a: CLIENT_W
     with ctx_state.use(fake.host.state), ctx_host.use(fake.host):
         hub.fetch(pf)
     assert fake.calls == []  # nothing runs on the host while operations are generated
-    return queued, RUN.hosts.get("h")
+    return queued, this_run().report.hosts.get("h")
 
 
 def test_a_plan_with_nothing_to_fetch_queues_nothing_and_downloads_nothing(monkeypatch):
@@ -768,8 +766,8 @@ def test_a_command_without_an_answer_leaves_the_host_lost_and_sends_nothing_more
     order = ["survey", "fetch target", "fetch draft", "check"]
     assert ok is False and sent == order[:order.index(at) + 1]
     assert row.verdict == "LOST" and row.reasons == [
-        LOST["h"], "h: models: nothing live changed; the next run resumes a partial fetch"]
-    assert LOST["h"].startswith(f"h: {what}: expected an answer within {bound.seconds:g}s ({bound.basis}), found ")
+        this_run().lost["h"], "h: models: nothing live changed; the next run resumes a partial fetch"]
+    assert this_run().lost["h"].startswith(f"h: {what}: expected an answer within {bound.seconds:g}s ({bound.basis}), found ")
 
 
 def test_a_host_lost_in_its_fetch_with_a_token_sends_nothing_more_not_even_the_removal():
@@ -794,17 +792,17 @@ def watched(answers: list[str | None]):
 
     def sleep(seconds):
         if not answers and asked_for:  # nothing more scripted: the run ends the watch (its fetch done)
-            LOST.setdefault("w", "done")
+            this_run().lost.setdefault("w", "done")
         clock[0] += seconds
 
-    host = SimpleNamespace(name="w", log=logged.append, log_styled=lambda m, **k: logged.append(m),
+    host = SimpleNamespace(name="w", state=None, log=logged.append, log_styled=lambda m, **k: logged.append(m),
                            connector=SimpleNamespace(client=SimpleNamespace(close=lambda: closed.append(True))))
-    LOST.pop("w", None)
+    this_run().lost.pop("w", None)
     try:
         hub.watch(host, SPEC, "/m/o/n/.abc.partial", "o/n@abc", ask=ask, now=lambda: clock[0], sleep=sleep)
-        return logged, closed, asked_for, LOST.get("w")
+        return logged, closed, asked_for, this_run().lost.get("w")
     finally:
-        LOST.pop("w", None)
+        this_run().lost.pop("w", None)
 
 
 def test_a_long_fetch_says_how_far_it_got():

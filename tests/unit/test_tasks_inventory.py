@@ -8,10 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 from builders import SPEC
-from fakehost import fresh_run  # noqa: F401
+from fakehost import fresh_run, this_run  # noqa: F401
 from pyinfra.context import ctx_state
 
-from fleet.report import RUN
 from fleet.spec import Readiness
 from tasks import inventory
 
@@ -29,13 +28,13 @@ def group_dir(tmp_path):
 
 def test_an_unreachable_host_has_a_row_with_pyinfras_reason(group_dir, monkeypatch):
     monkeypatch.setattr(inventory.UnreachableInSummary, "group_dir", group_dir)
-    host = SimpleNamespace(name="gpu-3", groups=["ssh", "pro6000"])
+    host = SimpleNamespace(name="gpu-3", groups=["ssh", "pro6000"], state=None)
     inventory.UnreachableInSummary.host_connect_error(None, host, OSError("No route to host"))
-    inventory.UnreachableInSummary.host_connect_error(None, SimpleNamespace(name="gw", groups=[]), OSError())
-    row = RUN.hosts["gpu-3"]
+    inventory.UnreachableInSummary.host_connect_error(None, SimpleNamespace(name="gw", groups=[], state=None), OSError())
+    row = this_run().report.hosts["gpu-3"]
     assert (row.gpu_class, row.verdict, row.action, row.reasons) == ("pro6000", "UNREACHABLE", "none",
                                                                       ["gpu-3: No route to host"])
-    assert RUN.hosts["gw"].gpu_class == "-" and RUN.hosts["gw"].reasons == ["gw: "]
+    assert this_run().report.hosts["gw"].gpu_class == "-" and this_run().report.hosts["gw"].reasons == ["gw: "]
 
 
 @pytest.mark.parametrize("groups, data, timeout", [

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from builders import DRAFT, SPEC, converged, gpu, make_spec, secrets_of, wanted
-from fakehost import Clock, fake_host, fresh_run  # noqa: F401
+from fakehost import Clock, fake_host, fresh_run, this_run  # noqa: F401
 from pyinfra.context import ctx_host, ctx_state
 
 from facts.history import DeployHistory
@@ -19,7 +19,6 @@ from fleet import bounds
 from fleet.history import Backup, History
 from fleet.lock import LockFacts
 from fleet.parse import GpuList
-from fleet.report import RUN
 from fleet.rollout import spec_record
 from tasks import preflight
 
@@ -56,7 +55,7 @@ def checking(tmp_path, monkeypatch):
         fake.host.state.config.DIFF = diff
         with ctx_state.use(fake.host.state), ctx_host.use(fake.host):
             pf = preflight.check(str(tmp_path))
-        return pf, RUN.hosts["h"], queued, fake.logged, asked
+        return pf, this_run().report.hosts["h"], queued, fake.logged, asked
     return check
 
 
@@ -176,7 +175,6 @@ COMMIT = "e" * 40
 
 
 def test_a_branch_is_pinned_to_the_commit_its_endpoint_names_before_the_host_is_read(checking, monkeypatch):
-    monkeypatch.setattr("fleet.hub.RESOLVED", {})
     monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (200, ('{"sha": "%s"}' % COMMIT).encode()))
     pinned = BY_BRANCH.with_commits({("z-lab/d", "main"): COMMIT})
     facts = converged(pinned)
@@ -189,7 +187,6 @@ def test_a_branch_is_pinned_to_the_commit_its_endpoint_names_before_the_host_is_
 
 
 def test_a_branch_without_a_commit_refuses_the_host_before_it_is_read(checking, monkeypatch):
-    monkeypatch.setattr("fleet.hub.RESOLVED", {})
     monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (404, b"Repository not found"))
     pf, row, queued, _, asked = checking(converged(SPEC), data=data_of(BY_BRANCH))
     assert pf is None and row.verdict == "REFUSED" and asked == []

@@ -6,21 +6,19 @@ interrupt: every begun host's row says where it is left, and the run stops at on
 from __future__ import annotations
 
 import json
-import signal
 from types import SimpleNamespace
 
 import pytest
 from answers import answer, record
 from builders import SPEC, converged, make_spec
-from fakehost import Script, fake_host, fresh_run, preflight_of  # noqa: F401
+from fakehost import Script, fake_host, fresh_run, this_run, preflight_of  # noqa: F401
 
 from fleet import bounds, layout, lock, rollout
 from fleet.history import Backup, rollback_files
 from fleet.parse import FileState
 from fleet.plan import units_as_read
-from fleet.report import RUN
 from tasks import recovery
-from tasks.common import BEGUN, LOST, Begun
+from tasks.common import Begun
 from tasks.preflight import Rollback
 
 NEW = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash",
@@ -30,7 +28,7 @@ PF = preflight_of(NEW, converged(SPEC))
 
 def beginning(said):
     fake = fake_host(Script({"@@begun": said}))
-    return recovery._begin_or_lost(None, fake.host, PF), fake, RUN.hosts.get("h")
+    return recovery._begin_or_lost(None, fake.host, PF), fake, this_run().report.hosts.get("h")
 
 
 def test_begin_sends_one_command_built_from_what_preflight_read_and_keeps_the_lock_leased():
@@ -42,7 +40,7 @@ def test_begin_sends_one_command_built_from_what_preflight_read_and_keeps_the_lo
         p.record.to_json(), secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={}, units=units_as_read(NEW, PF.facts))]
     assert p.before.backup == "20261130T120000Z"  # the files before are backed up first
-    begun = BEGUN["h"]
+    begun = this_run().begun["h"]
     assert begun.pf is PF and begun.lease is not None and not begun.lease.greenlet.dead
 
 
@@ -75,21 +73,21 @@ OWNER = json.dumps({"holder": "bob@ci", "pid": 7, "since": 1_796_040_000})
 ])
 def test_a_host_changed_since_preflight_is_refused_with_nothing_done(said, reason):
     ok, _, row = beginning(said)
-    assert not ok and "h" not in BEGUN
+    assert not ok and "h" not in this_run().begun
     assert (row.verdict, row.action, row.reasons) == ("REFUSED", "none", [reason])
 
 
 def test_a_begin_that_fails_otherwise_fails_the_host_saying_what_the_host_said():
     ok, _, row = beginning((False, "@@lock=taken\ninstall: cannot create directory: Read-only file system\n"))
-    assert not ok and "h" not in BEGUN and row.verdict == "FAILED" and row.action != "none"
+    assert not ok and "h" not in this_run().begun and row.verdict == "FAILED" and row.action != "none"
     assert row.reasons == ["h: could not begin the rollout, nothing was changed: install: cannot create directory: "
                            "Read-only file system"]
 
 
 def test_a_begin_that_gets_no_answer_leaves_the_host_lost_its_state_unknown():
     ok, _, row = beginning(EOFError())
-    assert not ok and row.verdict == "LOST" and "h" in LOST and "h" not in BEGUN
-    assert row.reasons[0] == LOST["h"] and row.reasons[0].startswith(f"h: {bounds.begin(NEW).what}: expected an answer")
+    assert not ok and row.verdict == "LOST" and "h" in this_run().lost and "h" not in this_run().begun
+    assert row.reasons[0] == this_run().lost["h"] and row.reasons[0].startswith(f"h: {bounds.begin(NEW).what}: expected an answer")
     assert row.reasons[1].endswith(f"when its lease has run out ({NEW.readiness.link_timeout_s:g}s) and finishes or "
                                    "rolls back that rollout")
 
@@ -99,39 +97,31 @@ def test_a_begin_that_gets_no_answer_leaves_the_host_lost_its_state_unknown():
 def test_a_failed_operation_on_a_begun_host_rolls_it_back_and_on_another_does_nothing(monkeypatch):
     rolled = []
     monkeypatch.setattr(recovery.activate, "after_failure", lambda host, begun, why: rolled.append((host, begun, why)))
-    state = SimpleNamespace(get_op_meta=lambda op: SimpleNamespace(names={"Upload sglang.env"}))
     begun, a, b = Begun(PF), SimpleNamespace(name="a"), SimpleNamespace(name="b")
-    BEGUN["a"] = begun
+    this_run().begun["a"] = begun
     for host in (a, b):
-        recovery._RollBackOnFailure.operation_host_error(state, host, "op")
+        recovery._rolled_back_on_failure(None, host, "'Upload sglang.env' failed")
     assert rolled == [(a, begun, "'Upload sglang.env' failed")]
 
 
-def test_an_interrupt_says_where_each_begun_host_is_left_and_stops_at_once(monkeypatch, capsys):
-    BEGUN.update(a=Begun(PF), b=Begun(PF))
-    exits = []
-    monkeypatch.setattr(recovery.os, "_exit", exits.append)
-    recovery._interrupted(signal.SIGTERM, None)
-    assert exits == [recovery.INTERRUPTED_EXIT] and BEGUN == {}
+def test_an_unfinished_run_says_where_each_begun_host_is_left():
+    this_run().begun.update(a=Begun(PF), b=Begun(PF))
+    recovery._unfinished(this_run(), "interrupted")
+    assert this_run().begun == {}
     for name in "ab":
-        row = RUN.hosts[name]
+        row = this_run().report.hosts[name]
         assert row.verdict == "INTERRUPTED" and row.reasons == [
             f"{name}: interrupted mid-rollout; it keeps its pending-rollout record: the next run (make deploy) "
             "finishes this rollout or rolls it back to the state recorded before it"]
-    err = capsys.readouterr().err
-    assert "Interrupted (SIGTERM): no further command runs on any host." in err and "INTERRUPTED" in err
 
 
-def test_begin_installs_its_handlers_once_and_queues_the_begin(monkeypatch):
-    added, signals, at_exit, calls = [], {}, [], []
-    monkeypatch.setattr(recovery, "_handlers", [])
-    monkeypatch.setattr(recovery, "state", SimpleNamespace(add_callback_handler=added.append))
-    monkeypatch.setattr(recovery.signal, "signal", signals.__setitem__)
-    monkeypatch.setattr(recovery.atexit, "register", lambda f, *a: at_exit.append((f, a)))
+def test_begin_arms_the_run_and_queues_the_begin(monkeypatch):
+    armed, calls = [], []
+    monkeypatch.setattr(recovery.runs, "arm", lambda state, on_failure, unfinished: armed.append(
+        (state, on_failure, unfinished)))
     monkeypatch.setattr(recovery, "python", SimpleNamespace(call=lambda **kw: calls.append(kw)))
+    monkeypatch.setattr(recovery, "host", SimpleNamespace(state="the state"))
     recovery.begin(PF)
-    recovery.begin(PF)
-    assert len(added) == 1 and isinstance(added[0], recovery._RollBackOnFailure)
-    assert signals == {signal.SIGINT: recovery._interrupted, signal.SIGTERM: recovery._interrupted}
-    assert at_exit == [(recovery._unfinished, ("the run ended (see its error above)",))]
-    assert [c["function"] for c in calls] == [recovery._begin_or_lost] * 2 and calls[0]["pf"] is PF
+    assert armed == [("the state", recovery._rolled_back_on_failure, recovery._unfinished)]
+    assert [c["function"] for c in calls] == [recovery._begin_or_lost] and calls[0]["pf"] is PF
+

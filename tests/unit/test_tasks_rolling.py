@@ -11,17 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 from builders import make_spec
-from fakehost import Clock, Script, fake_hosts, fresh_run  # noqa: F401
+from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
 from fleet import bounds, gate
 from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
-from fleet.report import RUN
 from fleet.rolling import GatewayError
 from fleet.rollout import write_command
 from tasks import rolling
-from tasks.common import LOST
 
 SPEC = make_spec(service={"host": "0.0.0.0"})  # smg on another host reaches it
 R1, R2 = (Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000"),
@@ -63,7 +61,7 @@ def test_a_class_behind_a_gateway_rolls_through_it_and_one_without_does_not(flee
     pf = preflight_like()
     rolling.enlist(hosts["r2"].host, pf, fleet.dir)
     rolling.enlist(hosts["r1"].host, pf, fleet.dir)
-    roll = rolling.ROLLS["pro6000"]
+    roll = this_run().rolls["pro6000"]
     assert roll.order == ["r1", "r2"] and roll.at_once == 1 and roll.turn_s == bounds.turn_s(SPEC, gw.rolling)
     assert roll.gateway.host is hosts["smg"].host and roll.gateway.replicas == [R1, R2]
     assert rolling.gateway_of(hosts["x"].host.state, "a6000", fleet.dir) is None
@@ -137,7 +135,7 @@ def rolling_through(fleet, smg_answers, go):
     hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
                                                                              "sglang:num_queue_reqs 0\n"})})
     roll = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"])
-    rolling.ROLLS["pro6000"] = roll
+    this_run().rolls["pro6000"] = roll
     steps = Steps()
     outcome = rolling.take_turn(hosts["r1"].host, preflight_like(), steps, go=go,
                                 leave=lambda why: Outcome("FAILED (service untouched)", [why]))
@@ -162,9 +160,9 @@ def test_a_turn_that_breaks_off_behind_the_gateway_leaves_the_replica_out_and_st
 
     with pytest.raises(RuntimeError):
         rolling_through(fleet, {"/workers": [workers(R1, R2), workers(R2)]}, go)
-    roll = rolling.ROLLS["pro6000"]
+    roll = this_run().rolls["pro6000"]
     assert roll.stopped == "after r1: an error" and roll.gateway.out == {"r1"} and roll.canary_done.is_set()
-    assert RUN.hosts["r1"].reasons == ["r1: left out of gateway smg: its rollout broke off (RuntimeError: "
+    assert this_run().report.hosts["r1"].reasons == ["r1: left out of gateway smg: its rollout broke off (RuntimeError: "
                                        "'the controller is broken'); a later run that serves it puts it back"]
 
 
@@ -175,20 +173,20 @@ def test_a_replica_rolled_back_outside_its_turn_goes_back_in_only_if_it_serves_a
     hosts, gw = fleet({})
     g = gateway_of(hosts, gw)
     g.out = set(out)
-    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, g, order=["r1"])
+    this_run().rolls["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, g, order=["r1"])
     steps = Steps()
     rolling.after_rollback(hosts["r1"].host, preflight_like(), steps, Outcome(verdict))
     sent = hosts["smg"].commands()
     assert sent == ([write_command(gw.discovery_file, discovery_file([R1, R2], set()))] if back else [])
     assert ("rolled back and serving: back in gateway smg" in steps.logged) == back
-    assert "r1" not in LOST
+    assert "r1" not in this_run().lost
 
 
 def taking_over(fleet, smg_answers, go):
     """r1 takes over an interrupted rollout left mid-change (first in the class's turns: none to wait for)."""
     hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
                                                                              "sglang:num_queue_reqs 0\n"})})
-    rolling.ROLLS["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"],
+    this_run().rolls["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"],
                                                  mid_change={"r1"})
     steps = Steps()
     outcome = rolling.take_turn(hosts["r1"].host, preflight_like(), steps, go=go,
@@ -202,7 +200,7 @@ def test_a_takeover_left_mid_change_goes_first_and_its_class_knows_its_gateway(f
     # its new server loads already: only the wait is left
     pf.plan.interrupted, pf.plan.restart = SimpleNamespace(mid_change=True), False
     rolling.enlist(hosts["r1"].host, pf, fleet.dir)
-    roll = rolling.ROLLS["pro6000"]
+    roll = this_run().rolls["pro6000"]
     assert roll.turns().first == ("r1",) and roll.mid_change == {"r1"} and roll.gateway.host is hosts["smg"].host
 
 
