@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleet.gate import SmokeResult, Verdict
+from fleet.outcome import HostVerdict
 from fleet.plan import Plan
 
 
@@ -50,16 +51,19 @@ class Steps(Protocol):
 
 @dataclass
 class Outcome:
-    verdict: str  # OK, or FAILED (...) saying what the host was left with
+    verdict: HostVerdict  # OK, or a FAILED one saying what the host was left with
     reasons: list[str] = field(default_factory=list)
     left: str = ""  # the state the host is in now, when it is not the declared one
     next: str = ""  # what the operator runs next
     ready: Verdict | None = None
     smoke: SmokeResult | None = None
 
+    def __post_init__(self) -> None:
+        self.verdict = HostVerdict(self.verdict)  # its words, read back: an unknown one raises
+
     @property
     def ok(self) -> bool:
-        return self.verdict == "OK"
+        return self.verdict.ok
 
 
 def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
@@ -95,7 +99,7 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
         steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
     steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
-    return Outcome("OK", ready=ready, smoke=smoke)
+    return Outcome(HostVerdict.OK, ready=ready, smoke=smoke)
 
 
 def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, started: bool,
@@ -109,30 +113,30 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
     ok, restored, message = steps.restore(reason, stop=started and not before.serving)
     if not ok:
         steps.stop_and_disable()
-        out = Outcome("FAILED (rollback failed)", [reason, f"restoring the files failed: {message}"],
+        out = Outcome(HostVerdict.ROLLBACK_FAILED, [reason, f"restoring the files failed: {message}"],
                       left=f"{unit} stopped and disabled, its files as the failed restore left them ({where})")
     elif before.serving and (restored or (started and plan.replaces_service)):
         # its files are back (now, or by an interrupted rollback), but the process may not be theirs
         again = steps.wait_ready() if steps.restart() else Verdict(True, False, "systemctl could not start it")
         if again.ready:
             steps.log(f"rolled back: the previous service is serving again, {again.reason}", "yellow")
-            out = Outcome("FAILED (rolled back)", [reason], left=f"the previous {unit} serving again ({where})")
+            out = Outcome(HostVerdict.ROLLED_BACK, [reason], left=f"the previous {unit} serving again ({where})")
         else:
             steps.show_journal()
             steps.stop_and_disable()
-            out = Outcome("FAILED (rollback failed)", [reason, f"the previous service did not come back: {again.reason}"],
+            out = Outcome(HostVerdict.ROLLBACK_FAILED, [reason, f"the previous service did not come back: {again.reason}"],
                           left=f"{unit} stopped and disabled with the previous files ({where}), kept for inspection")
     elif not before.serving and (restored or started):
         installed = any(before.files.values())
-        out = Outcome("FAILED (rolled back)", [reason],
+        out = Outcome(HostVerdict.ROLLED_BACK, [reason],
                       left=f"{unit} stopped, as it was" if installed else f"{unit} not installed, as it was")
     elif started and before.serving:
         steps.stop_and_disable()
-        out = Outcome("FAILED (stopped: nothing to roll back to)", [reason],
+        out = Outcome(HostVerdict.STOPPED, [reason],
                       left=f"{unit} stopped and disabled: its files were already the declared ones, "
                            "so there is no earlier service to return to")
     else:
-        out = Outcome("FAILED (service untouched)", [reason], left=f"{unit} as it was: this run did not restart it")
+        out = Outcome(HostVerdict.UNTOUCHED, [reason], left=f"{unit} as it was: this run did not restart it")
     may_have_stopped = workloads_stopped or plan.interrupted is not None
     give_back = sorted(before.workloads_to_give_back) if may_have_stopped else []
     if give_back:
@@ -143,12 +147,12 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
         out.left += "".join(f"; {w} was not restarted (declared so)" for w in before.workloads_not_given_back)
     out.next = _next(out, unit)
     out.ready = ready
-    steps.finish({**record, "result": "rolled-back" if out.verdict == "FAILED (rolled back)" else "failed",
+    steps.finish({**record, "result": "rolled-back" if out.verdict is HostVerdict.ROLLED_BACK else "failed",
                   "reason": reason, "rollback": out.verdict, "left": out.left})
     return out
 
 
 def _next(out: Outcome, unit: str) -> str:
-    if out.verdict == "FAILED (rollback failed)":
+    if out.verdict is HostVerdict.ROLLBACK_FAILED:
         return f"read `journalctl -u {unit}` on the host, repair it by hand or fix group_data, then make deploy"
     return f"read the journal lines above (`journalctl -u {unit}` on the host), fix group_data, then make dry"

@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fleet.outcome import HostVerdict
+
 
 @dataclass
 class HostReport:
@@ -13,7 +15,7 @@ class HostReport:
     gpu_class: str = "-"
     gpus: str = "-"
     action: str = "-"
-    verdict: str = "pending"
+    verdict: HostVerdict = HostVerdict.PENDING
     ready_s: float | None = None
     smoke: str = ""
     reasons: list[str] = field(default_factory=list)
@@ -77,8 +79,8 @@ class RunReport:
         for name in self.failed_hosts():
             # An operation pyinfra ran failed on its own (an upload, a systemctl): say so here too.
             r = self.hosts.get(name)
-            if r is not None and r.verdict not in ("REFUSED", "UNREACHABLE", "LOST") and not r.verdict.startswith(("FAILED", "NOT ROLLED")):
-                r.verdict = "FAILED"
+            if r is not None and not r.verdict.said_why:
+                r.verdict = HostVerdict.FAILED
                 r.reasons.append(f"{name}: an operation failed: see its error above")
         if self.hosts:
             print(f"\n--> {self.title}\n{table(list(self.hosts.values()))}", file=sys.stderr, flush=True)

@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 from fleet.activation import Outcome
 from fleet.gateway import READY, GatewayRolling, Replica, peer_problem, routed
+from fleet.outcome import HostVerdict
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def drain(gw: Through, me: Replica, r: GatewayRolling) -> None:
 
 def serves(outcome: Outcome) -> bool:
     """After its activation the replica serves: the new spec, or the old one rolled back."""
-    return outcome.ok or outcome.verdict == "FAILED (rolled back)"
+    return outcome.verdict.serves
 
 
 def through_gateway(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through,
@@ -155,7 +156,7 @@ def back_in(me: Replica, r: GatewayRolling, gw: Through, outcome: Outcome) -> Ou
             raise GatewayError(f"gateway {gw.name}: expected {me.url} ready within {r.ready_timeout_s:g}s, "
                                f"found {statuses.get(me.url, 'not registered')}")
     except GatewayError as e:
-        outcome.verdict = "FAILED (serving, not ready in the gateway)" if outcome.ok else outcome.verdict
+        outcome.verdict = HostVerdict.NOT_READY_IN_GATEWAY if outcome.ok else outcome.verdict
         outcome.reasons.append(str(e))
         return outcome
     gw.log(f"back in gateway {gw.name}: ready", "green")

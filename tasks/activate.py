@@ -13,6 +13,7 @@ from pyinfra.operations import python
 
 from fleet import activation, bounds, gate, lock, rollout
 from fleet.history import new_record
+from fleet.outcome import HostVerdict
 from fleet.plan import RUNNING_STATES, workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
@@ -216,7 +217,7 @@ def lost(host, begun: Begun, e: HostLost) -> activation.Outcome:
     begun.end()
     runs.of(host.state).begun.pop(host.name, None)
     return activation.Outcome(
-        "LOST", [e.why, f"{host.name}: given up at: {e.doing}"],
+        HostVerdict.LOST, [e.why, f"{host.name}: given up at: {e.doing}"],
         left="its pending-rollout record and this run's lock, no longer renewed: nothing more was run on it "
              "(no rollback over a lost link)",
         next=f"once it answers again, make deploy (from any machine: the lock's lease runs out "

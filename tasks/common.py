@@ -22,6 +22,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from fleet import bounds, layout, lock, wire
 from fleet.bounds import Bound
+from fleet.outcome import HostVerdict
 from fleet.spec import ClassSpec
 from tasks import run as runs
 
@@ -241,7 +242,7 @@ class Lease:
         return next((m for m in (lock.RENEWED_MARK, lock.NOT_OURS_MARK) if m in said), " ".join(said))
 
 
-def fail(host, *reasons: str, verdict: str = "FAILED") -> bool:
+def fail(host, *reasons: str, verdict: HostVerdict = HostVerdict.FAILED) -> bool:
     """Fail the host at execution time: say why and put it in the summary. Returns False, which
     is how a python.call callback fails its host in pyinfra (a begun rollout then rolls back)."""
     report = runs.of(host.state).report.host(host.name)

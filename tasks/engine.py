@@ -23,6 +23,7 @@ from pyinfra.operations import python
 from facts.sglang import SglangEngine
 from fleet import bounds, guards, layout
 from fleet import engine as rules
+from fleet.outcome import HostVerdict
 from fleet.parse import parse_engine
 from fleet.wire import excerpt
 from tasks import run as runs
@@ -69,13 +70,13 @@ def _install_or_lost(state, host, pf: Preflight, uploads: list[tuple[str, str]])
         return _install(host, pf, uploads)
     except HostLost as e:  # nothing was begun: the host is as it was, but for what the install left
         return fail(host, e.why, f"{host.name}: engine {pf.spec.engine.name}: nothing live changed; the next run "
-                                 "keeps a complete install and removes a partial one", verdict="LOST")
+                                 "keeps a complete install and removes a partial one", verdict=HostVerdict.LOST)
 
 
 def _install(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     """uploads: (controller path, host path) of the pip wheel first, then the engine's own wheels."""
     spec, name = pf.spec, pf.spec.engine.name
-    refuse = lambda why: fail(host, f"{host.name}: engine {name}: {why}; nothing was stopped", verdict="REFUSED")  # noqa: E731
+    refuse = lambda why: fail(host, f"{host.name}: engine {name}: {why}; nothing was stopped", verdict=HostVerdict.REFUSED)  # noqa: E731
     _, out = run(host, rules.survey_command(spec), bounds.reading(spec, "the survey of the installed engines"))
     survey = rules.read_survey(out)
     remove = rules.to_remove(survey, name, spec.engine.keep)
@@ -132,7 +133,7 @@ def _checked(host, pf: Preflight, refuse) -> bool:
         return refuse(f"expected its venv at {spec.launcher}, found no executable there")
     violations = guards.engine_violations(host.name, spec, engine)
     if violations:
-        return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict="REFUSED")
+        return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict=HostVerdict.REFUSED)
     problem = rules.read_args_check(out)
     if problem is not None:
         return refuse(f"expected SGLang {engine.version}'s parser (prepare_server_args) to take the unit's command "

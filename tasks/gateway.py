@@ -29,6 +29,7 @@ from fleet import bounds
 from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
 from fleet.layout import staged_path
+from fleet.outcome import HostVerdict
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
@@ -152,7 +153,7 @@ def _wait_health(state, host, gw: Gateway) -> bool:
         except HostLost as e:
             return fail(host, e.why)
         if out.strip() == "200":
-            runs.of(host.state).report.host(host.name).verdict = "OK"
+            runs.of(host.state).report.host(host.name).verdict = HostVerdict.OK
             return True
         if time.monotonic() > deadline:
             return fail(host, f"{host.name}: {gw.service_unit}: expected /health 200 within {HEALTH_TIMEOUT_S}s, "

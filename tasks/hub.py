@@ -27,6 +27,7 @@ from pyinfra.operations import python
 from facts.models import ModelDirs
 from fleet import bounds, guards, layout
 from fleet import hub as rules
+from fleet.outcome import HostVerdict
 from fleet.parse import parse_model_dirs
 from fleet.wire import ascii_int, excerpt, frames
 from tasks import run as runs
@@ -77,13 +78,13 @@ def _fetch_or_lost(state, host, pf: Preflight, uploads: list[tuple[str, str]]) -
         return _fetch(host, pf, uploads)
     except HostLost as e:  # nothing was begun: the host is as it was, but for a partial revision
         return fail(host, e.why, f"{host.name}: models: nothing live changed; the next run resumes a partial fetch",
-                    verdict="LOST")
+                    verdict=HostVerdict.LOST)
 
 
 def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
     """uploads: (controller path, host path) of the pip wheel first, then the client's wheels."""
     spec, hub = pf.spec, pf.spec.hub
-    refuse = lambda why: fail(host, f"{host.name}: {why}; nothing was stopped", verdict="REFUSED")  # noqa: E731
+    refuse = lambda why: fail(host, f"{host.name}: {why}; nothing was stopped", verdict=HostVerdict.REFUSED)  # noqa: E731
     _, out = run(host, rules.survey_command(spec), bounds.reading(spec, "the survey of the fetched revisions"))
     survey = rules.read_survey(out, hub.models_dir)
     if not survey.client:
@@ -114,7 +115,7 @@ def _fetch(host, pf: Preflight, uploads: list[tuple[str, str]]) -> bool:
                  bounds.reading(spec, "the fetched revisions' config.json"))
     violations = guards.model_violations(host.name, spec, parse_model_dirs(out))
     if violations:
-        return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict="REFUSED")
+        return fail(host, *[f"{v}; nothing was stopped" for v in violations], verdict=HostVerdict.REFUSED)
 
     gone = rules.to_remove(survey, list(spec.hub_models.values()), hub.keep)
     if gone:

@@ -19,6 +19,7 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.context import ctx_state
 
 from fleet.groupdata import SpecError, check_or_exit, class_files, validate_host
+from fleet.outcome import HostVerdict
 from fleet.spec import Readiness
 from tasks import run as runs
 
@@ -30,7 +31,7 @@ class UnreachableInSummary(BaseStateCallback):
     def host_connect_error(cls, state, host, error) -> None:
         report = runs.of(host.state).report.host(host.name)
         report.gpu_class = ",".join(g for g in host.groups if g in class_files(cls.group_dir)) or "-"
-        report.verdict, report.action = "UNREACHABLE", "none"
+        report.verdict, report.action = HostVerdict.UNREACHABLE, "none"
         report.reasons.append(f"{host.name}: {error.args[0] if error.args else error}")
 
 

@@ -20,6 +20,7 @@ from fleet.hub import pin_branches
 from fleet.parse import HostFacts
 from fleet.plan import Plan, declared_files, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
+from fleet.outcome import HostVerdict
 from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
@@ -177,7 +178,7 @@ def _rollback_target(declared: ClassSpec, to: str) -> Rollback:
 
 def refused(report, reasons: list[str]) -> None:
     """Refuse the host: the reasons in its row and on the terminal, and no operation but the refusal."""
-    report.verdict = "REFUSED"
+    report.verdict = HostVerdict.REFUSED
     report.action = "none"
     report.reasons = reasons
     for r in reasons:
@@ -193,7 +194,7 @@ def _show(pf: Preflight) -> None:
     if pf.rollback:
         report.action = f"roll back to backups/{pf.rollback.stamp}: " + (
             report.action if pf.plan.has_work else "none (the host has those files already)")
-    report.verdict = "passed preflight" if pf.plan.has_work else "OK"
+    report.verdict = HostVerdict.PASSED_PREFLIGHT if pf.plan.has_work else HostVerdict.OK
     if pf.plan.interrupted:
         host.log_styled(f"an earlier rollout was interrupted: {pf.plan.action()}", fg="yellow")
     for why in pf.plan.why:

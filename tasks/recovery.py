@@ -23,6 +23,7 @@ from pyinfra import host
 from pyinfra.operations import python
 
 from fleet import bounds, lock, rollout, tune
+from fleet.outcome import HostVerdict
 from fleet.plan import units_as_read
 from tasks import activate
 from tasks import run as runs
@@ -42,7 +43,7 @@ def _begin_or_lost(state, host, pf: Preflight) -> bool:
         return fail(host, e.why, f"{host.name}: its rollout may have begun there (this run's lock and a pending "
                                  "record) or not: nothing more runs on it; once it answers again, make deploy takes "
                                  f"the lock over when its lease has run out ({pf.spec.readiness.link_timeout_s:g}s) "
-                                 "and finishes or rolls back that rollout", verdict="LOST")
+                                 "and finishes or rolls back that rollout", verdict=HostVerdict.LOST)
 
 
 def _begin(state, host, pf: Preflight) -> bool:
@@ -70,9 +71,9 @@ def _begin(state, host, pf: Preflight) -> bool:
     if said.lock_taken is not None:
         holder = lock.describe(said.lock_taken) if said.lock_taken else "it has let it go again"
         return fail(host, f"{host.name}: deploy lock: expected no other deploy, found another deploy that took it "
-                          f"since preflight: {holder}", verdict="REFUSED")
+                          f"since preflight: {holder}", verdict=HostVerdict.REFUSED)
     if said.changed:
-        return fail(host, f"{host.name}: {said.changed}; nothing was done: run again", verdict="REFUSED")
+        return fail(host, f"{host.name}: {said.changed}; nothing was done: run again", verdict=HostVerdict.REFUSED)
     words = "\n".join(line for line in out.split("\n") if not line.startswith("@@")).strip()
     return fail(host, f"{host.name}: could not begin the rollout, nothing was changed: {words[-300:]}")
 
@@ -87,7 +88,7 @@ def _unfinished(run: runs.Run, how: str) -> None:
     """Say, for every host whose rollout began and did not end, where it is left."""
     for name in run.begun:
         report = run.report.host(name)
-        report.verdict = "INTERRUPTED"
+        report.verdict = HostVerdict.INTERRUPTED
         report.reasons.append(
             f"{name}: {how} mid-rollout; it keeps its pending-rollout record: the next run "
             "(make deploy) finishes this rollout or rolls it back to the state recorded before it"

@@ -26,6 +26,7 @@ from fleet import activation, bounds, gate
 from fleet.gate import url_host
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
+from fleet.outcome import HostVerdict
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.rollout import write_command
@@ -287,7 +288,7 @@ def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
 
 def _left(leave, roll: ClassRoll) -> activation.Outcome:
     outcome = leave(f"not rolled: the rollout of {roll.gpu_class} stopped ({roll.stopped})")
-    if outcome.verdict == "FAILED (service untouched)":
-        outcome.verdict = "NOT ROLLED (serving as before)"
+    if outcome.verdict is HostVerdict.UNTOUCHED:
+        outcome.verdict = HostVerdict.NOT_ROLLED
         outcome.next = f"fix what stopped the rollout (above), then make deploy rolls {roll.gpu_class} again"
     return outcome

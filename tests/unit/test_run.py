@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fleet.outcome import HostVerdict
 from tasks import run as runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_arm_hooks_the_run_in_once(monkeypatch, capsys):
     assert at_exit[-1][1] == (run, "the run ended (see its error above)")
     added[0].operation_host_error(state, "h", "op")
     assert failed == [("h", "'Upload sglang.env' failed")]
-    run.report.host("h").verdict = "INTERRUPTED"
+    run.report.host("h").verdict = HostVerdict.INTERRUPTED
     signals[signal.SIGTERM](signal.SIGTERM, None)
     assert unfinished == [(run, "interrupted")] and exits == [runs.INTERRUPTED_EXIT]
     err = capsys.readouterr().err
