@@ -71,7 +71,7 @@ test-unit: venv
 # hosts (8 min of CPU in a 24 min run). Both must pass. The coverage is of the tests' own processes
 # (unit, and the controller side of the lab's), combined; the deploys the lab tests run are pyinfra
 # processes of their own, not counted.
-COV := --cov=tasks --cov=fleet --cov-report=
+COV := --cov=adapter --cov=tasks --cov=fleet --cov-report=
 test: venv host-packages sglang-venv
 	@rm -f .coverage .coverage.unit .coverage.lab
 	@COVERAGE_FILE=.coverage.unit $(BIN)/pytest -q --durations=10 $(COV) tests/unit tests/contract tests/verify \

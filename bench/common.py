@@ -18,7 +18,7 @@ def workdir(tmp: Path) -> Path:
     """tmp/wd: the deploy's code linked, its group_data copied (a benchmark rewrites a class file)."""
     wd = tmp / "wd"
     wd.mkdir()
-    for name in ("deploy.py", "tasks", "fleet", "facts", "templates"):
+    for name in ("deploy.py", "adapter", "tasks", "fleet", "facts", "templates"):
         (wd / name).symlink_to(REPO / name)
     (wd / "group_data").mkdir()
     for f in (REPO / "group_data").glob("*.py"):

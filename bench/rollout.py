@@ -69,7 +69,7 @@ def change_runs(lab, runs: int) -> None:
     walls, stops, loads, counts, uploads = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         wd = Path(tmp)
-        for name in ("deploy.py", "tasks", "fleet", "facts", "templates"):
+        for name in ("deploy.py", "adapter", "tasks", "fleet", "facts", "templates"):
             (wd / name).symlink_to(REPO / name)
         shutil.copytree(REPO / "group_data", wd / "group_data")
         pro = wd / "group_data" / "pro6000.py"

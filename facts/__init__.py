@@ -11,13 +11,8 @@ is dropped (`quiet`): what a step has to say is in its records.
 from __future__ import annotations
 
 from fleet import wire
+from fleet.bounds import bounded
 from fleet.wire import BLOCK_LIMIT, block
-
-def bounded(command: str, timeout_s: float) -> str:
-    """`command` killed after timeout_s (a GPU fallen off the bus makes nvidia-smi hang for good):
-    it exits 124 then (coreutils timeout; fleet.parse.TIMED_OUT), and the fact still answers."""
-    return f"timeout -k 5 {max(1, int(timeout_s + 0.999))} {command}" if timeout_s else command
-
 
 def quiet(command: str) -> str:
     """A fact's whole command, its stray stderr dropped: pyinfra reads stderr as UTF-8 too."""

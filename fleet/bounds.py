@@ -135,3 +135,9 @@ def turn_s(spec: ClassSpec, through: GatewayRolling | None = None) -> float:
     if through is not None:  # each wait polls smg (and the drain the replica's /metrics) once more at its end
         total += 2 * (through.ready_timeout_s + GATEWAY_S) + through.drain_timeout_s + 2 * GATEWAY_S + 2 * GATEWAY_S
     return total
+
+
+def bounded(command: str, timeout_s: float) -> str:
+    """`command` killed after timeout_s (a GPU fallen off the bus makes nvidia-smi hang for good):
+    it exits 124 then (coreutils timeout; fleet.parse.TIMED_OUT), and the fact still answers."""
+    return f"timeout -k 5 {max(1, int(timeout_s + 0.999))} {command}" if timeout_s else command

@@ -15,8 +15,8 @@ import shlex
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from facts import captured
-from fleet import layout
+from fleet import layout, wire
+from fleet.bounds import bounded
 from fleet.render import server_argv
 from fleet.spec import ClassSpec
 from fleet.wire import ascii_int, block, frames, lines_of, mark
@@ -216,7 +216,7 @@ def args_check_command(spec: ClassSpec, timeout_s: float) -> str:
     line: a flag that version renamed or dropped fails here, before anything stops."""
     env = " ".join(_q(f"{k}={v}") for k, v in spec.service.environment.items())
     argv = " ".join(_q(a) for a in checked_argv(spec))
-    return captured("args", f"env {env} {_q(spec.launcher)} -c {_q(ARGS_CHECK)} {argv}", timeout_s)
+    return wire.captured("args", bounded(f"env {env} {_q(spec.launcher)} -c {_q(ARGS_CHECK)} {argv}", timeout_s))
 
 
 def check_command(spec: ClassSpec, timeout_s: float, engine_fact: str) -> str:

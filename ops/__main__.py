@@ -27,15 +27,14 @@ from dataclasses import asdict
 from facts.history import DeployHistory
 from facts.preflight import snapshot_args
 from facts.status import StatusSnapshot
+from fleet import hosts
 from fleet import status
 from fleet.gate import base_url
 from fleet.history import History
-from fleet.groupdata import class_files, gateway_files
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
 from ops import tune
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
-from tasks.rolling import replicas
 
 
 def host_status(fleet: Fleet, host) -> status.HostStatus:
@@ -44,7 +43,7 @@ def host_status(fleet: Fleet, host) -> status.HostStatus:
         why = fleet.connect(host)
         if why:
             return status.unreachable(host.name, group, why)
-        return status.judge_gateway(host.name, group, gw, gateway_status(fleet, host, gw), replicas(fleet.state, gw))
+        return status.judge_gateway(host.name, group, gw, gateway_status(fleet, host, gw), hosts.replicas(fleet.state.inventory, gw, GROUP_DIR))
     group, spec, problems = fleet.spec_of(host)
     if spec is None:
         return status.refused(host.name, group, problems)
@@ -66,7 +65,7 @@ def contained_status(fleet: Fleet, host) -> status.HostStatus:
     try:
         return host_status(fleet, host)
     except Exception as e:  # noqa: BLE001 - whatever it was, it was about this host
-        group = next((g for g in host.groups if g in class_files(GROUP_DIR) or g in gateway_files(GROUP_DIR)), "-")
+        group = next(iter(hosts.gpu_classes(host, GROUP_DIR)), "") or hosts.gateway_group(host, GROUP_DIR) or "-"
         return status.refused(host.name, group, [f"{host.name}: status: could not judge what the host answered "
                                                  f"({type(e).__name__}: {excerpt(str(e), 300)})"])
 

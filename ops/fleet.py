@@ -17,12 +17,13 @@ from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
 from facts.gateway import GatewayStatus
+from adapter.connection import watched
+from fleet import hosts
 from fleet.gateway import Gateway
-from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
+from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
 from fleet.hub import pin_branches
 from fleet.secrets import hub_token
 from fleet.spec import ClassSpec
-from tasks.inventory import Keepalive, UnreachableInSummary
 
 GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in
 
@@ -39,10 +40,7 @@ class Fleet:
         # the inventory's footer arms the rollout summary for unreachable hosts: no rollout here;
         # its keepalive stays, and an inventory without the footer gets one: a lost link must not
         # hang make status or make verify
-        self.state.callback_handlers = [h for h in self.state.callback_handlers
-                                        if not isinstance(h, UnreachableInSummary)]
-        if not any(isinstance(h, Keepalive) for h in self.state.callback_handlers):
-            self.state.add_callback_handler(Keepalive())
+        watched(self.state, summary=False)
         self.hosts = [h for h in self.state.inventory if not limit or h.name in limit]
         self.resolved: dict[tuple[str, str, str], str] = {}  # branches asked of their endpoint, once each
         unknown = sorted(set(limit or []) - {h.name for h in self.hosts})
@@ -51,7 +49,7 @@ class Fleet:
 
     def spec_of(self, host) -> tuple[str, ClassSpec | None, list[str]]:
         """(its GPU class, its spec, problems) as preflight reads them."""
-        classes = [g for g in host.groups if g in class_files(GROUP_DIR)]
+        classes = hosts.gpu_classes(host, GROUP_DIR)
         if len(classes) != 1:
             return ",".join(classes) or "-", None, [
                 f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"]
@@ -65,7 +63,7 @@ class Fleet:
 
     def gateway_of(self, host) -> tuple[str, Gateway | None]:
         """(its gateway group, the gateway it runs), or ('', None) for a replica."""
-        group = next((g for g in host.groups if g in gateway_files(GROUP_DIR)), "")
+        group = hosts.gateway_group(host, GROUP_DIR)
         if not group:
             return "", None
         return group, load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))[group]

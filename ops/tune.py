@@ -28,6 +28,7 @@ from pathlib import Path
 
 import requests
 
+from fleet import hosts
 from fleet import tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, parse_workers, peer_problem
@@ -39,7 +40,6 @@ from fleet.status import OK, parse_metrics
 from fleet.wire import Unreadable, excerpt
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
 from ops.loadgen import Load
-from tasks.rolling import gateway_of
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
@@ -67,13 +67,13 @@ class Tuner:
         self.group = args.gpu_class
         if self.group not in class_files(GROUP_DIR):
             raise Refused([f"tune: CLASS={self.group}: expected one of {', '.join(sorted(class_files(GROUP_DIR)))}"])
-        hosts = [h for h in self.fleet.hosts if self.group in h.groups]
-        if not hosts:
+        members = [h for h in self.fleet.hosts if self.group in h.groups]
+        if not members:
             raise Refused([f"tune: no host of class {self.group} in {self.inventory}"])
-        self.host = next((h for h in hosts if h.name == args.host), None) if args.host else hosts[0]
+        self.host = next((h for h in members if h.name == args.host), None) if args.host else members[0]
         if self.host is None:
             raise Refused([f"tune: HOST={args.host}: expected a host of class {self.group}, found "
-                           f"{', '.join(h.name for h in hosts)}"])
+                           f"{', '.join(h.name for h in members)}"])
         self.name = self.host.name
         _, spec, problems = self.fleet.spec_of(self.host)
         if spec is None:
@@ -89,7 +89,7 @@ class Tuner:
             load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))
         except SpecError as e:
             raise Refused(e.problems) from None
-        gw = gateway_of(self.fleet.state, self.group, str(GROUP_DIR))
+        gw = hosts.routing(self.fleet.state.inventory, self.group, GROUP_DIR)
         if gw is None:
             return None, []
         self.gw_spec = gw.spec

@@ -16,7 +16,7 @@ import testinfra.host
 from pyinfra.api import StringCommand
 from testinfra.backend.base import BaseBackend, CommandResult
 
-from tasks.common import connector_arguments
+from adapter.connection import connector_arguments
 
 
 class CommandDidNotRun(RuntimeError):

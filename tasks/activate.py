@@ -17,7 +17,7 @@ from fleet.outcome import HostVerdict
 from fleet.plan import RUNNING_STATES, workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
-from tasks import run as runs
+from adapter import run as runs
 from tasks.common import Begun, HostLost, connected, give_up, given_up, repo_state, run
 from tasks.preflight import Preflight
 

@@ -18,13 +18,13 @@ import gevent
 from paramiko import SSHException
 from pyinfra import logger
 from pyinfra.api import StringCommand
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from fleet import bounds, layout, lock, wire
 from fleet.bounds import Bound
 from fleet.outcome import HostVerdict
+from adapter.connection import connector_arguments
 from fleet.spec import ClassSpec
-from tasks import run as runs
+from adapter import run as runs
 
 
 @dataclass
@@ -41,13 +41,6 @@ class Begun:
         if self.lease is not None:
             self.lease.stop()
             self.lease = None
-
-
-def connector_arguments(host, **given) -> dict:
-    """The host's connector settings (_sudo, _su_user, _doas ... from its data, as pyinfra's own
-    operations and facts take them) with `given` over them."""
-    arguments, _ = pop_global_arguments(host.state, host, dict(given))
-    return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
 
 
 ESCALATIONS = ("_sudo", "_su_user", "_doas")  # connector settings that run commands as another user

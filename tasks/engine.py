@@ -26,7 +26,7 @@ from fleet import engine as rules
 from fleet.outcome import HostVerdict
 from fleet.parse import parse_engine
 from fleet.wire import excerpt
-from tasks import run as runs
+from adapter import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded
 from tasks.preflight import Preflight, refused
 

@@ -25,6 +25,7 @@ from pyinfra.operations import files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
 from facts.gateway import GatewayFacts
+from fleet import hosts
 from fleet import bounds
 from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
@@ -33,8 +34,7 @@ from fleet.outcome import HostVerdict
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
-from tasks import run as runs
-from tasks import rolling
+from adapter import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
 from tasks.install import upload
 from tasks.preflight import contained, refused
@@ -78,7 +78,7 @@ def _converge(report, group_dir: str) -> None:
                                content=render_gateway_secret(key))
         header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
                              content=auth_header(key))
-    content = discovery_file(rolling.replicas(host.state, gw, group_dir), out=set())
+    content = discovery_file(hosts.replicas(host.state.inventory, gw, Path(group_dir)), out=set())
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
         listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
                               commands=[write_command(gw.discovery_file, content)])

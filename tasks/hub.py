@@ -30,7 +30,7 @@ from fleet import hub as rules
 from fleet.outcome import HostVerdict
 from fleet.parse import parse_model_dirs
 from fleet.wire import ascii_int, excerpt, frames
-from tasks import run as runs
+from adapter import run as runs
 from tasks.common import (CACHE, HostLost, WheelError, asked, downloaded, fail, give_up, given_up, run,
                           uploaded)
 from tasks.engine import pip_wheel

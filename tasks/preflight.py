@@ -13,8 +13,9 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
+from fleet import hosts
 from fleet import bounds, guards, lock, tune
-from fleet.groupdata import SpecError, class_files, validate_host
+from fleet.groupdata import SpecError, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
 from fleet.parse import HostFacts
@@ -26,7 +27,7 @@ from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
 from fleet.wire import excerpt
-from tasks import run as runs
+from adapter import run as runs
 
 # make rollback: `--data sglang_fleet_rollback=STAMP` on that one pyinfra run's command line, the backup
 # set to put back on the hosts of its --limit (fleet.history.PREVIOUS: the set before the last successful
@@ -76,7 +77,7 @@ def requested_rollback(command_line_data: dict) -> str | None:
 
 
 def _check(report, group_dir: str) -> Preflight | None:
-    classes = [g for g in host.groups if g in class_files(Path(group_dir))]
+    classes = hosts.gpu_classes(host, Path(group_dir))
     report.gpu_class = ",".join(classes) or "-"
     rollback_to = requested_rollback(host.inventory.get_override_data())
     rollback = None

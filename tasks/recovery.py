@@ -26,7 +26,7 @@ from fleet import bounds, lock, rollout, tune
 from fleet.outcome import HostVerdict
 from fleet.plan import units_as_read
 from tasks import activate
-from tasks import run as runs
+from adapter import run as runs
 from tasks.common import Begun, HostLost, Lease, fail, run
 from tasks.preflight import Preflight
 

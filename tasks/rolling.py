@@ -23,33 +23,18 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
 from fleet import activation, bounds, gate
-from fleet.gate import url_host
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
+from fleet.hosts import routing
 from fleet.outcome import HostVerdict
-from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
-from tasks import run as runs
+from adapter import run as runs
 from tasks.common import HostLost, run
 
 IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
-
-
-def replicas(state, gw: GatewaySpec, group_dir: str = "group_data") -> list[Replica]:
-    """Every inventory host of the classes `gw` routes (limited or not), in inventory order, at the
-    address pyinfra connects to."""
-    out = []
-    for h in state.inventory:
-        cls = next((g for g in h.groups if g in gw.routes), None)
-        if cls is None:
-            continue
-        spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
-        address = url_host(h.data.get("ssh_hostname") or h.name)
-        out.append(Replica(h.name, cls, spec.service.served_model_name, f"http://{address}:{spec.service.port}"))
-    return out
 
 
 @dataclass
@@ -178,21 +163,16 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
 
 
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
-    """The gateway in the inventory that routes `gpu_class` (its group's first host), with its replicas; None if none.
-    One object per gateway host, whatever classes it routes: it alone writes its discovery file, so no
-    class's turn can list another's drained replica."""
-    try:
-        gateways = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))
-    except SpecError:
-        return None  # the inventory's own check has refused the run already
-    for group, gw in gateways.items():
-        hosts = [h for h in state.inventory if group in h.groups]
-        if gpu_class in gw.routes and hosts:
-            gateways = runs.of(state).gateways
-            if hosts[0].name not in gateways:
-                gateways[hosts[0].name] = Gateway(gw, hosts[0], replicas(state, gw, group_dir))
-            return gateways[hosts[0].name]
-    return None  # no gateway in this inventory routes it: no drain around the restarts
+    """The gateway in the inventory that routes `gpu_class` (fleet.hosts.routing), or None. One object per
+    gateway host, whatever classes it routes: it alone writes its discovery file, so no class's turn can
+    list another's drained replica."""
+    found = routing(state.inventory, gpu_class, Path(group_dir))
+    if found is None:
+        return None  # no gateway in this inventory routes it: no drain around the restarts
+    gateways = runs.of(state).gateways
+    if found.host.name not in gateways:
+        gateways[found.host.name] = Gateway(found.spec, found.host, found.replicas)
+    return gateways[found.host.name]
 
 
 def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-CODE = ("deploy.py", "tasks", "fleet", "facts", "templates", "ops")
+CODE = ("deploy.py", "adapter", "tasks", "fleet", "facts", "templates", "ops")
 
 
 def workdir(tmp: Path, **overrides: str) -> Path:

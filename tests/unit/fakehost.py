@@ -130,7 +130,7 @@ class _Now:
 
 
 def this_run():
-    """The test's run (tasks.run.Run): its summary rows, hosts begun and given up, classes rolling."""
+    """The test's run (adapter.run.Run): its summary rows, hosts begun and given up, classes rolling."""
     return _Now.run
 
 
@@ -139,7 +139,7 @@ def fresh_run(monkeypatch):
     """A run of its own for each test (import it into a test module), whatever State its fake hosts
     belong to: an empty summary that prints nothing at exit, no host given up or begun, no class rolling."""
     from fleet.report import RunReport
-    from tasks import run as runs
+    from adapter import run as runs
 
     _Now.run = run = runs.Run(RunReport("test"))
     monkeypatch.setattr(runs, "of", lambda state: run)

@@ -22,7 +22,7 @@ from fleet.bounds import Bound
 from fleet.spec import ClassSpec
 from tasks import activate, common
 from tasks.common import HostLost, Lease, run
-from tasks.inventory import Keepalive
+from adapter.connection import Keepalive
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = ClassSpec.model_validate({

@@ -13,7 +13,7 @@ from fleet import layout
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = [layout.CONFIG_DIR, layout.STATE_ROOT, layout.LOCK_ROOT, layout.ENGINE_CACHE_DIR, layout.ENGINES_DIR, layout.ENGINE_PIP_DIR,
          layout.GATEWAY_CONFIG_DIR, layout.UNITS_DIR]
-DEPLOY_CODE = sorted(p for d in ("fleet", "facts", "tasks", "ops") for p in (REPO / d).rglob("*.py")) \
+DEPLOY_CODE = sorted(p for d in ("adapter", "fleet", "facts", "tasks", "ops") for p in (REPO / d).rglob("*.py")) \
     + [REPO / "deploy.py"]
 
 

@@ -19,7 +19,7 @@ from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
 from fleet.rolling import GatewayError, Turns, through_gateway, turns
 from fleet.spec import ClassSpec, Rolling
 from tasks import rolling
-from tasks import run as runs
+from adapter import run as runs
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
 

@@ -756,7 +756,7 @@ def test_describe_gpus():
 
 
 def test_run_report_prints_to_stderr(capsys):
-    run = RunReport("title")  # printed at the end of its pyinfra run (tasks/run.py)
+    run = RunReport("title")  # printed at the end of its pyinfra run (adapter/run.py)
     run.host("x").reasons.append("why")
     assert run.host("x") is run.host("x")
     run.print()

@@ -1,4 +1,4 @@
-"""tasks/run.py: one pyinfra run as one value (two runs in one process share nothing), and the
+"""adapter/run.py: one pyinfra run as one value (two runs in one process share nothing), and the
 pyinfra touchpoints it arms; and, over the product's source, that nothing else holds a run's
 state at module level or reaches into pyinfra's private names."""
 
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from fleet.outcome import HostVerdict
-from tasks import run as runs
+from adapter import run as runs
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = sorted(p for d in ("fleet", "tasks", "ops", "facts") for p in (ROOT / d).rglob("*.py")) + [ROOT / "deploy.py"]
+PRODUCT = sorted(p for d in ("adapter", "fleet", "tasks", "ops", "facts") for p in (ROOT / d).rglob("*.py")) + [ROOT / "deploy.py"]
 
 
 def test_each_state_has_its_own_run_and_its_summary_prints_at_exit(monkeypatch):
@@ -122,7 +122,7 @@ def pyinfra_private_names(tree: ast.Module) -> list[str]:
 def test_no_module_holds_run_state():
     state = {module: names for module, names in module_state({p: ast.parse(p.read_text()) for p in PRODUCT}).items()
              if names}
-    assert state == {}, "a run's state belongs to tasks.run.Run, not to a module"
+    assert state == {}, "a run's state belongs to adapter.run.Run, not to a module"
 
 
 @pytest.mark.parametrize("path", PRODUCT, ids=lambda p: str(p.relative_to(ROOT)))

@@ -12,6 +12,7 @@ from fakehost import fresh_run, this_run  # noqa: F401
 from pyinfra.context import ctx_state
 
 from fleet.spec import Readiness
+from adapter import connection
 from tasks import inventory
 
 DATA = SPEC.model_dump(mode="json", exclude_defaults=True)
@@ -27,10 +28,10 @@ def group_dir(tmp_path):
 
 
 def test_an_unreachable_host_has_a_row_with_pyinfras_reason(group_dir, monkeypatch):
-    monkeypatch.setattr(inventory.UnreachableInSummary, "group_dir", group_dir)
+    monkeypatch.setattr(connection.UnreachableInSummary, "group_dir", group_dir)
     host = SimpleNamespace(name="gpu-3", groups=["ssh", "pro6000"], state=None)
-    inventory.UnreachableInSummary.host_connect_error(None, host, OSError("No route to host"))
-    inventory.UnreachableInSummary.host_connect_error(None, SimpleNamespace(name="gw", groups=[], state=None), OSError())
+    connection.UnreachableInSummary.host_connect_error(None, host, OSError("No route to host"))
+    connection.UnreachableInSummary.host_connect_error(None, SimpleNamespace(name="gw", groups=[], state=None), OSError())
     row = this_run().report.hosts["gpu-3"]
     assert (row.gpu_class, row.verdict, row.action, row.reasons) == ("pro6000", "UNREACHABLE", "none",
                                                                       ["gpu-3: No route to host"])
@@ -45,7 +46,7 @@ def test_an_unreachable_host_has_a_row_with_pyinfras_reason(group_dir, monkeypat
 ])
 def test_the_link_timeout_is_the_hosts_class_or_the_default(group_dir, groups, data, timeout):
     host = SimpleNamespace(groups=groups, data=SimpleNamespace(dict=lambda: data))
-    assert inventory.link_timeout_s(host, group_dir) == timeout
+    assert connection.link_timeout_s(host, group_dir) == timeout
 
 
 def test_the_footer_checks_group_data_and_arms_the_handlers_after_pyinfras_init(group_dir):

@@ -7,6 +7,7 @@ way they fail as a GatewayError, a replica's /metrics, and a replica's turn thro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from fleet import bounds, gate
 from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
+from fleet.hosts import replicas
 from fleet.rolling import GatewayError
 from fleet.rollout import write_command
 from tasks import rolling
@@ -53,7 +55,7 @@ def fleet(tmp_path, monkeypatch):
 
 def test_the_replicas_are_the_routed_classes_hosts_in_inventory_order_at_their_ssh_address(fleet):
     hosts, gw = fleet({})
-    assert rolling.replicas(hosts["r1"].host.state, gw, fleet.dir) == [R1, R2]
+    assert replicas(hosts["r1"].host.state.inventory, gw, Path(fleet.dir)) == [R1, R2]
 
 
 def test_a_class_behind_a_gateway_rolls_through_it_and_one_without_does_not(fleet):

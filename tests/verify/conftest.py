@@ -15,9 +15,9 @@ import pytest
 
 from fleet.gateway import Gateway, Replica
 from fleet.spec import ClassSpec
-from ops.fleet import Fleet
+from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
-from tasks.rolling import replicas
+from fleet.hosts import replicas
 
 
 @dataclass
@@ -49,7 +49,7 @@ def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget]]:
     for host in fleet.hosts:
         group, gw = fleet.gateway_of(host)
         if gw is not None:
-            gateways.append(GatewayTarget(host.name, group, gw, host, replicas(fleet.state, gw)))
+            gateways.append(GatewayTarget(host.name, group, gw, host, replicas(fleet.state.inventory, gw, GROUP_DIR)))
             continue
         group, spec, problems = fleet.spec_of(host)
         if spec is None:

@@ -1,0 +1,59 @@
+"""Which hosts are what, read off the inventory (pyinfra's hosts: their names, groups and data):
+a host's GPU class, the gateway that routes a class, that gateway's replicas. The deploy, make
+status, make verify and make tune all look them up here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.gate import url_host
+from fleet.gateway import Gateway, Replica
+from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
+
+
+def gpu_classes(host, group_dir: Path) -> list[str]:
+    """The host's groups that are GPU classes (group_data/<class>.py): exactly one, for a GPU host."""
+    return [g for g in host.groups if g in class_files(group_dir)]
+
+
+def gateway_group(host, group_dir: Path) -> str:
+    """The host's gateway group (group_data/<group>.py declares `gateway`), or '' for none."""
+    return next((g for g in host.groups if g in gateway_files(group_dir)), "")
+
+
+def replicas(inventory, gw: Gateway, group_dir: Path) -> list[Replica]:
+    """Every inventory host of the classes `gw` routes (limited or not), in inventory order, at the
+    address pyinfra connects to."""
+    out = []
+    for h in inventory:
+        cls = next((g for g in h.groups if g in gw.routes), None)
+        if cls is None:
+            continue
+        spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
+        address = url_host(h.data.get("ssh_hostname") or h.name)
+        out.append(Replica(h.name, cls, spec.service.served_model_name, f"http://{address}:{spec.service.port}"))
+    return out
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The gateway in the inventory that routes a class."""
+
+    spec: Gateway
+    host: object  # the first host of its group (pyinfra's Host)
+    replicas: list[Replica]  # of every class it routes
+
+
+def routing(inventory, gpu_class: str, group_dir: Path) -> Routing | None:
+    """The gateway that routes `gpu_class`, or None: none in this inventory does, or group_data does
+    not load (the inventory's own check refuses that run)."""
+    try:
+        gateways = load_gateways(group_dir, load_class_specs(group_dir))
+    except SpecError:
+        return None
+    for group, gw in gateways.items():
+        hosts = [h for h in inventory if group in h.groups]
+        if gpu_class in gw.routes and hosts:
+            return Routing(gw, hosts[0], replicas(inventory, gw, group_dir))
+    return None
