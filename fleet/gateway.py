@@ -22,7 +22,8 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet import layout
 from fleet.gate import CURL, local_address
-from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Kind, ServiceUnit, Source, Strict, is_loopback
+from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
+    is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
 
 SMG_VERSION = "1.13.0"
@@ -62,16 +63,16 @@ class GatewayRolling(Strict):
     """How a replica of a class behind the gateway leaves it and comes back around its restart (how
     many restart at once is the class's own `rolling.max_unavailable`)."""
 
-    drain_timeout_s: float = Field(
+    drain_timeout_s: Number = Field(
         600, ge=0, le=3600, description="How long a replica taken out of the gateway gets to finish its requests, "
         "0..3600 s, 0 for no wait, else at least 1 (smg no longer routes to it and SGLang's /metrics shows no "
         "running or queued request) before it is stopped anyway; SGLang then drains what is left on SIGTERM "
         "(service.drain_timeout_s).")
-    ready_timeout_s: float = Field(
+    ready_timeout_s: Number = Field(
         300, ge=1, le=3600, description="How long smg gets to call a replica `ready` after it is back in the "
         "discovery file, and to find a peer ready before one goes out, 1..3600 s.")
-    poll_interval_s: float = Field(0.5, ge=0.05, le=10,
-                                   description="Seconds between reads of /workers and /metrics, 0.05..10.")
+    poll_interval_s: Number = Field(0.5, ge=0.05, le=10,
+                                    description="Seconds between reads of /workers and /metrics, 0.05..10.")
 
     @field_validator("drain_timeout_s")
     @classmethod
@@ -104,19 +105,19 @@ class Gateway(Strict):
                                      "unit runs) and wheels (wheels/).")
     python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
     host: HostAddress = Field("0.0.0.0", description="Bind address of the client API.")
-    port: int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "
+    port: Int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "
                       "1..65535.")
-    prometheus_port: int = Field(29000, ge=1, le=65535, description="smg's own /metrics, 1..65535; not `port`.")
+    prometheus_port: Int = Field(29000, ge=1, le=65535, description="smg's own /metrics, 1..65535; not `port`.")
     policy: Literal["cache_aware", "round_robin", "least_load", "power_of_two", "random"] = Field(
         "cache_aware", description="Load-balancing policy (smg's default).")
     api_key: Source | None = Field(
         None, description="Where the clients' API key comes from (a secret source, like service.api_key). smg "
         "also sends it to the replicas, so a routed class with service.api_key must name the same source.")
-    health_check_interval_s: int = Field(
+    health_check_interval_s: Int = Field(
         2, ge=1, le=600, description="smg's probe interval, 1..600 s, and how often it retries a replica that did "
         "not answer yet: a replica back in the file is `ready` after 2 good probes (smg's own defaults, 60 and 30, "
         "make that minutes per replica).")
-    shutdown_grace_period_s: int = Field(180, ge=0, le=3600, description="How long a stopping smg waits "
+    shutdown_grace_period_s: Int = Field(180, ge=0, le=3600, description="How long a stopping smg waits "
                                          "for in-flight requests, 0..3600 s (smg's default).")
     rolling: GatewayRolling = Field(default_factory=GatewayRolling,
                                     description="How a replica of a class it routes leaves it and comes back.")

@@ -61,9 +61,13 @@ def gateway_files(group_dir: Path) -> dict[str, Path]:
             if p.stem != ALL and "gateway" in read_group_file(p)}
 
 
+def _defaults(group_dir: Path) -> dict[str, Any]:
+    return read_group_file(group_dir / f"{ALL}.py") if (group_dir / f"{ALL}.py").exists() else {}
+
+
 def load_group_data(group_dir: Path) -> dict[str, dict[str, Any]]:
     """group -> all.py's data with the class file's names laid over it."""
-    base = read_group_file(group_dir / f"{ALL}.py") if (group_dir / f"{ALL}.py").exists() else {}
+    base = _defaults(group_dir)
     return {group: {**base, **read_group_file(path)} for group, path in class_files(group_dir).items()}
 
 
@@ -89,6 +93,14 @@ def may_hold_a_secret(key: str) -> bool:
 _USERINFO = re.compile(r"(://)[^/@]*@")
 
 
+def _origin(word: re.Match) -> str:
+    # a URL's query or fragment may hold a token (?token=...): such a URL is shown to its host only
+    scheme, sep, rest = word.group().partition("://")
+    if not sep or ("?" not in rest and "#" not in rest):
+        return word.group()
+    return f"{scheme}://{re.split('[/?#]', rest, maxsplit=1)[0]}/***"
+
+
 def _redact(value: Any) -> Any:
     """A value as a message shows it: under a key that may hold a secret, at any depth, '***';
     in a list (extra_args), the value of a flag that takes a secret '***' (fleet.spec.masked_args)."""
@@ -96,8 +108,8 @@ def _redact(value: Any) -> Any:
         return {k: "***" if isinstance(k, str) and may_hold_a_secret(k) else _redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_redact(v) for v in masked_args(value))
-    if isinstance(value, str):  # a URL's credentials (https://user:password@mirror/simple)
-        return _USERINFO.sub(r"\1***@", value)
+    if isinstance(value, str):  # a URL's credentials (https://user:password@mirror/simple, ?token=...)
+        return re.sub(r"\S+", _origin, _USERINFO.sub(r"\1***@", value))
     return value
 
 
@@ -123,6 +135,13 @@ def _allowed(raw_loc: tuple, root: type[BaseModel] = ClassSpec) -> str:
     return ", ".join(model.model_fields) if model else ""
 
 
+# A strict number's or flag's refusal (fleet.spec.Int, Number, Bool) in the operator's words: "30000" and True
+# look like numbers, 1 and "yes" like flags.
+_STRICT = {"int_type": "a whole number written as one (30000, not '30000' or True)",
+           "float_type": "a number written as one (0.9 or 120, not '0.9' or True)",
+           "bool_type": "True or False (not 1 or 'yes')"}
+
+
 def _without_union_tag(loc: tuple) -> tuple:
     # pydantic puts the matched `algorithm` tag into the path: speculative.DFLASH.block_size
     if len(loc) > 1 and loc[0] == "speculative" and loc[1] in ALGORITHM_TAGS:
@@ -130,33 +149,40 @@ def _without_union_tag(loc: tuple) -> tuple:
     return loc
 
 
-def explain(source: str, err: ValidationError, root: type[BaseModel] = ClassSpec) -> list[str]:
+def explain(source: str, err: ValidationError, root: type[BaseModel] = ClassSpec,
+            blame: dict[str, str] | None = None) -> list[str]:
+    """One line per problem, naming the file (blame: top-level name -> the file it came from, where
+    that is not `source`), the field, the value (secrets masked) and what is allowed."""
     problems = []
     for e in err.errors():
         loc = _without_union_tag(e["loc"])
+        where = (blame or {}).get(str(loc[0]) if loc else "", source)
         field = ".".join(str(p) for p in loc) or "(top level)"
         if e["type"] == "extra_forbidden":
             allowed = _allowed(e["loc"], root)
             problems.append(
-                f"{source}: {field}: unknown key (value {_show(loc, e['input'])})"
+                f"{where}: {field}: unknown key (value {_show(loc, e['input'])})"
                 + (f"; allowed keys: {allowed}" if allowed else "")
             )
         elif e["type"] == "missing":
-            problems.append(f"{source}: {field}: required, not given")
+            problems.append(f"{where}: {field}: required, not given")
         elif e["type"] == "union_tag_invalid":  # pydantic's own text quotes the tag raw, at any length
-            problems.append(f"{source}: {field} = {_show(loc, e['input'])}: algorithm {_show(loc, e['ctx']['tag'])} "
+            problems.append(f"{where}: {field} = {_show(loc, e['input'])}: algorithm {_show(loc, e['ctx']['tag'])} "
                             f"is none of the expected tags: {e['ctx']['expected_tags']}")
+        elif e["type"] in _STRICT:
+            problems.append(f"{where}: {field} = {_show(loc, e['input'])}: expected {_STRICT[e['type']]}, found "
+                            f"{type(e['input']).__name__}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            problems.append(f"{source}: {field} = {_show(loc, e['input'])}: {msg}")
+            problems.append(f"{where}: {field} = {_show(loc, e['input'])}: {msg}")
     return problems
 
 
-def validate_class(source: str, data: dict[str, Any]) -> ClassSpec:
+def validate_class(source: str, data: dict[str, Any], blame: dict[str, str] | None = None) -> ClassSpec:
     try:
         return ClassSpec.model_validate(spec_data(data))
     except ValidationError as err:
-        raise SpecError(explain(source, err)) from None
+        raise SpecError(explain(source, err, blame=blame)) from None
 
 
 def validate_host(source: str, data: dict[str, Any]) -> ClassSpec:
@@ -166,16 +192,34 @@ def validate_host(source: str, data: dict[str, Any]) -> ClassSpec:
     return validate_class(source, {k: v for k, v in data.items() if k in SPEC_KEYS})
 
 
+def _sections_elsewhere(group_dir: Path, classes: dict[str, Path]) -> list[str]:
+    # pyinfra would lay such a file's `service` (or `readiness` ...) over the class file's for the hosts in
+    # both groups: checked nowhere, and a bad value there would blame the class file.
+    problems = []
+    for path in sorted(group_dir.glob("*.py")):
+        if path.stem == ALL or path.stem in classes:
+            continue
+        for key in sorted(set(read_group_file(path)) & set(SPEC_KEYS)):
+            problems.append(f"{path}: {key}: sections of a class belong in its class file (or in {ALL}.py, for "
+                            "every class); this file declares no gpu_class")
+    return problems
+
+
 def load_class_specs(group_dir: Path) -> dict[str, ClassSpec]:
-    """Every GPU class, validated; all problems of all files reported together."""
-    specs, problems = {}, []
+    """Every GPU class, validated; all problems of all files reported together, each naming the file its
+    value came from (all.py for a default no class file replaces)."""
+    classes = class_files(group_dir)
+    specs, problems = {}, _sections_elsewhere(group_dir, classes)
+    defaults = _defaults(group_dir)
     for group, data in load_group_data(group_dir).items():
+        own = read_group_file(classes[group])
+        blame = {k: str(group_dir / f"{ALL}.py") for k in defaults if k not in own}
         try:
-            specs[group] = validate_class(str(group_dir / f"{group}.py"), data)
+            specs[group] = validate_class(str(classes[group]), data, blame)
         except SpecError as e:
             problems += e.problems
     if problems:
-        raise SpecError(problems)
+        raise SpecError(list(dict.fromkeys(problems)))  # a default's problem once, not once per class
     return specs
 
 

@@ -175,3 +175,12 @@ def staged_path(path: str) -> str:
     """Where a new file for `path` is uploaded before it goes live."""
     p = PurePosixPath(path)
     return str(p.parent / f".{p.name}{STAGED_SUFFIX}")
+
+
+def staged_names(unit: str) -> list[str]:
+    """The names of the files made from unit name `unit` as each is staged beside its live path
+    (.U.hub-token.sglang-fleet-new): the longest a name of it gets, longer than a .tmp (the gateway's
+    discovery file) or a lease's .new. fleet.spec bounds a unit name so that each fits a file name."""
+    staged = (unit_file, env_file, secret_file, config_file, auth_header_file, hub_token_file, gateway_secret_file,
+              gateway_auth_header_file)
+    return [PurePosixPath(staged_path(f(unit))).name for f in staged]

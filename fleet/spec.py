@@ -1,8 +1,8 @@
 """The declared service of one GPU class: the single source of truth.
 
 group_data/<class>.py holds plain data; these models validate it. The unit file,
-the dry-run diff, the preflight guards, `make verify` and the README's spec
-reference all come from here. Every default is documented where it is declared.
+the dry-run diff, the preflight guards, `make verify` and the reference in
+docs/spec.md all come from here. Every default is documented where it is declared.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ SGLANG_0523_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DF
 
 @dataclass(frozen=True)
 class Kind:
-    """How the README's spec reference names a constrained type (fleet/docs.py); pydantic ignores it."""
+    """How docs/spec.md names a constrained type (fleet/docs.py); pydantic ignores it."""
 
     name: str
 
@@ -158,6 +158,9 @@ UNIT_NAME_MAX = 255
 UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
               "scope")
 UNIT_RULE = "ASCII letters, digits and : - _ . \\ only, not starting with - or ."
+# The deploy names files after a service's unit (fleet/layout.py): the longest, staged, must fit in
+# Linux's 255 bytes of a file name, or every rollout fails at its first upload (ASCII: a byte a character).
+SERVICE_UNIT_MAX = SEGMENT_BYTES - max(len(n) for n in layout.staged_names(""))
 
 
 def _unit_prefix(prefix: str, instance: bool) -> None:
@@ -172,6 +175,10 @@ def _unit_prefix(prefix: str, instance: bool) -> None:
 def _service_unit(v: str) -> str:
     if v.endswith(".service"):
         raise ValueError("a systemd unit name without '.service' (it is added)")
+    if len(v) > SERVICE_UNIT_MAX:
+        longest = max(layout.staged_names("U"), key=len)
+        raise ValueError(f"a systemd unit name of at most {SERVICE_UNIT_MAX} characters: the deploy names files after "
+                         f"it, the longest {longest}, each within {SEGMENT_BYTES} bytes; found {len(v)}")
     _unit_prefix(v, instance=False)
     return v
 
@@ -211,6 +218,7 @@ def glob_matches(pattern: str, text: str) -> bool:
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_RULE = "letters, digits and _, not starting with a digit"
+SOURCE_ENV_MAX = 128  # characters of a secret source's variable name
 
 # Words that make a name a secret's (HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, api-key):
 # TOKENIZERS_PARALLELISM or max_tokens hold none of them.
@@ -230,6 +238,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# A number or flag as written: pydantic's lax mode would take "30000" or True for a port and 1 or "no" for
+# a flag, silently. A whole number is a Number still (a timeout of 120).
+Int = Annotated[int, Field(strict=True)]
+Number = Annotated[float, Field(strict=True)]
+Bool = Annotated[bool, Field(strict=True)]
+
+
 class GpuClass(Strict):
     """What a host of this class must have, as nvidia-smi reports it."""
 
@@ -238,15 +253,15 @@ class GpuClass(Strict):
         description="Exact nvidia-smi `name` values this class accepts. No substring match: "
         "'NVIDIA RTX 6000 Ada Generation' is not an RTX PRO 6000.",
     )
-    gpu_count: int = Field(ge=1, le=16, description="GPUs the host must have (at least), 1..16.")
-    min_memory_mib: int = Field(ge=1, le=4_194_304,
+    gpu_count: Int = Field(ge=1, le=16, description="GPUs the host must have (at least), 1..16.")
+    min_memory_mib: Int = Field(ge=1, le=4_194_304,
                                 description="Memory each GPU must have, in MiB (memory.total), 1..4194304 (4 TiB).")
-    mig: bool = Field(
+    mig: Bool = Field(
         False,
         description="True if the class runs on MIG-partitioned GPUs. A host whose GPUs' MIG mode differs "
         "is refused: with MIG on, SGLang sees slices (or nothing), not whole GPUs.",
     )
-    shared: bool = Field(
+    shared: Bool = Field(
         False,
         description="True if other GPU processes may run beside the service; "
         "False refuses a host whose GPUs are held by anything undeclared.",
@@ -265,23 +280,44 @@ class SecretSource(Strict):
     """Where a secret is read from on the operator's machine when a deploy runs: never the value
     itself (group_data is shown by `pyinfra ... debug-inventory` and kept in git). Exactly one of:"""
 
-    env: str | None = Field(None, description="Name of an environment variable of the deploy's process.")
-    file: Text | None = Field(None, description="Path of a file on the operator's machine (`~` expands); "
-                              "its content, without the final newline.")
+    env: str | None = Field(None, description="Name of an environment variable of the deploy's process: "
+                            f"{ENV_RULE}, in one case, at most {SOURCE_ENV_MAX} characters.")
+    file: Text | None = Field(None, description="Absolute path (`/...`, or `~/...`: `~` expands) of a file on the "
+                              "operator's machine; its content, without the final newline.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretSource:
         if (self.env is None) == (self.file is None):
             raise ValueError("exactly one of env (an environment variable's name) or file (a path)")
-        # the name is not repeated: a value put here by mistake may be the secret itself
-        if self.env is not None and not ENV_NAME.match(self.env):
-            raise ValueError(f"env is not an environment variable name: expected {ENV_RULE}")
+        # The value is never repeated: one put here by mistake may be the secret itself, and a source is
+        # printed by the deploy's refusals (environment variable X is not set, file X cannot be read).
+        if self.env is not None and not _env_name(self.env):
+            raise ValueError(f"env is not an environment variable name: expected {ENV_RULE}, in one case (a token "
+                             f"mixes them), at most {SOURCE_ENV_MAX} characters (not shown: it may be the secret "
+                             "itself)")
         if self.file is not None and not self.file.strip():
             raise ValueError("file is empty")
+        if self.file is not None and not _file_path(self.file):
+            raise ValueError(f"file is not an absolute file path: expected /... or ~/... in normal form, at most "
+                             f"{PATH_BYTES} bytes, {SEGMENT_BYTES} a segment (not shown: it may be the secret itself)")
         return self
 
     def describe(self) -> str:
         return f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+
+
+def _env_name(name: str) -> bool:
+    # hf_..., ghp_... tokens are names by ENV_NAME's rule; they mix upper and lower case, variables do not
+    return bool(ENV_NAME.match(name)) and len(name) <= SOURCE_ENV_MAX and name in (name.upper(), name.lower())
+
+
+def _file_path(path: str) -> bool:
+    # a key is rarely a normal absolute path with segments a file system holds
+    try:
+        _absolute(path.removeprefix("~"))
+    except ValueError:
+        return False
+    return True
 
 
 def _a_source_not_a_value(value):
@@ -515,7 +551,8 @@ class Service(Strict):
     """The SGLang server: one systemd unit per host."""
 
     unit: ServiceUnit = Field("sglang", description="systemd unit name, without `.service`: " + UNIT_RULE
-                              + f", no '@', at most {UNIT_NAME_MAX} characters with `.service`.")
+                              + f", no '@', at most {SERVICE_UNIT_MAX} characters (the deploy's file names made "
+                              f"from it fit in {SEGMENT_BYTES} bytes).")
     launcher: CommandPath | None = Field(
         None,
         description=f"Interpreter of a hand-made SGLang environment; runs `-m sglang.launch_server`. Unset: "
@@ -531,16 +568,16 @@ class Service(Strict):
         "characters.")
     host: HostAddress = Field("127.0.0.1", description="Bind address (SGLang's default is 127.0.0.1). A class "
                               "behind a gateway binds one the gateway host reaches (not loopback).")
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port (SGLang's default is 30000), 1..65535.")
-    tp_size: int = Field(1, ge=1, le=16, description="Tensor parallel size, 1..16; must divide the class's GPU count.")
-    mem_fraction: float = Field(
+    port: Int = Field(30000, ge=1, le=65535, description="HTTP port (SGLang's default is 30000), 1..65535.")
+    tp_size: Int = Field(1, ge=1, le=16, description="Tensor parallel size, 1..16; must divide the class's GPU count.")
+    mem_fraction: Number = Field(
         0.85, ge=0.1, le=0.99,
         description="--mem-fraction-static: share of GPU memory for weights and KV cache, 0.1..0.99.",
     )
-    context_length: int | None = Field(None, ge=1, le=16_777_216,
+    context_length: Int | None = Field(None, ge=1, le=16_777_216,
                                        description="--context-length, 1..16777216; unset = the model's own.")
-    trust_remote_code: bool = Field(False, description="--trust-remote-code.")
-    enable_metrics: bool = Field(True, description="--enable-metrics (Prometheus /metrics).")
+    trust_remote_code: Bool = Field(False, description="--trust-remote-code.")
+    enable_metrics: Bool = Field(True, description="--enable-metrics (Prometheus /metrics).")
     extra_args: Annotated[list[Text], BeforeValidator(_extra_args)] = Field(
         default_factory=list,
         description="Further SGLang flags, verbatim, appended to ExecStart. None of the flags the spec sets "
@@ -572,7 +609,7 @@ class Service(Strict):
         description="Secret environment variables of the unit (e.g. HF_TOKEN), each naming where its value "
         "comes from. Written to a 0600 environment file, never to the 0644 one or a diff.",
     )
-    drain_timeout_s: float = Field(
+    drain_timeout_s: Number = Field(
         120,
         ge=1,
         le=3600,
@@ -580,7 +617,7 @@ class Service(Strict):
         "(the unit sends it to the server only, KillMode=mixed); systemd kills what is left after "
         "this (TimeoutStopSec).",
     )
-    restarts_on_crash: int = Field(
+    restarts_on_crash: Int = Field(
         2,
         ge=0,
         le=10,
@@ -653,9 +690,9 @@ class EagleFamily(Strict):
         "may omit it only if the target has built-in draft (MTP) layers; preflight checks.",
     )
     draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
-    num_steps: int | None = Field(None, ge=1, le=64, description="--speculative-num-steps, 1..64.")
-    topk: int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk, 1..64.")
-    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens, 1..256.")
+    num_steps: Int | None = Field(None, ge=1, le=64, description="--speculative-num-steps, 1..64.")
+    topk: Int | None = Field(None, ge=1, le=64, description="--speculative-eagle-topk, 1..64.")
+    num_draft_tokens: Int | None = Field(None, ge=1, le=256, description="--speculative-num-draft-tokens, 1..256.")
 
     @model_validator(mode="after")
     def _sglang_rules(self) -> EagleFamily:
@@ -680,8 +717,8 @@ class Ngram(Strict):
     """N-gram lookup speculation (no draft model)."""
 
     algorithm: Literal["NGRAM"]
-    num_draft_tokens: int | None = Field(None, ge=1, le=256, description="Draft tokens, 1..256; SGLang's default is 12.")
-    max_bfs_breadth: int | None = Field(
+    num_draft_tokens: Int | None = Field(None, ge=1, le=256, description="Draft tokens, 1..256; SGLang's default is 12.")
+    max_bfs_breadth: Int | None = Field(
         None, ge=1, le=64, description="--speculative-ngram-max-bfs-breadth: widest level of the n-gram tree, 1..64."
     )
 
@@ -693,7 +730,7 @@ class DFlash(Strict):
     draft_model_path: AbsPath | None = Field(None, description="DFlash draft directory (SGLang requires a draft): "
                                              "exactly one of draft_model_path and draft_model.")
     draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
-    block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
+    block_size: Int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
 
     @model_validator(mode="after")
     def _one_draft(self) -> DFlash:
@@ -710,8 +747,8 @@ class DDTree(Strict):
     draft_model_path: AbsPath | None = Field(None, description="DFlash draft directory the tree is built from: "
                                              "exactly one of draft_model_path and draft_model.")
     draft_model: HubModel | None = Field(None, description=DRAFT_MODEL)
-    block_size: int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
-    tree_budget: int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step, 1..1024.")
+    block_size: Int = Field(16, ge=1, le=16, description="--speculative-dflash-block-size, 1..16.")
+    tree_budget: Int = Field(ge=1, le=1024, description="--speculative-ddtree-budget: tree nodes verified per step, 1..1024.")
 
     @model_validator(mode="after")
     def _one_draft(self) -> DDTree:
@@ -728,25 +765,25 @@ Speculative = Annotated[
 class Readiness(Strict):
     """How long and how often the rollout waits for the new service."""
 
-    load_timeout_s: float = Field(
+    load_timeout_s: Number = Field(
         1200, ge=1, le=14400, description="Give up (and roll back) if /health is not 200 by then, 1..14400 s. "
         "Sized for a 27B model load from local NVMe plus CUDA graph capture."
     )
-    poll_interval_s: float = Field(
+    poll_interval_s: Number = Field(
         0.5, ge=0.05, le=2, description="Seconds between polls of the unit and /health, 0.05..2, made on the host "
         "itself (one SSH command per change of state, not per poll); a crash is seen within one."
     )
-    progress_every_s: float = Field(15, ge=1, le=3600,
-                                    description="Print elapsed time and state this often while waiting, 1..3600 s.")
-    workload_release_timeout_s: float = Field(
+    progress_every_s: Number = Field(15, ge=1, le=3600,
+                                     description="Print elapsed time and state this often while waiting, 1..3600 s.")
+    workload_release_timeout_s: Number = Field(
         120, ge=1, le=3600, description="How long stopped workloads get to release GPU memory, 1..3600 s."
     )
-    command_timeout_s: float = Field(
+    command_timeout_s: Number = Field(
         30, ge=1, le=600, description="How long one command reading the host (nvidia-smi, the engine's "
         "import) may run, 1..600 s: a GPU fallen off the bus makes nvidia-smi hang for good. Past it the host is "
         "refused, naming the command; the other hosts go on.",
     )
-    link_timeout_s: float = Field(
+    link_timeout_s: Number = Field(
         60, ge=4, le=3600, description="How long a host may answer nothing (a link that drops silently: a "
         "switch, a VPN) before the rollout gives it up, 4..3600 s. While its rollout runs the deploy renews its "
         "lock's lease every quarter of this and gives the host up after half of it without an answer: its row "
@@ -766,8 +803,8 @@ class Smoke(Strict):
         "Say hello in one short sentence.", min_length=1,
         description=f"The user message, 1..{PROMPT_MAX} characters (any Unicode but control characters): "
         "the request travels JSON-escaped in one shell argument on the host.")
-    max_tokens: int = Field(16, ge=1, le=512, description="The reply's max_tokens, 1..512.")
-    timeout_s: float = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s.")
+    max_tokens: Int = Field(16, ge=1, le=512, description="The reply's max_tokens, 1..512.")
+    timeout_s: Number = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s.")
 
 
 Percent = Annotated[str, StringConstraints(pattern=r"^(100|[1-9][0-9]?)%$"), Kind("percentage")]  # pydantic's regex: $ ends the text
@@ -818,9 +855,14 @@ def _index_url(v: str) -> str:
     u = urlsplit(v)
     if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
         raise ValueError("an http(s) URL of a package index, e.g. https://pypi.org/simple")
+    # Credentials in it would be in group_data (git), in pip's command line on every host (ps) and in the
+    # deploy's log: a hosted index's token in the query (?token=) or fragment too. Only scheme and host are shown.
     if u.username is not None or u.password is not None:
-        # it would be in group_data (git) and in pip's command line on the host (ps)
         raise ValueError("an index URL without credentials (user:password@): the host's netrc holds those")
+    if "?" in v or "#" in v:
+        raise ValueError("an index URL without a query (?...) or fragment (#...), which may hold a token (not "
+                         "shown): pip's command line on every host and the deploy's log would show it; credentials "
+                         "go in the host's netrc")
     _host(u.hostname)
     return v
 
@@ -866,14 +908,14 @@ class EngineSpec(Strict):
         "`sorted(str(p) for p in Path('wheelhouse').glob('*.whl'))`). A wheel is known by its file name: a rebuild "
         f"takes a new version or build tag (NAME-VERSION-BUILD-...), at most {WHEELS_MAX}.")
     python: CommandPath = Field("/usr/bin/python3", description="The host's Python the venv is made from.")
-    disk_mib: int = Field(20480, ge=0, le=10_485_760,
+    disk_mib: Int = Field(20480, ge=0, le=10_485_760,
                           description=f"Free disk the install needs at {layout.ENGINES_DIR}, MiB: a CUDA SGLang "
                           "0.5.23 venv is ~10.5 GB on disk (207 wheels, 4.35 GB to download: torch, its CUDA "
                           "libraries, sglang-kernel, triton, flashinfer; pip keeps no cache here); the host is "
                           "refused before the install with less, 0..10485760.")
-    install_timeout_s: float = Field(1800, ge=1, le=86_400, description="Longest the install may take (a pip "
-                                     "download of several GiB), 1..86400.")
-    keep: int = Field(2, ge=0, le=100, description="Engines no unit uses (neither the live one nor a kept "
+    install_timeout_s: Number = Field(1800, ge=1, le=86_400, description="Longest the install may take (a pip "
+                                      "download of several GiB), 1..86400.")
+    keep: Int = Field(2, ge=0, le=100, description="Engines no unit uses (neither the live one nor a kept "
                       "backup's) kept, the newest; older ones are removed when an engine is installed, 0..100.")
 
     @field_validator("sglang")
@@ -929,15 +971,15 @@ class HubSpec(Strict):
         "huggingface_hub==2.4.0", description="The client that fetches, pinned: downloaded once into the "
         "controller's wheel cache and installed on each host beside the engines (hosts need no index).")
     python: CommandPath = Field("/usr/bin/python3", description="The host's Python the client runs with.")
-    max_parallel: int = Field(4, ge=1, le=1024, description="Hosts fetching from this endpoint at once in a run, "
+    max_parallel: Int = Field(4, ge=1, le=1024, description="Hosts fetching from this endpoint at once in a run, "
                               "across all classes, 1..1024: a class of many hosts does not hammer the hub (its rate "
                               "limits) or a mirror's uplink.")
-    disk_margin_mib: int = Field(10240, ge=0, le=10_485_760, description="Free disk left at models_dir after a "
+    disk_margin_mib: Int = Field(10240, ge=0, le=10_485_760, description="Free disk left at models_dir after a "
                                  "fetch, MiB: a host with less than the revision's size plus this is refused before "
                                  "the fetch, 0..10485760.")
-    fetch_timeout_s: float = Field(14400, ge=1, le=172_800, description="Longest one revision's fetch may take, "
-                                   "1..172800 s (a 55 GB 27B model at 100 MB/s: about 10 minutes).")
-    keep: int = Field(1, ge=0, le=100, description="Revisions of a repository no unit uses (neither the live one nor "
+    fetch_timeout_s: Number = Field(14400, ge=1, le=172_800, description="Longest one revision's fetch may take, "
+                                    "1..172800 s (a 55 GB 27B model at 100 MB/s: about 10 minutes).")
+    keep: Int = Field(1, ge=0, le=100, description="Revisions of a repository no unit uses (neither the live one nor "
                       "a kept backup's) kept, the newest; older ones are removed after a fetch, 0..100.")
 
     @field_validator("client")
@@ -1060,9 +1102,9 @@ class ProcessWorkload(Strict):
     command_line: Glob | None = Field(None, description="The process's command line as /proc/PID/cmdline holds it, "
                                       "its arguments joined by single spaces (as `ps -o args` shows them; at most "
                                       "its first 8192 characters), " + GLOB_RULE + ", e.g. '*torchrun*train.py*'.")
-    kill_after_s: float = Field(30, ge=1, le=600, description="The stop sends SIGTERM to each process found, and "
-                                "SIGKILL to one still running after this, 1..600 s; a process whose pid another "
-                                "process took meanwhile (its start time differs) is not signalled.")
+    kill_after_s: Number = Field(30, ge=1, le=600, description="The stop sends SIGTERM to each process found, and "
+                                 "SIGKILL to one still running after this, 1..600 s; a process whose pid another "
+                                 "process took meanwhile (its start time differs) is not signalled.")
     give_back: GiveBack = Field(description=GIVE_BACK)
 
     @model_validator(mode="after")
@@ -1142,23 +1184,23 @@ class Tune(Strict):
         "one, it and twice it (within 1..1024).")
     concurrency: Annotated[list[Concurrency], Field(min_length=1, max_length=8), AfterValidator(_distinct_sorted)] = Field(
         [1, 8, 32], description="The concurrencies each candidate is measured at (streams in flight at once).")
-    rounds: int = Field(4, ge=1, le=100, description="Requests per concurrency: concurrency x rounds, at least "
+    rounds: Int = Field(4, ge=1, le=100, description="Requests per concurrency: concurrency x rounds, at least "
                         "min_requests; 1..100.")
-    min_requests: int = Field(8, ge=1, le=10000, description="The fewest requests one concurrency is measured "
+    min_requests: Int = Field(8, ge=1, le=10000, description="The fewest requests one concurrency is measured "
                               "with, 1..10000.")
-    max_tokens: int = Field(256, ge=1, le=8192, description="max_tokens of every request, 1..8192 (all run to it: "
+    max_tokens: Int = Field(256, ge=1, le=8192, description="max_tokens of every request, 1..8192 (all run to it: "
                             "the figures compare like with like).")
     prompts: Annotated[list[Text], Field(min_length=1, max_length=256)] | None = Field(
         None, description="The prompts, sent in turn; unset: the shipped set (fleet/tune.py PROMPTS: prose, code, "
         "reasoning, chat; accept lengths differ by kind).")
-    level_timeout_s: float = Field(600, ge=1, le=7200, description="The most one concurrency's requests may take, "
-                                   "1..7200 s; past it the rest count as failed.")
+    level_timeout_s: Number = Field(600, ge=1, le=7200, description="The most one concurrency's requests may take, "
+                                    "1..7200 s; past it the rest count as failed.")
     objective_concurrency: Concurrency | None = Field(
         None, description="The overall winner is the candidate with the most output tokens/s at this concurrency "
         "(one of tune.concurrency); unset: the highest.")
-    p99_latency_s: float | None = Field(None, ge=0.001, le=3600, description="A latency bound, 0.001..3600 s: a "
-                                        "candidate whose p99 request latency at the objective concurrency is above "
-                                        "it cannot win.")
+    p99_latency_s: Number | None = Field(None, ge=0.001, le=3600, description="A latency bound, 0.001..3600 s: a "
+                                         "candidate whose p99 request latency at the objective concurrency is above "
+                                         "it cannot win.")
 
     @model_validator(mode="after")
     def _objective_measured(self) -> Tune:

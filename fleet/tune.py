@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune
 from pydantic import ValidationError
 
-from fleet.wire import clipped, excerpt
+from fleet.wire import Unreadable, clipped, excerpt, load_json
 
 TUNE_DATA = "sglang_fleet_tune"  # the one pyinfra run's --data that deploys a candidate (never an environment variable)
 RECORD_VERSION = 1
@@ -304,15 +304,25 @@ class TuneMark:
     candidate: str
 
 
+MARK_SINCE_MAX = 1 << 40  # seconds since 1970 (the year 36812), as in pending.json: any later one is no time
+
+
 def read_mark(text: str | None) -> TuneMark | None:
-    """None: no tune.json. One that cannot be read is still a mark: the host may serve a candidate."""
+    """None: no tune.json. One that cannot be read is still a mark (the host may serve a candidate),
+    its candidate saying what of the file is wrong: the plan's reason and make status's row show it."""
     if text is None:
         return None
     try:
-        data = json.loads(text)
-        return TuneMark(int(data["since"]), clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200))
-    except (ValueError, KeyError, TypeError):
-        return TuneMark(0, "?", "unreadable tune.json")
+        data = load_json(text, "tune.json")  # finite numbers, bounded nesting
+        if not isinstance(data, dict) or not {"since", "by", "candidate"} <= set(data):
+            raise Unreadable("tune.json: expected an object with since, by and candidate")
+        since = data["since"]
+        if type(since) is not int or not 0 <= since < MARK_SINCE_MAX:  # 1e20 would stop the plan's strftime
+            raise Unreadable(f"tune.json: since: expected whole seconds since 1970, 0..{MARK_SINCE_MAX - 1}; "
+                             f"found {excerpt(json.dumps(since), 40)}")
+    except Unreadable as e:
+        return TuneMark(0, "?", f"unreadable {e}")
+    return TuneMark(since, clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200))
 
 
 def mark(since: int, by: str, c: Candidate) -> dict:

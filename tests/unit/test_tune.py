@@ -521,10 +521,10 @@ def test_the_mark_is_read_back_and_an_unreadable_one_is_still_a_mark():
     got = tune.read_mark(json.dumps(m))
     assert got.since == NOW and BY in got.by and "block size 8, tree budget 32" in got.candidate
     assert tune.read_mark(None) is None
-    unreadable = tune.TuneMark(0, "?", "unreadable tune.json")
     for text in ("", "{", "[]", "5", '{"since": "x", "by": "a", "candidate": "c"}', '{"since": 1}',
                  '{"since": null, "by": "a", "candidate": "c"}'):
-        assert tune.read_mark(text) == unreadable, text
+        m = tune.read_mark(text)
+        assert (m.since, m.by) == (0, "?") and m.candidate.startswith("unreadable tune.json: "), text
     long = tune.read_mark(json.dumps({"since": 1, "by": "x" * 5000, "candidate": "c"}))
     assert len(long.by) < 300
 
@@ -571,7 +571,7 @@ def test_a_host_a_tune_left_is_returned_by_the_next_run_that_is_no_candidate():
 
 def test_an_unreadable_mark_is_returned_all_the_same():
     p = planned(SPEC, marked(converged(SPEC), "{not json"))
-    assert p.tune_left == tune.TuneMark(0, "?", "unreadable tune.json") and p.restart
+    assert p.tune_left.candidate.startswith("unreadable tune.json: not valid JSON") and p.restart
     assert "unreadable tune.json" in p.why[0] and p.action() == "return from make tune, restart"
 
 
@@ -620,7 +620,7 @@ def test_the_facts_read_the_tune_mark_only_where_it_exists(tmp_path, bin_dir):
     assert tune.read_mark(state.tune).since == NOW - 3600
     mark_file.write_text("x" * 10000)  # read bounded: what is left of it is an unreadable mark
     _, state = deployed_state(tmp_path, bin_dir, tune_file=str(mark_file))
-    assert state.tune == "x" * 4096 and tune.read_mark(state.tune).candidate == "unreadable tune.json"
+    assert state.tune == "x" * 4096 and tune.read_mark(state.tune).candidate.startswith("unreadable tune.json: ")
     # no tune file asked for (an older caller): no tune block at all
     command, state = deployed_state(tmp_path, bin_dir)
     assert "head -c 4096" not in command and state.tune is None
@@ -786,13 +786,15 @@ def preflight(spec, facts, candidate=None, rollback=None):
 
 def finished(monkeypatch, pf, record) -> str:
     from tasks import activate
-    from tasks.common import BEGUN, Begun
+    from adapter import run as runs
+    from tasks.common import Begun
 
     sent = []
     monkeypatch.setattr(activate, "run", lambda host, command, bound: sent.append(command) or (True, ""))
-    monkeypatch.setitem(BEGUN, "h", Begun(pf))
-    activate.HostSteps(SimpleNamespace(name="h"), BEGUN["h"]).finish(record)
-    assert "h" not in BEGUN
+    host = SimpleNamespace(name="h", state=SimpleNamespace())
+    runs.of(host.state).begun["h"] = Begun(pf)
+    activate.HostSteps(host, runs.of(host.state).begun["h"]).finish(record)
+    assert "h" not in runs.of(host.state).begun
     return sent[0]
 
 
