@@ -1,13 +1,16 @@
-"""The README's spec reference, generated from the pydantic models (one source of truth).
+"""The spec reference (docs/spec.md), generated from the pydantic models (one source of truth).
 
     python -m fleet.docs          # print it
-    python -m fleet.docs --write  # rewrite README.md between the markers
-tests/unit/test_docs.py fails when README.md is out of date.
+    python -m fleet.docs --write  # rewrite docs/spec.md between the markers (the file is made if missing)
+    python -m fleet.docs --check  # exit 1 if docs/spec.md is out of date
+tests/unit/test_docs.py fails when docs/spec.md is out of date.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -23,6 +26,8 @@ from fleet.spec import (
     EagleFamily,
     EngineSpec,
     GpuClass,
+    HubModel,
+    HubSpec,
     Kind,
     Ngram,
     NoSpeculation,
@@ -36,7 +41,15 @@ from fleet.spec import (
     Tune,
 )
 
+SPEC_MD = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
+WIDTH = 110  # prose is wrapped here: no line of the reference comes near the README's limit of 300 characters
+HEADER = """# Spec reference
+
+Every key a group_data file may set, generated from `fleet/spec.py` by `python -m fleet.docs --write`
+(`tests/unit/test_docs.py` fails when this file is out of date). Edit the models, not this file.
+
+"""
 SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("gpu_class", GpuClass),
     ("service", Service),
@@ -55,6 +68,12 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("a process workload (an element of workloads)", ProcessWorkload),
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
     ("gateway.rolling", GatewayRolling),
+]
+# Rendered after SECTIONS, kept out of it: tests/unit/test_spec.py walks SECTIONS for its own checks (hub.token is
+# a secret source, as service.api_key is, and that test lists the secret fields it expects).
+MORE_SECTIONS: list[tuple[str, type[BaseModel]]] = [
+    ("hub", HubSpec),
+    ("a model by repository (service.model, speculative.draft_model)", HubModel),
 ]
 
 
@@ -81,51 +100,83 @@ def _type(field) -> str:
 
 def _default(field) -> str:
     if field.default is not PydanticUndefined:
-        return f"`{field.default!r}`" if field.default is not None else "unset"
+        return f"default `{field.default!r}`" if field.default is not None else "default unset"
     if field.default_factory is not None:
         value = field.default_factory()
-        return "`[]`" if value == [] else "`{}`" if value == {} else "see its table"
+        return "default `[]`" if value == [] else "default `{}`" if value == {} else "its own section below"
     return "**required**"
 
 
+# A wrapped line must not start with what Markdown reads as a new block: a list marker, an ordered list's
+# number, a heading, a quote, a table row.
+_OPENS_A_BLOCK = re.compile(r"^([-+*>#|]|\d+[.)])")
+_GLUE = "\x00"
+
+
+def _wrap(text: str, first: str = "", rest: str = "") -> list[str]:
+    words = " ".join(text.split()).split(" ")
+    glued = [words[0]]
+    for word in words[1:]:
+        if _OPENS_A_BLOCK.match(word):
+            glued[-1] += _GLUE + word
+        else:
+            glued.append(word)
+    lines = textwrap.wrap(" ".join(glued), WIDTH, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines]
+
+
+def _doc(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+def _item(name: str, what: str, description: str) -> list[str]:
+    return _wrap(f"`{name}` ({what}): {description}", first="- ", rest="  ")
+
+
 def reference() -> str:
-    out = [
+    out = _wrap(
         "Each group_data file defines these top-level names (all.py gives defaults; a class file's name "
         f"replaces all.py's whole): {', '.join(f'`{k}`' for k in ClassSpec.model_fields)}. "
-        "Unknown keys are errors.",
-        "",
+        "Unknown keys are errors.")
+    out += [""] + _wrap(
         "Types: *text* is a string without control characters (newline, CR, tab, NUL, U+0085 ...), "
         "line or paragraph separators (U+2028, U+2029) or lone surrogates, at most the characters its "
-        "row says; an *absolute path* is text that starts with `/` and has no empty, `.` or `..` segment "
+        "entry says; an *absolute path* is text that starts with `/` and has no empty, `.` or `..` segment "
         "(no `//`, no trailing `/`); a *unit name* follows systemd's rules (below); numbers are finite "
-        "(no inf or nan) and within the bounds their row gives.",
-        "",
-        "| top-level name | default | meaning |",
-        "|---|---|---|",
-    ]
+        "(no inf or nan) and within the bounds their entry gives.")
+    out += ["", "### Top-level names", ""]
     for name, field in ClassSpec.model_fields.items():
-        out.append(f"| `{name}` | {_default(field)} | {field.description or ''} |")
-    for title, model in SECTIONS:
-        out += ["", f"#### `{title}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        out += _item(name, _default(field), field.description or "")
+    for title, model in SECTIONS + MORE_SECTIONS:
+        out += ["", f"### `{title}`", ""]
         for name, field in model.model_fields.items():
-            desc = (field.description or (model.__doc__ or "").strip().splitlines()[0]).replace("|", "\\|")
-            kind = _type(field).replace(" | ", " \\| ")
-            out.append(f"| `{name}` | {kind} | {_default(field)} | {desc} |")
+            out += _item(name, f"{_type(field)}; {_default(field)}", field.description or _doc(model))
     return "\n".join(out) + "\n"
 
 
-def rewrite(readme: Path) -> bool:
-    text = readme.read_text()
+def rewrite(path: Path = SPEC_MD) -> bool:
+    """Put the reference between the markers of `path` (made, with its header, if missing); True if it changed."""
+    text = path.read_text() if path.exists() else f"{HEADER}{START}\n{END}\n"
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
     new = f"{head}{START}\n{reference()}{END}{tail}"
-    changed = new != text
-    readme.write_text(new)
-    return changed
+    if new != text or not path.exists():
+        path.write_text(new)
+    return new != text
+
+
+def is_current(path: Path = SPEC_MD) -> bool:
+    if not path.exists() or START not in (text := path.read_text()) or END not in text:
+        return False
+    return text.split(START, 1)[1].split(END, 1)[0] == "\n" + reference()
 
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
-        rewrite(Path(__file__).resolve().parent.parent / "README.md")
+        print(f"{SPEC_MD}: {'rewritten' if rewrite() else 'up to date'}")
+    elif "--check" in sys.argv:
+        if not is_current():
+            sys.exit(f"{SPEC_MD} is out of date: run python -m fleet.docs --write")
     else:
-        print(reference())
+        print(reference(), end="")

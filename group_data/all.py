@@ -1,7 +1,7 @@
 """Defaults for every GPU class. A class file's name replaces the name here whole
 (pyinfra merges group data by top-level name), so keep nested tables in one place.
 
-Spec reference: README.md ("Spec reference"), generated from fleet/spec.py.
+Spec reference: docs/spec.md, generated from fleet/spec.py.
 """
 
 # How long the rollout waits for /health and how it reports progress.
@@ -24,13 +24,13 @@ smoke = {
     "timeout_s": 120,
 }
 
-# The SGLang a class runs (README, "Engines"; every key in the spec reference). Not declared here, so
+# The SGLang a class runs (docs/engines.md; every key in docs/spec.md). Not declared here, so
 # each class runs its own hand-made environment at service.launcher. Declared (in a class file, or
 # here for all), the deploy installs it into a venv of its own beside the live one and checks it there
 # before anything stops; the class then drops service.launcher (the two are exclusive). E.g.:
 #   engine = {"sglang": "sglang==0.5.23", "index_url": "https://pypi.org/simple", "keep": 2}
 
-# Where models declared by repository come from (README, "Weights by revision"). A class names its
+# Where models declared by repository come from (docs/engines.md, "Weights by revision"). A class names its
 # target as service.model = {"repo": ..., "revision": <commit>} (and its draft as
 # speculative.draft_model) instead of a path; the deploy fetches that revision on each host into
 # hub.models_dir/ORG/NAME/REVISION before anything stops. The defaults: the public hub, no token,

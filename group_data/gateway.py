@@ -2,7 +2,7 @@
 
 Clients talk to the gateway; a spec change of a class it routes is rolled one replica at a
 time (canary first), each drained out of the gateway before it restarts, so no request fails.
-Every key: README.md ("Spec reference", gateway).
+Every key: docs/spec.md (gateway).
 """
 
 gateway = {
