@@ -18,10 +18,11 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# The lab needs systemd-nspawn and debootstrap from Debian (root, as on CI).
+# The lab needs systemd-nspawn and debootstrap from Debian (root, as on CI); the unit tests check the
+# on-host shell programs (fleet/programs/*.sh) with Debian's shellcheck.
 host-packages:
-	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap; }
+	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && command -v shellcheck >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap shellcheck; }
 
 # The real SGLang 0.5.23 (CPU torch), cached outside the checkout, for the parser contract test.
 sglang-venv:

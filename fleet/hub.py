@@ -19,6 +19,7 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
@@ -237,133 +238,9 @@ def remove_command(models_dir: str, revisions: list[str]) -> str:
 # Run on the host by the client's Python: python3 -c FETCH REPO REVISION FINAL MARGIN_BYTES STAGING. Its
 # answer is framed as fleet.wire's (a marker line, values of its own; host text as base64 data).
 # `python3 -c FETCH --verify DIR` (any Python 3: it imports no client) prints each file of DIR's
-# manifest whose size or digest differs.
-FETCH = r'''
-import base64, hashlib, os, shutil, sys
-files = {}
-def wrong(root, name, hashed):
-    path = os.path.join(root, name)
-    size, digest = files[name]
-    try:
-        n = os.path.getsize(path)
-    except OSError:
-        return "missing"
-    if n != size:
-        return "%d bytes, expected %d" % (n, size)
-    if not hashed or digest == "-":
-        return None
-    kind, want = digest.split(":")
-    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return None if h.hexdigest() == want else kind + " differs"
-if sys.argv[1] == "--verify":  # make verify: every file of a revision's manifest, its size and digest
-    with open(os.path.join(sys.argv[2], MANIFEST)) as f:
-        for line in f:
-            size, digest, name = line.rstrip("\n").split(" ", 2)
-            files[name] = (int(size), digest)
-    for name in sorted(files):
-        why = wrong(sys.argv[2], name, True)
-        if why:
-            print(name + ": " + why)
-    sys.exit(0)
-repo, revision, final, margin, staging = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-parent = os.path.dirname(final)
-def say(key, value="", text=None):
-    sys.stdout.write("@@" + key + ("=" + value if value else "") + "\n")
-    if text is not None:
-        sys.stdout.write(base64.b64encode(text[-LIMIT:].encode("utf-8", "replace")).decode() + "\n")
-    sys.stdout.flush()
-def reason(e):
-    return type(e).__name__ + ": " + str(e)
-try:
-    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, snapshot_download
-except Exception as e:
-    say("client", "broken", reason(e)); sys.exit(0)
-try:
-    info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-except Exception as e:
-    say("error", "metadata", reason(e)); sys.exit(0)
-if info.sha != revision:
-    say("error", "revision", "the endpoint answered commit " + str(info.sha)); sys.exit(0)
-for s in info.siblings or []:
-    name = s.rfilename
-    parts = name.split("/")
-    if (not name or len(name) > 1024 or any(p in ("", ".", "..") for p in parts) or parts[0] == ".cache"
-            or name == MANIFEST or any(ord(c) < 32 or ord(c) == 127 for c in name)):
-        say("unsafe", "", name); sys.exit(0)
-    size, lfs = s.size, s.lfs
-    digest = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
-    digest = "sha256:" + digest if digest else None
-    if size is None or digest is None:
-        try:
-            meta = get_hf_file_metadata(hf_hub_url(repo, name, revision=revision))
-        except Exception as e:
-            say("error", "metadata", name + ": " + reason(e)); sys.exit(0)
-        size = meta.size if size is None else size
-        etag = (meta.etag or "").strip('"').lower()
-        if digest is None and len(etag) in (40, 64) and all(c in "0123456789abcdef" for c in etag):
-            digest = ("sha256:" if len(etag) == 64 else "blob:") + etag
-    if not isinstance(size, int) or size < 0:
-        say("error", "metadata", name + ": no size from the endpoint"); sys.exit(0)
-    files[name] = (size, digest or "-")
-def drop(name):
-    for p in (os.path.join(staging, name), os.path.join(staging, ".cache", "huggingface", "download", name + ".metadata")):
-        if os.path.lexists(p):
-            os.remove(p)
-os.makedirs(parent, exist_ok=True)
-if os.path.isdir(final) and not os.path.isdir(staging):  # damaged: fetched again beside it, kept until then
-    shutil.copytree(final, staging, copy_function=os.link, symlinks=True)
-    if os.path.lexists(os.path.join(staging, MANIFEST)):
-        os.remove(os.path.join(staging, MANIFEST))
-os.makedirs(staging, exist_ok=True)
-for top, _, names in os.walk(os.path.join(staging, ".cache")):  # a killed client's: it resumes none of them
-    for n in names:
-        if n.endswith(".incomplete"):
-            os.remove(os.path.join(top, n))
-have = 0
-for name in files:
-    if wrong(staging, name, False) is None:
-        have += files[name][0]
-    else:
-        drop(name)  # the client would keep a file of the wrong size its metadata calls done
-total = sum(size for size, _ in files.values())
-st = os.statvfs(parent)
-free = st.f_bavail * st.f_frsize
-say("sizes", "%d %d %d %d" % (len(files), total, have, free))
-if free < total - have + margin:
-    say("disk", "%d %d" % (free, total - have + margin)); sys.exit(0)
-check = list(files)
-for attempt in (1, 2):
-    try:
-        snapshot_download(repo, revision=revision, local_dir=staging)
-    except Exception as e:
-        say("error", "download", reason(e)); sys.exit(0)
-    bad = {}
-    for name in check:
-        why = wrong(staging, name, True)
-        if why:
-            bad[name] = why
-    if not bad:
-        break
-    for name in bad:
-        drop(name)
-    check = list(bad)
-if bad:
-    say("integrity", str(len(bad)), "\n".join(n + ": " + w for n, w in sorted(bad.items())[:20])); sys.exit(0)
-with open(os.path.join(staging, MANIFEST + ".tmp"), "w") as f:
-    for name in sorted(files):
-        f.write("%d %s %s\n" % (files[name][0], files[name][1], name))
-os.replace(os.path.join(staging, MANIFEST + ".tmp"), os.path.join(staging, MANIFEST))
-old = staging + ".old"
-if os.path.isdir(final):
-    shutil.rmtree(old, ignore_errors=True)
-    os.rename(final, old)
-os.rename(staging, final)
-shutil.rmtree(old, ignore_errors=True)
-say("fetched", "%d %d" % (total, total - have))
-'''.replace("LIMIT", str(SAID_LIMIT)).replace("MANIFEST", repr(MANIFEST))
+# manifest whose size or digest differs. The program is a file of its own, fleet/programs/fetch_revision.py
+# (its MANIFEST and LIMIT are this module's MANIFEST and SAID_LIMIT), sent whole.
+FETCH = (Path(__file__).parent / "programs" / "fetch_revision.py").read_text()
 
 
 def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str | None) -> str:

@@ -31,13 +31,14 @@ import shlex
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleet import layout
 from fleet.spec import ClassSpec
-from fleet.wire import Unreadable, block, excerpt, load_json, mark, printable
+from fleet.wire import BLOCK_LIMIT, Unreadable, block, excerpt, load_json, mark, printable
 
 REFUSED_EXIT = 75  # the lock is not what preflight saw: another deploy got there first
 TAKEN_MARK, REFUSED_MARK = "@@lock=taken", "@@lock=refused"
@@ -47,14 +48,17 @@ FLOCK_WAIT_S = 30  # how long taking, renewing or releasing the lock waits for a
 # out: no process starts at the boot's first clock tick, so no session's start time is "0".
 LEASE_RAN_OUT = "0"
 
-# The sshd process a command runs under (walking up from the shell) and its start time
-# (field 22 of /proc/PID/stat), so a reused pid is never mistaken for the session.
-_SESSION = (
-    "_f() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f$2; }; "
-    "s=$$; while [ \"${s:-1}\" -gt 1 ]; do "
-    "case \"$(cat /proc/$s/comm 2>/dev/null)\" in sshd|sshd-session) break;; esac; s=$(_f $s 2); done; "
-    "if [ \"${s:-1}\" -gt 1 ]; then session=$s; session_start=$(_f $s 20); else session=null; session_start=null; fi"
-)
+# The lock's programs on the host (taking, renewing, releasing it; the session preflight reads) are
+# one file, fleet/programs/lock.sh, sent without its comment and blank lines.
+_PROGRAM = "\n".join(line for line in (Path(__file__).parent / "programs" / "lock.sh").read_text().splitlines()
+                      if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _lock_sh(action: str, lock_path: str, *more: object) -> str:
+    """lock.sh's ACTION for the lock at lock_path, run in a subshell of the command's shell (its
+    exit ends only that) with its arguments as the positional parameters, each quoted."""
+    args = [action, layout.LOCK_ROOT, lock_path, layout.lease_file(lock_path), FLOCK_WAIT_S, *more]
+    return f"( set -- {' '.join(shlex.quote(str(a)) for a in args)}\n{_PROGRAM}\n)"
 
 
 def renew_every_s(spec: ClassSpec) -> float:
@@ -158,48 +162,27 @@ def stale_after(spec: ClassSpec) -> float:
 def take_command(spec: ClassSpec, who: dict, expected: LockFacts) -> str:
     """Take the lock if it is still what preflight saw (absent, or that exact stale text).
     Prints TAKEN_MARK, or REFUSED_MARK and the lock's text as its record, exit REFUSED_EXIT."""
-    path = shlex.quote(spec.lock_file)
     seen = ("present:" + expected.text.strip()) if expected.present else "absent"
-    fields = ", ".join(f'"{k}": %s' for k in ("holder", "pid", "since", "session", "session_start"))
-    return (
-        f"mkdir -p {layout.LOCK_ROOT} && ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; "
-        f"if [ -e {path} ]; then now=\"present:$(cat {path} 2>/dev/null)\"; else now=absent; fi; "
-        f"if [ \"$now\" != {shlex.quote(seen)} ]; then {block('lock', f'cat {path}', 'refused')}; exit {REFUSED_EXIT}; fi; "
-        f"{_SESSION}; "
-        f"printf '{{{fields}}}\\n' {shlex.quote(json.dumps(who['holder']))} {int(who['pid'])} {int(who['since'])} "
-        f"\"$session\" \"$session_start\" > {path}.new && mv -f {path}.new {path} && {_lease(spec)} "
-        f") 9<{layout.LOCK_ROOT} || exit $?; echo {TAKEN_MARK}"
-    )
+    return _lock_sh("take", spec.lock_file, _lease_s(spec), BLOCK_LIMIT + 1, seen, json.dumps(who["holder"]),
+                    int(who["pid"]), int(who["since"]))
 
 
-def _lease(spec: ClassSpec) -> str:
-    """Shell writing the lease: now, by the host's clock, plus readiness.link_timeout_s."""
-    lease = shlex.quote(layout.lease_file(spec.lock_file))
-    return (f"printf '%s\\n' $(( $(date +%s) + {math.ceil(spec.readiness.link_timeout_s)} )) > {lease}.new "
-            f"&& mv -f {lease}.new {lease}")
-
-
-def _if_ours(spec: ClassSpec, then: str, otherwise: str) -> str:
-    """Under the lock's flock: `then` if the lock names the SSH session this command runs in (the
-    one whose deploy took it), else `otherwise`; fails with REFUSED_EXIT if the flock is not had.
-    (Over a connector without sshd every lock's session is null: there, any such lock is one's own.)"""
-    path = shlex.quote(spec.lock_file)
-    ours = '*"\\"session\\": $session, \\"session_start\\": $session_start}"*'
-    return (f"if [ -d {layout.LOCK_ROOT} ]; then ( flock -w {FLOCK_WAIT_S} 9 || exit {REFUSED_EXIT}; {_SESSION}; "
-            f"case \"$(cat {path} 2>/dev/null)\" in {ours}) {then};; *) {otherwise};; esac ) 9<{layout.LOCK_ROOT}; "
-            f"else {otherwise}; fi")
+def _lease_s(spec: ClassSpec) -> int:
+    """How long a lease holds from its writing, by the host's clock: readiness.link_timeout_s."""
+    return math.ceil(spec.readiness.link_timeout_s)
 
 
 def renew_command(spec: ClassSpec) -> str:
     """Renew the lease of this run's lock: prints RENEWED_MARK, or NOT_OURS_MARK where the lock is
-    gone or another deploy's (taken over: this run must not touch the host any more)."""
-    return _if_ours(spec, f"{_lease(spec)} && echo {RENEWED_MARK}", f"echo {NOT_OURS_MARK}")
+    gone or another deploy's (taken over: this run must not touch the host any more). The lock is
+    this run's if it names the SSH session this command runs in, compared under the lock's flock
+    (over a connector without sshd every lock's session is null: there, any such lock is one's own)."""
+    return _lock_sh("renew", spec.lock_file, _lease_s(spec))
 
 
 def release_command(spec: ClassSpec) -> str:
-    """Remove the lock and its lease if they are this run's; another deploy's stay."""
-    path = spec.lock_file
-    return _if_ours(spec, f"rm -f {shlex.quote(path)} {shlex.quote(layout.lease_file(path))}", "true")
+    """Remove the lock and its lease if they are this run's (as renew_command judges); another deploy's stay."""
+    return _lock_sh("release", spec.lock_file)
 
 
 def facts_command(lock_path: str) -> str:
@@ -207,10 +190,6 @@ def facts_command(lock_path: str) -> str:
     `@@lock-session`: the start time of whatever process has the recorded session pid now, or
     LEASE_RAN_OUT where the lock's lease is past by the host's clock (a lease that is not a
     plain number is none: the session alone judges)."""
-    path, lease = shlex.quote(lock_path), shlex.quote(layout.lease_file(lock_path))
-    start = (f"expires=$(sed -n '1{{/^[0-9]\\{{1,18\\}}$/p;}}' {lease} 2>/dev/null); "
-             f"if [ -n \"$expires\" ] && [ \"$(date +%s)\" -gt \"$expires\" ]; then echo {LEASE_RAN_OUT}; else "
-             f"sp=$(sed -n 's/.*\"session\": *\\([0-9][0-9]*\\).*/\\1/p' {path} | head -n 1); "
-             "[ -n \"$sp\" ] && sed 's/.*) //' /proc/$sp/stat | cut -d' ' -f20; fi")
-    return (f"if [ -e {path} ]; then {block('lock', f'cat {path}', 'present')}; {block('lock-session', start)}; "
-            f"else {mark('lock', 'absent')}; fi")
+    path = shlex.quote(lock_path)
+    return (f"if [ -e {path} ]; then {block('lock', f'cat {path}', 'present')}; "
+            f"{block('lock-session', _lock_sh('session', lock_path))}; else {mark('lock', 'absent')}; fi")

@@ -180,13 +180,14 @@ def begin_command(
     the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever
     fails after the lock is taken releases it and changes
     nothing else: a backup set this command took is removed again."""
-    release = lock.release_command(spec)
+    release = "release_lock"  # defined once: the lock's program is long, and every failure below releases it
     undo = [_drop_staged(spec), release]
 
     def fail() -> str:
         return f"{{ {'; '.join(undo)}; exit 1; }}"
 
-    steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?"]
+    steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?",
+             f"release_lock() {{ {lock.release_command(spec)}; }}"]
     for path, sha1 in files_seen.items():
         steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ {mark(CHANGED, path)}; {release}; exit 1; }}")
     steps += [_unit_check(u, release) for u in units]

@@ -1,0 +1,256 @@
+"""The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
+Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
+(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands) on a tmp dir.
+How the deploy sends them is tested where their commands are (test_hub.py, test_lock.py)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet import hub, layout, lock
+from fleet.spec import ClassSpec
+from fleet.wire import frames
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "fleet" / "programs"
+FETCH = PROGRAMS / "fetch_revision.py"
+LOCK = PROGRAMS / "lock.sh"
+SHELL = sorted(PROGRAMS.glob("*.sh"))
+PYTHON = sorted(PROGRAMS.glob("*.py"))
+
+
+def test_there_are_programs():
+    assert FETCH in PYTHON and LOCK in SHELL
+
+
+def test_the_shell_programs_pass_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is missing: run `make host-packages` (Debian's shellcheck package)")
+    done = subprocess.run(["shellcheck", "-s", "sh", *map(str, SHELL)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_python_programs_pass_ruff():
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "E,F,W", "--line-length",
+                           "120", *map(str, PYTHON)], capture_output=True, text=True, timeout=60)
+    if "No module named ruff" in done.stderr:
+        pytest.fail("ruff is missing from the venv: it is in the test extra (make venv, or pip install -e '.[test]')")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_python_programs_import_only_the_standard_library_and_the_client():
+    """They run on a host: nothing of the deploy is there, only the stdlib and (the fetch) huggingface_hub."""
+    for path in PYTHON:
+        tree = ast.parse(path.read_text())
+        found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        found |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert all(n.level == 0 for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)), path
+        assert found - set(sys.stdlib_module_names) <= {"huggingface_hub"}, (path, found)
+
+
+# --- fetch_revision.py ------------------------------------------------------------------------
+
+def test_fetch_is_the_file_sent_whole_with_the_deploys_constants():
+    assert hub.FETCH == FETCH.read_text()
+    constants = {t.id: ast.literal_eval(n.value) for n in ast.parse(hub.FETCH).body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)}
+    assert (constants["MANIFEST"], constants["LIMIT"]) == (hub.MANIFEST, hub.SAID_LIMIT)
+
+
+# A stand-in huggingface_hub: the revision's files from the JSON file $FAKE_HUB names ({"sha", "files":
+# {name: {"content", "lfs", "served"}}}): an LFS file's size and sha256 in the model info, a plain
+# file's size and git blob id (its ETag) from its metadata; snapshot_download writes each file
+# missing or of another size with its "served" content (its content unless given), as the real one.
+FAKE_HUB = '''
+import hashlib, json, os
+from types import SimpleNamespace as NS
+
+def _config():
+    with open(os.environ["FAKE_HUB"]) as f:
+        return json.load(f)
+
+class HfApi:
+    def model_info(self, repo, revision=None, files_metadata=False):
+        c = _config()
+        siblings = []
+        for name, f in c["files"].items():
+            data = f["content"].encode()
+            lfs = {"sha256": hashlib.sha256(data).hexdigest()} if f.get("lfs") else None
+            siblings.append(NS(rfilename=name, size=len(data) if lfs else None, lfs=lfs))
+        return NS(sha=c["sha"], siblings=siblings)
+
+def hf_hub_url(repo, name, revision=None):
+    return name
+
+def get_hf_file_metadata(url):
+    data = _config()["files"][url]["content"].encode()
+    return NS(size=len(data), etag='"%s"' % hashlib.sha1(b"blob %d\\0" % len(data) + data).hexdigest())
+
+def snapshot_download(repo, revision=None, local_dir=None):
+    for name, f in _config()["files"].items():
+        data = f.get("served", f["content"]).encode()
+        path = os.path.join(local_dir, name)
+        if not os.path.exists(path) or os.path.getsize(path) != len(data):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as out:
+                out.write(data)
+'''
+REV = "a" * 40
+FILES = {"config.json": {"content": '{"model_type": "qwen3"}\n'},
+         "model.safetensors": {"content": "weights " * 64, "lfs": True},
+         "sub dir/tokenizer.json ": {"content": "{}\n"}}  # a name with its blanks: kept whole
+
+
+@pytest.fixture
+def client(tmp_path) -> Path:
+    d = tmp_path / "client" / "huggingface_hub"
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(FAKE_HUB)
+    return d.parent
+
+
+def run_fetch(tmp_path: Path, client: Path, files: dict = FILES, sha: str = REV,
+              margin: int = 0) -> subprocess.CompletedProcess:
+    """python3 fetch_revision.py REPO REVISION FINAL MARGIN STAGING, as fleet.hub.fetch_command runs it."""
+    config = tmp_path / "hub.json"
+    config.write_text(json.dumps({"sha": sha, "files": files}))
+    final = tmp_path / "models" / "org" / "name" / REV
+    argv = ["org/name", REV, str(final), str(margin), layout.revision_partial(str(final))]
+    return subprocess.run([sys.executable, str(FETCH), *argv], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(client), "FAKE_HUB": str(config)})
+
+
+def verify(path: Path, how: str = "file") -> str:
+    program = [str(FETCH)] if how == "file" else ["-c", hub.FETCH]
+    done = subprocess.run([sys.executable, *program, "--verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_fetch_run_as_a_file_fetches_checks_and_renames_into_place(tmp_path, client):
+    done = run_fetch(tmp_path, client)
+    assert done.returncode == 0, done.stderr
+    got = hub.read_fetch(done.stdout)
+    total = sum(len(f["content"]) for f in FILES.values())
+    assert (got.outcome, got.files, got.total, got.downloaded) == ("new", 3, total, total)
+    final = tmp_path / "models" / "org" / "name" / REV
+    assert not Path(layout.revision_partial(str(final))).exists()
+    lines = (final / hub.MANIFEST).read_text().splitlines()
+    manifest = {line.split(" ", 2)[2]: line.split(" ", 2)[1] for line in lines}
+    assert set(manifest) == set(FILES) and (final / "sub dir" / "tokenizer.json ").read_text() == "{}\n"
+    weights = FILES["model.safetensors"]["content"].encode()
+    assert manifest["model.safetensors"] == "sha256:" + hashlib.sha256(weights).hexdigest()
+    assert manifest["config.json"].startswith("blob:")
+    # --verify, run as the file and as make verify sends it (python3 -c FETCH): nothing differs, then each kind
+    assert verify(final) == verify(final, "-c") == ""
+    with open(final / "config.json", "r+b") as f:
+        f.write(b"[")
+    (final / "model.safetensors").write_bytes(b"short")
+    (final / "sub dir" / "tokenizer.json ").unlink()
+    assert verify(final) == verify(final, "-c") == (f"config.json: blob differs\nmodel.safetensors: 5 bytes, expected "
+                                                    f"{len(weights)}\nsub dir/tokenizer.json : missing\n")
+
+
+def test_the_fetch_resumes_from_its_partial(tmp_path, client):
+    final = tmp_path / "models" / "org" / "name" / REV
+    partial = Path(layout.revision_partial(str(final)))
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_text(FILES["config.json"]["content"])  # complete: kept
+    (partial / "model.safetensors").write_text("cut")  # cut short: fetched again
+    got = hub.read_fetch(run_fetch(tmp_path, client).stdout)
+    assert got.outcome == "new" and got.downloaded == got.total - len(FILES["config.json"]["content"])
+
+
+@pytest.mark.parametrize("files, sha, margin, outcome", [
+    ({**FILES, "model.safetensors": {**FILES["model.safetensors"], "served": "x" * 512}}, REV, 0, "integrity"),
+    ({**FILES, "../escape": {"content": "x"}}, REV, 0, "unsafe"),
+    (FILES, "b" * 40, 0, "error"),  # the endpoint answered another commit
+    (FILES, REV, 1 << 60, "disk"),
+])
+def test_the_fetch_refuses_and_says_why(tmp_path, client, files, sha, margin, outcome):
+    done = run_fetch(tmp_path, client, files, sha, margin)
+    assert done.returncode == 0, done.stderr
+    assert hub.read_fetch(done.stdout).outcome == outcome
+    assert not (tmp_path / "models" / "org" / "name" / REV).exists()
+
+
+def test_a_broken_client_is_said(tmp_path, client):
+    (client / "huggingface_hub" / "__init__.py").write_text("raise ImportError('no such client')\n")
+    got = hub.read_fetch(run_fetch(tmp_path, client).stdout)
+    assert got.outcome == "client" and "ImportError: no such client" in got.said
+
+
+@pytest.mark.parametrize("args, rc", [(["--help"], 0), ([], 2), (["--verify"], 2), (["r", REV, "/x", "many", "/y"], 2)])
+def test_the_fetch_says_its_usage(args, rc):
+    done = subprocess.run([sys.executable, str(FETCH), *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == rc and "usage: fetch_revision.py REPO REVISION" in (done.stdout + done.stderr)
+
+
+# --- lock.sh ----------------------------------------------------------------------------------
+
+def lock_sh(tmp: Path, action: str, *more: str) -> subprocess.CompletedProcess:
+    root = tmp / "run" / "sglang-fleet"
+    return subprocess.run(["sh", str(LOCK), action, str(root), str(root / "u.lock"), str(root / "u.lease"), "5", *more],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_the_lock_program_run_as_a_file_takes_renews_and_releases_the_lock(tmp_path):
+    root = tmp_path / "run" / "sglang-fleet"
+    owner = ["60", "4096", "absent", json.dumps("alice@laptop"), "7", "1750000000"]
+    before = int(time.time())
+    taken = lock_sh(tmp_path, "take", *owner)
+    assert (taken.returncode, taken.stdout) == (0, lock.TAKEN_MARK + "\n"), taken.stderr
+    text = (root / "u.lock").read_text()
+    held = json.loads(text)
+    assert (held["holder"], held["pid"], held["since"]) == ("alice@laptop", 7, 1750000000)
+    assert before + 60 <= int((root / "u.lease").read_text()) <= int(time.time()) + 60
+    # another that saw no lock: refused, told the lock's text; one that saw this lock takes it
+    refused = lock_sh(tmp_path, "take", *owner)
+    (said,) = frames(refused.stdout)
+    assert refused.returncode == lock.REFUSED_EXIT and said.marker == lock.REFUSED_MARK and said.text == text
+    assert lock_sh(tmp_path, "take", *owner[:2], "present:" + text.strip(), *owner[3:]).stdout == lock.TAKEN_MARK + "\n"
+    # renewed (the same session: these commands run under the same processes), its session read
+    (root / "u.lease").write_text("1\n")
+    assert lock_sh(tmp_path, "renew", "60").stdout == lock.RENEWED_MARK + "\n"
+    assert int((root / "u.lease").read_text()) >= before + 60
+    assert lock_sh(tmp_path, "session").returncode in (0, 1)  # a start time, or none (no sshd above)
+    (root / "u.lease").write_text(f"{before - 10}\n")
+    assert lock_sh(tmp_path, "session").stdout == lock.LEASE_RAN_OUT + "\n"
+    # released: lock and lease gone; then not ours to renew, and released again is nothing to do
+    released = lock_sh(tmp_path, "release")
+    assert released.returncode == 0 and not (root / "u.lock").exists() and not (root / "u.lease").exists()
+    assert lock_sh(tmp_path, "renew", "60").stdout == lock.NOT_OURS_MARK + "\n"
+    assert lock_sh(tmp_path / "none", "release").returncode == 0
+
+
+def test_the_lock_program_leaves_another_sessions_lock(tmp_path):
+    root = tmp_path / "run" / "sglang-fleet"
+    root.mkdir(parents=True)
+    (root / "u.lock").write_text(json.dumps({"holder": "bob@desk", "pid": 1, "since": 1, "session": 1,
+                                             "session_start": 1}) + "\n")
+    assert lock_sh(tmp_path, "renew", "60").stdout == lock.NOT_OURS_MARK + "\n"
+    assert lock_sh(tmp_path, "release").returncode == 0 and (root / "u.lock").exists()
+
+
+def test_the_lock_program_says_its_usage(tmp_path):
+    done = lock_sh(tmp_path, "steal")
+    assert done.returncode == 2 and done.stderr.startswith("usage: lock.sh take|renew|release|session")
+
+
+def test_the_lock_commands_send_the_program_without_its_comments():
+    spec = ClassSpec.model_validate({
+        "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},
+        "service": {"model_path": "/m", "served_model_name": "m"}})
+    kept = [ln for ln in LOCK.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    args = f"release {layout.LOCK_ROOT} {spec.lock_file} {layout.lease_file(spec.lock_file)} {lock.FLOCK_WAIT_S}"
+    assert lock.release_command(spec) == f"( set -- {args}\n" + "\n".join(kept) + "\n)"
