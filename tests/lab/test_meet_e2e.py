@@ -117,7 +117,7 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
     assert run.returncode == 0, run.out[-6000:]
     for h in PRO + A6K:
         assert " OK " in summary_row(run.out, h), run.out
-        assert "LAB_MEET=2" in sh(lab, h, f"cat {env_file('sglang')}")
+        assert 'LAB_MEET="2"' in sh(lab, h, f"cat {env_file('sglang')}")
     for load in (pro_load, a6k_load):
         assert load.report.failed == 0, load.report.failures()
         assert load.report.total > 10, load.report.summary()

@@ -1,0 +1,98 @@
+"""Names that reach a host: addresses and host names, systemd unit names, environment variables."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from fleet import layout
+from fleet.spec.text import SEGMENT_BYTES, Kind
+
+# --- names: hosts, units, environment variables ----------------------------------------------
+
+# \Z, not $: $ also matches before a final newline ("gpu-1\n" would pass)
+HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
+# Names that resolve to the host itself (RFC 6761 reserves *.localhost; Debian's /etc/hosts adds the ip6- ones).
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def _host(v: str) -> str:
+    # It lands in URLs and shell commands on the host: an address or a name, nothing else. A zone
+    # (fe80::1%eth0) is refused: Python's parser takes any text after the %.
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        if not HOST_NAME.match(v):
+            raise ValueError("an IP address (e.g. 0.0.0.0, 127.0.0.1, ::) or a host name") from None
+    if "%" in v:
+        raise ValueError("an IP address without a zone (%...) or a host name")
+    return v
+
+
+HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
+
+
+def is_loopback(host: str) -> bool:
+    """An address or name only the host itself reaches (127.0.0.0/8, ::1, ::ffff:127.x, localhost)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.lower()
+        return name in LOCAL_NAMES or name.endswith(".localhost")
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+# systemd's unit_name_is_valid(): ASCII letters, digits and :-_.\ before the type suffix, '@'
+# only between a template's prefix and its instance; at most 255 characters with the suffix.
+# A leading '-' would be read as an option by systemctl (`-H host` connects elsewhere), and the
+# name is a path component (/var/lib/sglang-fleet/<unit>/): no leading '.', no '.' or '..'.
+UNIT_NAME = re.compile(r"^(?![.-])[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\@-]+)?\Z")
+UNIT_NAME_MAX = 255
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
+              "scope")
+UNIT_RULE = "ASCII letters, digits and : - _ . \\ only, not starting with - or ."
+# The deploy names files after a service's unit (fleet/layout.py): the longest, staged, must fit in
+# Linux's 255 bytes of a file name, or every rollout fails at its first upload (ASCII: a byte a character).
+SERVICE_UNIT_MAX = SEGMENT_BYTES - max(len(n) for n in layout.staged_names(""))
+
+
+def _unit_prefix(prefix: str, instance: bool) -> None:
+    if len(prefix) + len(".service") > UNIT_NAME_MAX:
+        raise ValueError(f"a systemd unit name of at most {UNIT_NAME_MAX} characters with .service; "
+                         f"found {len(prefix) + len('.service')}")
+    if not UNIT_NAME.match(prefix) or (not instance and "@" in prefix):
+        where = "'@' only as in name@instance" if instance else "no '@'"
+        raise ValueError(f"a systemd unit name: {UNIT_RULE}, {where}")
+
+
+def _service_unit(v: str) -> str:
+    if v.endswith(".service"):
+        raise ValueError("a systemd unit name without '.service' (it is added)")
+    if len(v) > SERVICE_UNIT_MAX:
+        longest = max(layout.staged_names("U"), key=len)
+        raise ValueError(f"a systemd unit name of at most {SERVICE_UNIT_MAX} characters: the deploy names files after "
+                         f"it, the longest {longest}, each within {SEGMENT_BYTES} bytes; found {len(v)}")
+    _unit_prefix(v, instance=False)
+    return v
+
+
+def _workload_unit(v: str) -> str:
+    # systemctl reads a name without a unit type as NAME.service, and so do we
+    _, dot, suffix = v.rpartition(".")
+    if dot and suffix in UNIT_TYPES and suffix != "service":
+        raise ValueError(f"a .service unit; found a .{suffix}: a name here is a service's (a scope is a table "
+                         "with name, scope and give_back)")
+    full = v if dot and suffix == "service" else f"{v}.service"
+    _unit_prefix(full.removesuffix(".service"), instance=True)
+    return full
+
+
+ServiceUnit = Annotated[str, AfterValidator(_service_unit), Kind("unit name")]
+WorkloadUnit = Annotated[str, AfterValidator(_workload_unit), Kind("unit name")]
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_RULE = "letters, digits and _, not starting with a digit"
