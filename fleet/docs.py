@@ -46,7 +46,7 @@ START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
 WIDTH = 110  # prose is wrapped here: no line of the reference comes near the README's limit of 300 characters
 HEADER = """# Spec reference
 
-Every key a group_data file may set, generated from `fleet/spec.py` by `python -m fleet.docs --write`
+Every key a group_data file may set, generated from `fleet/spec/` by `python -m fleet.docs --write`
 (`tests/unit/test_docs.py` fails when this file is out of date). Edit the models, not this file.
 
 """

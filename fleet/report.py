@@ -65,7 +65,7 @@ def table(reports: list[HostReport]) -> str:
 
 
 class RunReport:
-    """One per pyinfra run (tasks/run.py): its hosts' rows, printed as a table when it ends."""
+    """One per pyinfra run (adapter/run.py): its hosts' rows, printed as a table when it ends."""
 
     def __init__(self, title: str, failed_hosts: Callable[[], set[str]] = set):
         self.title = title

@@ -1,7 +1,7 @@
 """Defaults for every GPU class. A class file's name replaces the name here whole
 (pyinfra merges group data by top-level name), so keep nested tables in one place.
 
-Spec reference: docs/spec.md, generated from fleet/spec.py.
+Spec reference: docs/spec.md, generated from fleet/spec/.
 """
 
 # How long the rollout waits for /health and how it reports progress.

@@ -39,7 +39,7 @@ class ClassSpec(Strict):
         "says `<name> was not restarted (declared so)`) or the command that starts it again, an argv list from an "
         "absolute path (`['/usr/bin/docker', 'start', 'trainer']`), run as root only after this run stopped it, "
         "each element quoted, no shell, bounded by readiness.workload_release_timeout_s (ScopeWorkload and "
-        "ProcessWorkload in fleet/spec.py say all). A GPU process is the first workload's that matches it, "
+        "ProcessWorkload in fleet/spec/workloads.py say all). A GPU process is the first workload's that matches it, "
         "services first; the service's own are never a workload's, nor one nvidia-smi lists without a pid ([N/A] "
         "where it runs in a container): it keeps its host refused as GPUs busy.",
     )

@@ -1,6 +1,6 @@
 """tasks.common: every remote command within its bound, a host given up once and for all, the lease of
 a begun host's lock (renewals, a lost link, a lock taken over) with a scripted clock; and the SSH
-keepalive every connection gets (tasks.inventory.Keepalive). Hosts: pyinfra's @local connector (the
+keepalive every connection gets (adapter.connection.Keepalive). Hosts: pyinfra's @local connector (the
 same output handling as ssh), and stand-ins for a connection that breaks."""
 
 from __future__ import annotations

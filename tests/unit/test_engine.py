@@ -1,4 +1,4 @@
-"""The declared engine (fleet/spec.py EngineSpec, fleet/engine.py): its validation and name, and its
+"""The declared engine (fleet/spec/engine.py EngineSpec, fleet/engine.py): its validation and name, and its
 commands run for real here: a venv built by the controller's own pip from a package index on
 loopback, holding the SGLang double's wheels (lab/wheels.py), then checked as a host checks it."""
 
