@@ -213,17 +213,15 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
 
 def _first(roll: ClassRoll, t: Turns, host, pf, steps, go, leave) -> activation.Outcome:
     """The canary's turn, or a takeover's left mid-change (at once, wherever its peers are)."""
-    if host.name in t.mid_change:
-        def at_once(why: str) -> activation.Outcome:  # kept in (its peers not ready): as it ever went, at once
-            steps.log(f"{why}; it takes over its interrupted rollout all the same", "yellow")
-            return go()
-        turn = lambda: _one(roll, host, pf, steps, go, at_once)  # noqa: E731
-    else:
-        if len(roll.order) > 1:
-            steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
-        turn = lambda: _one(roll, host, pf, steps, go, leave)  # noqa: E731
+    def at_once(why: str) -> activation.Outcome:  # kept in (its peers not ready): as it ever went, at once
+        steps.log(f"{why}; it takes over its interrupted rollout all the same", "yellow")
+        return go()
+
+    if host.name not in t.mid_change and len(roll.order) > 1:
+        steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
+    held_back = at_once if host.name in t.mid_change else leave
     try:
-        return _stopping_on_failure(roll, host, turn)
+        return _stopping_on_failure(roll, host, lambda: _one(roll, host, pf, steps, go, held_back))
     finally:
         roll.ended_first(host.name)
 
