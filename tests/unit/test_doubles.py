@@ -101,6 +101,16 @@ class Lab:
         )
         return env
 
+    @property
+    def control(self) -> Path:
+        """The SGLang double's control file: beside the GPU registry (sglang/_lab.py control_path)."""
+        return self.gpu_dir.parent / "lab-sglang-control.json"
+
+    def control_cli(self, *args: str) -> subprocess.CompletedProcess:
+        """`python3 -m sglang._lab_control ARGS` with the double on the path, as a lab test runs it on a host."""
+        return subprocess.run([PY3, "-m", "sglang._lab_control", *args], capture_output=True, text=True,
+                              env=self.env, cwd="/", timeout=30)
+
     def smi(self, *args) -> subprocess.CompletedProcess:
         return subprocess.run([PY3, str(SMI), *args], capture_output=True, text=True, env=self.env, timeout=30)
 
@@ -983,6 +993,124 @@ def test_sglang_speed_model_paces_tokens_and_reports_what_tp0_did(lab):
         "meta_info"]
     assert meta["spec_verify_ct"] == steps and meta["spec_accept_length"] == round(tokens / steps, 4)
     assert _metric(http(port, "/metrics")[2], "sglang:spec_verify_calls_total") == 11 * steps
+
+
+def _set_control(lab: Lab, *args: str) -> dict:
+    p = lab.control_cli(*args)
+    assert p.returncode == 0 and p.stderr == "", p.stderr  # no runpy warning either
+    return json.loads(p.stdout)
+
+
+def _decode_totals(port: int) -> tuple[float, float]:
+    metrics = http(port, "/metrics")[2]
+    return _metric(metrics, "sglang:generation_tokens_total"), _metric(metrics, "sglang:spec_verify_calls_total")
+
+
+def _start_speed_model(lab: Lab, b: int) -> tuple[subprocess.Popen, int]:
+    lab.set(speculation=dict(GATEWAY_SPEC, step_ms=1.0))
+    return start_and_wait_healthy(
+        lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", f"{lab.models}/dflash", "--speculative-dflash-block-size", str(b),
+    )
+
+
+def _measure(port: int, b: int, alpha: float, tokens: int = 48, n: int = 3) -> float:
+    """Tokens per verify step from /metrics' counters over n requests made now, which TP0 must
+    have decoded at acceptance alpha (exactly: the credit is deterministic)."""
+    tokens0, verify0 = _decode_totals(port)
+    metas = [json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": tokens}})[2])[
+        "meta_info"] for _ in range(n)]
+    tokens1, verify1 = _decode_totals(port)
+    steps = _steps(SPEED.accept_length(alpha, b), tokens)
+    assert (tokens1 - tokens0, verify1 - verify0) == (n * tokens, n * steps), alpha
+    assert all(m["spec_verify_ct"] == steps and m["spec_accept_length"] == round(tokens / steps, 4) for m in metas)
+    return (tokens1 - tokens0) / (verify1 - verify0)
+
+
+def test_control_file_helpers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LAB_GPU_DIR", str(tmp_path / "lab-gpu"))
+    monkeypatch.delenv("LAB_SGLANG_CONTROL", raising=False)
+    path = tmp_path / "lab-sglang-control.json"
+    assert SPEED.control_path() == str(path)  # beside the GPU registry
+    assert SPEED.control() == {"acceptance": None, "metrics": True}  # missing: as configured
+    assert SPEED.write_control(acceptance=0.3) == {"acceptance": 0.3, "metrics": True}
+    assert SPEED.write_control(metrics=False) == {"acceptance": 0.3, "metrics": False}  # the other key kept
+    assert json.loads(path.read_text()) == SPEED.control() == {"acceptance": 0.3, "metrics": False}
+    assert not list(tmp_path.glob("*.tmp"))
+    with pytest.raises(ValueError, match="acceptance must be"):
+        SPEED.write_control(acceptance=1.5)
+    for bad in ("{not json", "[]", '{"acceptance": "low"}', '{"metrics": "off"}', '{"acceptence": 0.3}'):
+        path.write_text(bad)
+        assert SPEED.control() == SPEED.control() == {"acceptance": None, "metrics": True}, bad
+    assert len(capsys.readouterr().err.splitlines()) == 5  # one line per malformed file, not per read
+    SPEED.reset_control()
+    assert not path.exists() and SPEED.control()["acceptance"] is None
+    # the plan at another acceptance: a(b) follows it, DDTREE's tree widening it as before
+    plan = SPEED.speed_plan(GATEWAY_SPEC, "DDTREE", 8, 8, 32)
+    assert SPEED.with_acceptance(plan, None) is plan
+    low = SPEED.with_acceptance(plan, 0.3)
+    assert low["accept_length"] == pytest.approx(SPEED.accept_length(SPEED.ddtree_alpha(0.3, 8, 32), 8))
+    assert (low["b"], low["c"], low["step_ms"]) == (plan["b"], plan["c"], plan["step_ms"])
+
+
+def test_sglang_control_acceptance_lowers_and_restores_the_accept_length(lab):
+    b = 8
+    _, port = _start_speed_model(lab, b)
+    high = _measure(port, b, 0.9)
+    assert _set_control(lab, "--acceptance", "0.3") == {"acceptance": 0.3, "metrics": True}
+    assert json.loads(lab.control.read_text()) == {"acceptance": 0.3, "metrics": True}
+    low = _measure(port, b, 0.3)
+    assert low < 0.5 * high, (low, high)  # a(8) = 1.43 at 0.3, 5.70 at 0.9
+    # the gauge too: its last 40 steps are all at 0.3 now (3 requests took 3 x 34 steps)
+    assert _metric(http(port, "/metrics")[2], "sglang:spec_accept_length") < 0.5 * high
+    assert _set_control(lab, "--reset") == {"acceptance": None, "metrics": True}
+    assert not lab.control.exists()
+    assert _measure(port, b, 0.9) == high
+
+
+def test_sglang_control_metrics_off_hangs_metrics_only(lab):
+    _, port = start_and_wait_healthy(lab, "--enable-metrics", LAB_SGLANG_METRICS_HANG_SECONDS="3")
+    assert http(port, "/metrics")[0] == 200
+    assert _set_control(lab, "--metrics", "off") == {"acceptance": None, "metrics": False}
+    with pytest.raises(TimeoutError):
+        http(port, "/metrics", timeout=1)
+    # everything else serves meanwhile
+    assert http(port, "/health")[0] == 200
+    assert http(port, "/v1/loads")[0] == 200
+    assert http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4}})[0] == 200
+    request = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    # a hang is bounded: after METRICS_HANG_SECONDS the connection closes, unanswered
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        t0 = time.monotonic()
+        sock.sendall(request)
+        assert sock.recv(65536) == b""
+        assert 2.5 <= time.monotonic() - t0 < 10
+    # metrics on again: a request hanging now is answered, and new ones at once
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        sock.sendall(request)
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+        _set_control(lab, "--metrics", "on")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    assert http(port, "/metrics", timeout=2)[0] == 200
+
+
+def test_sglang_malformed_control_file_is_ignored_and_logged(lab):
+    b = 8
+    p, port = _start_speed_model(lab, b)
+    lab.control.write_text('{"acceptance": 0.3, "metrics": fals')  # half-written by hand
+    _measure(port, b, 0.9)  # as configured: the model's acceptance, /metrics answers
+    assert http(port, "/health")[0] == 200
+    refused = lab.control_cli("--acceptance", "1.5")
+    assert refused.returncode == 2 and "acceptance must be null or a number 0..1" in refused.stderr
+    fixed = lab.control_cli("--acceptance", "0.3")  # a good file over the bad one (which it says it ignored)
+    assert fixed.returncode == 0 and json.loads(fixed.stdout) == {"acceptance": 0.3, "metrics": True}, fixed.stderr
+    _measure(port, b, 0.3)
+    p.kill()
+    p.wait(5)
+    ignored = [line for line in p.stderr.read().splitlines() if "lab-sglang-control.json ignored" in line]
+    assert len(ignored) == 2, ignored  # once in the server (its /metrics), once in TP0 (its steps): not per read
 
 
 def test_sglang_without_the_speed_model_says_it_is_the_lab_double_too(lab):

@@ -7,6 +7,10 @@
 - GPU registry: $LAB_GPU_DIR, else /run/lab-gpu; one <pid>.json per live GPU process:
   {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU). The SGLang double
   writes one per scheduler process (its pid, its GPU), as CUDA would count them.
+- control file: $LAB_SGLANG_CONTROL, else beside the GPU registry (/run/lab-sglang-control.json):
+  {"acceptance": <0..1 or null>, "metrics": <bool>}, what a lab test changes in a running server
+  (the speed model's acceptance; /metrics hung). Missing: as configured. Written by write_control
+  (`python3 -m sglang._lab_control`), re-read whenever it changes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import functools
 import json
 import os
 import sys
+import threading
 
 BUILTIN_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
 
@@ -54,6 +59,12 @@ def host_json_path() -> str:
 
 def gpu_dir() -> str:
     return os.environ.get("LAB_GPU_DIR") or "/run/lab-gpu"
+
+
+def control_path() -> str:
+    # beside the GPU registry: the lab's runtime dir on a host, the test's tmp dir under $LAB_GPU_DIR
+    return os.environ.get("LAB_SGLANG_CONTROL") or os.path.join(
+        os.path.dirname(gpu_dir().rstrip("/")) or "/", "lab-sglang-control.json")
 
 
 @functools.lru_cache(maxsize=1)
@@ -238,13 +249,22 @@ def throughput(model: dict, algorithm: str | None, b: int, n: int, c: int | None
 
 def speed_plan(model: dict, algorithm: str | None, dflash_block_size: int | None, num_draft_tokens: int | None,
                ddtree_budget: int | None) -> dict:
-    """What TP0 runs with: {"b", "c", "alpha", "accept_length", and the model's keys}."""
+    """What TP0 runs with: {"algorithm", "b", "c", "alpha", "accept_length", and the model's keys}."""
     b, c = speculation_knobs(algorithm, dflash_block_size, num_draft_tokens, ddtree_budget)
-    alpha = model["acceptance"]
-    if algorithm == "DDTREE":
-        alpha = ddtree_alpha(alpha, b, c)
-    a = accept_length(alpha, b) if algorithm else 1.0
-    return {**model, "b": b, "c": c, "alpha": alpha, "accept_length": a}
+    return {**model, "algorithm": algorithm, "b": b, "c": c, **_acceptance(algorithm, model["acceptance"], b, c)}
+
+
+def _acceptance(algorithm: str | None, acceptance: float, b: int, c: int) -> dict:
+    alpha = ddtree_alpha(acceptance, b, c) if algorithm == "DDTREE" else acceptance
+    return {"alpha": alpha, "accept_length": accept_length(alpha, b) if algorithm else 1.0}
+
+
+def with_acceptance(plan: dict, acceptance: float | None) -> dict:
+    """The plan at another acceptance (the control file's, at run time); None: the plan as it is."""
+    if acceptance is None:
+        return plan
+    return {**plan, "acceptance": float(acceptance),
+            **_acceptance(plan["algorithm"], float(acceptance), plan["b"], plan["c"])}
 
 
 def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
@@ -255,3 +275,112 @@ def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
     k = int(credit)
     credit -= k
     return max(1, min(k, left)), credit
+
+
+# ---------------------------------------------------------------------------------------------
+# The control file (control_path()): how a lab test changes a running server without a restart.
+# ---------------------------------------------------------------------------------------------
+
+CONTROL_DEFAULT = {"acceptance": None, "metrics": True}  # as configured: what a missing file means
+
+_control_lock = threading.Lock()
+_control_seen: tuple = (None, CONTROL_DEFAULT)  # (the file's identity when read, what it said)
+
+
+def check_control(value) -> str | None:
+    """Why `value` is not a valid control file (None: it is): an object of CONTROL_DEFAULT's keys (any
+    may be left out), acceptance null or a number 0..1, metrics true or false."""
+    if not isinstance(value, dict):
+        return "not a JSON object"
+    extra = sorted(k for k in value if k not in CONTROL_DEFAULT)
+    if extra:
+        return f"unknown {extra}"
+    acc = value.get("acceptance")
+    if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool) or not 0 <= acc <= 1):
+        return f"acceptance must be null or a number 0..1, not {acc!r}"
+    if not isinstance(value.get("metrics", True), bool):
+        return f"metrics must be true or false, not {value['metrics']!r}"
+    return None
+
+
+def control() -> dict:
+    """What the control file says now ({"acceptance", "metrics"}). One stat per call, the file read
+    only when it changed: cheap enough for each decode step. Missing or malformed: as configured; a
+    malformed one (half-written by hand, say) is logged once, never raised: the server keeps serving."""
+    global _control_seen
+    path = control_path()
+    try:
+        st = os.stat(path)
+        key = (path, st.st_ino, st.st_mtime_ns, st.st_size)  # write_control's rename: a new inode
+    except OSError:
+        key = None
+    with _control_lock:
+        if key != _control_seen[0]:
+            value, err = dict(CONTROL_DEFAULT), None
+            if key is not None:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        got = json.load(f)
+                    err = check_control(got)
+                except (OSError, ValueError) as e:
+                    err = str(e)
+                if err:
+                    print(f"lab: {path} ignored (as if missing): {err}", file=sys.stderr, flush=True)
+                else:
+                    value.update(got)
+            _control_seen = (key, value)
+        return dict(_control_seen[1])
+
+
+def write_control(**changes) -> dict:
+    """Set keys of the control file over what it says now, atomically (tmp + rename: a server never
+    reads half a file); the one writer for tests and lab tooling. Returns what it says now."""
+    path = control_path()
+    value = {**control(), **changes}
+    err = check_control(value)
+    if err:
+        raise ValueError(err)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+        f.write("\n")
+    os.replace(tmp, path)
+    return value
+
+
+def reset_control() -> None:
+    """As configured again: no control file."""
+    try:
+        os.unlink(control_path())
+    except FileNotFoundError:
+        pass
+
+
+def _acceptance_arg(text: str) -> float | None:
+    return None if text.lower() in ("none", "null") else float(text)
+
+
+def control_main(argv: list[str]) -> int:
+    """The CLI of sglang/_lab_control.py: --reset first, then the keys given; prints the result."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python3 -m sglang._lab_control",
+        description=f"LAB: change a running SGLang double without a restart ({control_path()}).")
+    p.add_argument("--acceptance", type=_acceptance_arg, default=argparse.SUPPRESS, metavar="ALPHA|none",
+                   help="the speed model's acceptance, 0..1, for steps from now on (none: host.json's)")
+    p.add_argument("--metrics", choices=("on", "off"), default=argparse.SUPPRESS,
+                   help="off: /metrics hangs (no answer, then the connection closes)")
+    p.add_argument("--reset", action="store_true", help="as configured: remove the control file")
+    args = vars(p.parse_args(argv))
+    if args.pop("reset"):
+        reset_control()
+    if "metrics" in args:
+        args["metrics"] = args["metrics"] == "on"
+    try:
+        value = write_control(**args) if args else control()
+    except ValueError as e:
+        p.error(str(e))
+    print(json.dumps(value))
+    return 0

@@ -23,6 +23,10 @@ on average instead, and /metrics, /server_info, meta_info and /v1/loads report w
 counters of its tokens and verify steps, gauges over its last 40 decode steps. Without it, the
 fixed per-algorithm ACCEPT_LENGTH as before. /server_info always has "lab_double": true (real
 SGLang has no such key): a tool's mark that its figures come from this double.
+The lab's control file (sglang/_lab.py control(), re-read when it changes) changes a running
+server: its "acceptance" overrides the speed model's for TP0's steps from then on; "metrics":
+false hangs /metrics (no answer until it is true again, or for METRICS_HANG_SECONDS, then the
+connection closes unanswered), as a stuck metrics endpoint does, while every other route serves.
 Stop: SIGTERM (or SIGINT) drains as tokenizer_manager.py's sigterm_watchdog: health 503 at
 once, new requests still served; on each tick of that watchdog (every 5 s from the first
 request, so even an idle server takes up to 5 s) "Gracefully exiting... Remaining number
@@ -67,6 +71,8 @@ DRAIN_POLL_SECONDS = 5.0
 SCHEDULER_EXIT_TIMEOUT_SECONDS = 15
 # SubprocessWatchdog's interval: how soon a dead scheduler is noticed
 WATCHDOG_SECONDS = 1.0
+# a /metrics the control file hangs gives up this late (closing, no answer): no hang outlives it
+METRICS_HANG_SECONDS = float(os.environ.get("LAB_SGLANG_METRICS_HANG_SECONDS", "120"))
 
 # Mean accepted length per verify step, by algorithm (what /metrics, /server_info and
 # meta_info report without the speed model): plausible, fixed, so lab runs are reproducible.
@@ -636,6 +642,13 @@ class Handler(BaseHTTPRequestHandler):
         self._r_server_info(_body)
 
     def _r_metrics(self, _body):
+        # hung by the control file: the request was accepted, no answer comes (as a stuck endpoint)
+        end = time.monotonic() + METRICS_HANG_SECONDS
+        while not _lab.control()["metrics"]:
+            if time.monotonic() >= end:
+                self.close_connection = True
+                return
+            time.sleep(0.2)
         self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
 
     def _r_v1_loads(self, _body):

@@ -18,8 +18,10 @@ the model): a documented stand-in for a real GPU; lab figures come from this dou
 decode step batches the n requests running when it starts (requests that come during a step join
 the next one), takes s(b, n) seconds, and gives each of them the tokens of one verify step: its
 fractional credit of a(b) tokens, in whole tokens (at least 1, never more than it has left). The
-steps follow each other without a gap while anything runs. Without "speculation": the fixed
-decode rate above, exactly as before.
+steps follow each other without a gap while anything runs. Each step starts at the acceptance the
+lab's control file says (sglang/_lab.py control(): a stat per step), else the model's, so a lab test
+can lower and restore it in a running server. Without "speculation": the fixed decode rate above,
+exactly as before.
 
 The channel, one line per message. Main process to scheduler: JSON objects ({"op": "gen", "rid",
 "n"}, "abort", "raise", "shutdown"). Scheduler to main process, per decode step: without the
@@ -324,5 +326,7 @@ def _run_speed_model(rank: int, conn: socket.socket, parent: int, plan: dict) ->
             start = step_end  # the next step starts where this one ended: no drift
         if batch is None and running:
             batch = list(running)
+            # the step's accept length: the control file's acceptance, read as it starts (no restart)
+            a = _lab.with_acceptance(plan, _lab.control()["acceptance"])["accept_length"]
             step_s = _lab.step_seconds(plan, len(batch), c)
             step_end = start + step_s
