@@ -19,10 +19,13 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 # The lab needs systemd-nspawn and debootstrap from Debian (root, as on CI); the unit tests check the
-# on-host shell programs (fleet/programs/*.sh) with Debian's shellcheck.
+# on-host shell programs (fleet/programs/*.sh) with Debian's shellcheck, and the generated monitoring
+# configuration with promtool and amtool, taken out of Debian's packages (tools/debs.sh: downloaded once into
+# the cache, also the lab's package repository for its monitoring host).
 host-packages:
 	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && command -v shellcheck >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap shellcheck; }
+	@bash tools/debs.sh >/dev/null
 
 # The real SGLang 0.5.23 (CPU torch), cached outside the checkout, for the parser contract test.
 sglang-venv:
@@ -64,7 +67,7 @@ tune: venv
 	@test -n "$(CLASS)" || { echo "make tune CLASS=<class> [HOST=<host>] [ARGS='--yes --apply'] [INVENTORY=f]"; exit 2; }
 	$(BIN)/python -m ops tune $(INVENTORY) --class $(CLASS) $(if $(HOST),--host $(HOST)) $(ARGS)
 
-test-unit: venv
+test-unit: venv host-packages
 	$(BIN)/pytest -q tests/unit
 
 # Two pytest processes at once: the lab's tests (one lab at a time, on this terminal) and the others,

@@ -6,8 +6,9 @@ import runpy
 import sys
 from pathlib import Path
 
-from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, read_group_file, \
-    validate_gateway
+from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, load_monitoring, \
+    read_group_file, validate_gateway
+from fleet.monitoring import floors
 
 
 def _gateway_tables(group_dir: Path) -> list[str]:
@@ -40,6 +41,7 @@ def main(argv: list[str]) -> int:
         return _refused(group_dir, e.problems + _gateway_tables(group_dir))
     try:
         gateways = load_gateways(group_dir, specs)
+        monitors = load_monitoring(group_dir, specs)
     except SpecError as e:
         return _refused(group_dir, e.problems)
     for inventory in argv:
@@ -51,6 +53,14 @@ def main(argv: list[str]) -> int:
     for group, gw in gateways.items():
         print(f"ok  {group_dir}/{group}.py: gateway smg {gw.version} on port {gw.port} routing {', '.join(gw.routes)}, "
               f"each replica drained out of it around its restart")
+    for group, mon in monitors.items():
+        floor = floors(mon, specs, Path("tuning"))
+        alerted = ", ".join(f"{c} under {f:g}" for c, f in floor.items() if f is not None) or "no class"
+        unset = [c for c, f in floor.items() if f is None and specs[c].speculative.algorithm != "none"]
+        print(f"ok  {group_dir}/{group}.py: Prometheus every {mon.scrape_interval_s} s, {len(mon.receivers)} "
+              f"receiver(s); accept length alert: {alerted}"
+              + (f"; none for {', '.join(unset)} (no monitoring.alerts.accept_length_floor, no tuning/<class>.json)"
+                 if unset else ""))
     return 0
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleet.gateway import Gateway, GatewayRolling
+from fleet.monitoring import AlertBounds, Monitoring, Receiver
 from fleet.spec import (
     ClassSpec,
     DDTree,
@@ -68,6 +69,9 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("a process workload (an element of workloads)", ProcessWorkload),
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
     ("gateway.rolling", GatewayRolling),
+    ("monitoring (in a monitoring file such as group_data/monitoring.py, not a class file)", Monitoring),
+    ("monitoring.receivers (each)", Receiver),
+    ("monitoring.alerts", AlertBounds),
 ]
 # Rendered after SECTIONS, kept out of it: tests/unit/test_spec.py walks SECTIONS for its own checks (hub.token is
 # a secret source, as service.api_key is, and that test lists the secret fields it expects).

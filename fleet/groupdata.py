@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fleet.gateway import Gateway, check_routes, key_problems
+from fleet.monitoring import Monitoring, floor_problems, scrape_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, masked_args, names_a_secret
 
 ALL = "all"
@@ -59,6 +60,12 @@ def gateway_files(group_dir: Path) -> dict[str, Path]:
     """The gateway files: those that declare `gateway` (smg in front of some classes)."""
     return {p.stem: p for p in sorted(group_dir.glob("*.py"))
             if p.stem != ALL and "gateway" in read_group_file(p)}
+
+
+def monitoring_files(group_dir: Path) -> dict[str, Path]:
+    """The monitoring files: those that declare `monitoring` (Prometheus and Alertmanager on a host of their own)."""
+    return {p.stem: p for p in sorted(group_dir.glob("*.py"))
+            if p.stem != ALL and "monitoring" in read_group_file(p)}
 
 
 def _defaults(group_dir: Path) -> dict[str, Any]:
@@ -249,6 +256,24 @@ def load_gateways(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, G
     return gateways
 
 
+class MonitoringFile(Strict):
+    monitoring: Monitoring
+
+
+def load_monitoring(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, Monitoring]:
+    """Every monitoring file's `monitoring` table, validated (SpecError naming file, field, value)."""
+    found, problems = {}, []
+    for group, path in monitoring_files(group_dir).items():
+        try:
+            found[group] = MonitoringFile.model_validate({"monitoring": read_group_file(path)["monitoring"]}).monitoring
+            problems += floor_problems(group, found[group], classes)
+        except ValidationError as err:
+            problems += explain(str(path), err, MonitoringFile)
+    if problems:
+        raise SpecError(problems)
+    return found
+
+
 def _sets_the_spec(kind: str, name: str, data: dict) -> str | None:
     overrides = sorted(set(spec_data(data)) & set(SPEC_KEYS))
     if not overrides:
@@ -269,7 +294,16 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     """
     specs = load_class_specs(group_dir)
     gateways = load_gateways(group_dir, specs)
+    monitors = load_monitoring(group_dir, specs)
     problems = []
+    in_inventory = {c for c in specs if groups.get(c)}
+    for group in monitors:
+        hosts = groups.get(group, [])
+        if hosts:
+            problems += scrape_problems(group, specs, in_inventory)
+        if len(hosts) > 1:
+            problems.append(f"inventory: monitoring group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
+                            "expected one: one Prometheus scrapes the fleet, one Alertmanager sends its alerts")
     for group, gw in gateways.items():
         hosts = groups.get(group, [])
         if hosts:
@@ -280,7 +314,7 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     classes_of: dict[str, list[str]] = {}
     gateways_of: dict[str, list[str]] = {}
     for group, hosts in groups.items():
-        roles = classes_of if group in specs else gateways_of if group in gateways else None
+        roles = classes_of if group in specs else gateways_of if group in gateways or group in monitors else None
         if roles is None:
             continue
         for h in hosts:
@@ -295,12 +329,14 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
             )
     for h, gws in sorted(gateways_of.items()):
         if h in classes_of:
-            problems.append(f"inventory: host {h} is filed under GPU class {', '.join(classes_of[h])} and gateway "
-                            f"group {', '.join(gws)}; expected one or the other: the rolling rollout restarts "
-                            "a replica while its gateway keeps routing to the others")
+            why = ("Prometheus would page for its own host's restarts" if gws[0] in monitors else
+                   "the rolling rollout restarts a replica while its gateway keeps routing to the others")
+            kind = "monitoring" if gws[0] in monitors else "gateway"
+            problems.append(f"inventory: host {h} is filed under GPU class {', '.join(classes_of[h])} and {kind} "
+                            f"group {', '.join(gws)}; expected one or the other: {why}")
         if len(gws) > 1:
-            problems.append(f"inventory: host {h} is filed under {len(gws)} gateway groups: {', '.join(gws)}; "
-                            "expected one (one smg per host)")
+            problems.append(f"inventory: host {h} is filed under {len(gws)} gateway or monitoring groups: "
+                            f"{', '.join(gws)}; expected one (one smg, or one Prometheus, per host)")
     for group, data in sorted((groups_data or {}).items()):
         problem = _sets_the_spec("group", group, data)
         if problem:
@@ -312,7 +348,8 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     unfiled = sorted(set(hosts_data) - set(classes_of) - set(gateways_of))
     for h in unfiled:
         problems.append(f"inventory: host {h} is in no GPU class group; expected one of {', '.join(specs)}"
-                        + (f" (or the gateway group {', '.join(gateways)})" if gateways else ""))
+                        + (f" (or the gateway or monitoring group {', '.join([*gateways, *monitors])})"
+                           if gateways or monitors else ""))
     if problems:
         raise SpecError(problems)
     return specs

@@ -359,7 +359,8 @@ def test_a_host_is_a_replica_or_a_gateway_not_both(fleet_dir):
     assert p == ["inventory: host b is filed under GPU class pro6000 and gateway group gw; expected one or the "
                  "other: the rolling rollout restarts a replica while its gateway keeps routing to the others"]
     (p,) = inventory_problems(fleet_dir, {"pro6000": ["a"], "gw": ["g"], "gw2": ["g"]}, {"a": {}, "g": {}})
-    assert p == "inventory: host g is filed under 2 gateway groups: gw, gw2; expected one (one smg per host)"
+    assert p == ("inventory: host g is filed under 2 gateway or monitoring groups: gw, gw2; expected one (one smg, "
+                 "or one Prometheus, per host)")
 
 
 def test_inventory_problems_reported_together(fleet_dir):

@@ -1,0 +1,326 @@
+"""The fleet's monitoring: Prometheus and Alertmanager on the monitoring host, declared as
+`monitoring = {...}` in a group_data file of its own (group_data/monitoring.py), and what they are
+told, generated from the inventory and group_data: the scrape targets (every replica of every class,
+each gateway's smg), the recording and alerting rules per class (speculative decoding first: the
+accept length), Alertmanager's routes and receivers.
+
+Plain data in, files out: `bundle()` is every file of the configuration directory, by relative path;
+tasks/monitoring.py puts it on the host (checked there with promtool and amtool before it goes live).
+The files are JSON, which Prometheus and Alertmanager read as the YAML it is a subset of.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field, model_validator
+
+from fleet.gate import local_address, url_host
+from fleet.spec import ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
+
+CONFIG = "prometheus.json"  # Prometheus' --config.file, in the configuration directory
+ALERTMANAGER_CONFIG = "alertmanager.json"
+RULES_DIR = "rules"  # a file per class and per gateway; rule_files are relative to the config file
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}\Z")
+# What a rule's expression says of a class's accept length (the recording rule's name)
+ACCEPT_LENGTH = "sglang_fleet:accept_length"
+
+
+def _name(v: str) -> str:
+    if not NAME.match(v):
+        raise ValueError("a name of letters, digits, - and _, starting with a letter, at most 63 characters")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_name), Kind("name")]
+
+
+def _webhook_url(v: str) -> str:
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
+        raise ValueError("an http(s) URL, e.g. https://hooks.example/alerts")
+    # group_data is in git and the URL in a file any local user reads: a token goes in no URL
+    if u.username is not None or u.password is not None or "?" in v or "#" in v:
+        raise ValueError("a URL without credentials (user:password@), query (?...) or fragment (#...), "
+                         "which may hold a token")
+    return v
+
+
+WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
+
+
+class Receiver(Strict):
+    """Where Alertmanager sends a notification: a webhook (Alertmanager's webhook_config, JSON POSTs)."""
+
+    name: Name = Field(description="How Alertmanager and the run's summary call it.")
+    webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to "
+                                    "(no credentials, query or fragment in it).")
+    send_resolved: bool = Field(True, description="Whether a resolved alert is sent too.")
+
+
+class AlertBounds(Strict):
+    """What fires, and after how long. Every `*_for_s` is the alert's `for:`: the condition must hold that long
+    (a replica restarting in its rollout turn is back well inside the defaults)."""
+
+    accept_length_floor: dict[Text, Number] = Field(
+        default_factory=dict, description="Per GPU class, the accept length (generation tokens per verify step, "
+        "over rate_window_s) below which it fires. A class not listed gets accept_length_fraction of its tuned "
+        "figure (tuning/<class>.json, make tune); a class with neither gets no accept-length alert (make check "
+        "says so). A class without speculative decoding gets none.")
+    accept_length_fraction: Number = Field(0.7, ge=0.05, le=1, description="The floor as a fraction of the tuned "
+                                           "accept length at the tuned concurrency, 0.05..1.")
+    accept_length_for_s: Int = Field(600, ge=0, le=86400, description="How long it stays below the floor, 0..86400 s.")
+    replica_down_for_s: Int = Field(120, ge=0, le=86400, description="How long a replica's /metrics fails to "
+                                    "answer before it fires, 0..86400 s.")
+    gateway_down_for_s: Int = Field(60, ge=0, le=86400, description="How long smg's /metrics fails to answer, 0..86400 s.")
+    worker_unhealthy_for_s: Int = Field(120, ge=0, le=86400, description="How long smg calls a replica unhealthy "
+                                        "(smg_worker_health 0), 0..86400 s.")
+    queue_depth_max: Int = Field(64, ge=1, le=1_000_000, description="Requests waiting in a replica's queue "
+                                 "(sglang:num_queue_reqs) above which it fires, 1..1000000.")
+    queue_for_s: Int = Field(300, ge=0, le=86400, description="How long the queue stays over queue_depth_max, 0..86400 s.")
+    ttft_p99_max_s: Number = Field(10.0, ge=0.01, le=3600, description="Time to first token, p99 over "
+                                   "rate_window_s, above which it fires, 0.01..3600 s.")
+    ttft_for_s: Int = Field(300, ge=0, le=86400, description="How long p99 stays over ttft_p99_max_s, 0..86400 s.")
+    throughput_for_s: Int = Field(300, ge=0, le=86400, description="How long a replica with running requests "
+                                  "makes no token before it fires, 0..86400 s.")
+
+
+class Monitoring(Strict):
+    """Prometheus and Alertmanager, Debian's packages, on the one host of the monitoring group."""
+
+    host: HostAddress = Field("0.0.0.0", description="Bind address of Prometheus and Alertmanager.")
+    prometheus_port: Int = Field(9090, ge=1, le=65535, description="Prometheus' web and API port, 1..65535.")
+    alertmanager_port: Int = Field(9093, ge=1, le=65535, description="Alertmanager's web and API port, 1..65535.")
+    scrape_interval_s: Int = Field(15, ge=1, le=300, description="How often every target is scraped, 1..300 s.")
+    evaluation_interval_s: Int = Field(15, ge=1, le=300, description="How often the rules are evaluated, 1..300 s.")
+    rate_window_s: Int = Field(300, ge=4, le=3600, description="The window of every rate() in the rules (accept "
+                               "length, TTFT, throughput), 4..3600 s and at least 4 scrape intervals.")
+    retention_days: Int = Field(15, ge=1, le=3650, description="How long Prometheus keeps samples, 1..3650 days.")
+    receivers: list[Receiver] = Field(default_factory=list, max_length=16, description="Where notifications go, "
+                                      "each one gets every alert; none: alerts are seen in Prometheus and "
+                                      "Alertmanager only.")
+    group_wait_s: Int = Field(30, ge=0, le=3600, description="Alertmanager's group_wait: how long a new group of "
+                              "alerts waits for others before its first notification, 0..3600 s.")
+    group_interval_s: Int = Field(300, ge=1, le=86400, description="Alertmanager's group_interval, 1..86400 s.")
+    repeat_interval_s: Int = Field(14400, ge=60, le=604800, description="Alertmanager's repeat_interval: a "
+                                   "firing alert is sent again after this long, 60..604800 s.")
+    alerts: AlertBounds = Field(default_factory=AlertBounds, description="The alerts' bounds.")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Monitoring:
+        if self.prometheus_port == self.alertmanager_port:
+            raise ValueError(f"prometheus_port and alertmanager_port both {self.prometheus_port}; expected two ports")
+        if self.rate_window_s < 4 * self.scrape_interval_s:
+            raise ValueError(f"rate_window_s {self.rate_window_s} is under 4 scrape intervals "
+                             f"({4 * self.scrape_interval_s} s): a rate() needs at least two samples in its window")
+        names = [r.name for r in self.receivers]
+        if len(set(names)) < len(names):
+            raise ValueError(f"receivers: a name used twice in {names}; expected each once")
+        return self
+
+    def url(self, port: int, path: str) -> str:
+        """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it."""
+        return f"http://{url_host(local_address(self.host))}:{port}{path}"
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """One target: a replica's SGLang or a gateway's smg, with the labels every series of it gets."""
+
+    job: str  # "sglang" or "smg"
+    target: str  # address:port as Prometheus reaches it
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def replica_target(host: str, address: str, gpu_class: str, spec: ClassSpec) -> Scraped:
+    """A replica's /metrics (SGLang serves it without the API key) with what the deploy declares of it (the GPU
+    model a host has is its own fact, not group_data's: a class may accept several)."""
+    engine = spec.engine.sglang if spec.engine is not None else "as installed"
+    return Scraped("sglang", f"{url_host(address)}:{spec.service.port}", {
+        "host": host, "gpu_class": gpu_class, "engine": engine, "served_model": spec.service.served_model_name,
+        "speculative": spec.speculative.algorithm})
+
+
+def gateway_target(host: str, address: str, group: str, prometheus_port: int) -> Scraped:
+    return Scraped("smg", f"{url_host(address)}:{prometheus_port}", {"host": host, "gateway": group})
+
+
+def scrape_problems(group: str, classes: dict[str, ClassSpec], scraped_classes: set[str]) -> list[str]:
+    """A class Prometheus must scrape from another host cannot bind loopback."""
+    return [f"group_data/{c}.py: service.host: {classes[c].service.host!r} only the replica itself reaches; "
+            f"the monitoring host ({group}) scrapes its /metrics: expected an address of the replica's network, "
+            "or 0.0.0.0 / ::" for c in sorted(scraped_classes) if c in classes and is_loopback(classes[c].service.host)]
+
+
+def floor_problems(group: str, mon: Monitoring, classes: dict[str, ClassSpec]) -> list[str]:
+    where = f"group_data/{group}.py: monitoring.alerts.accept_length_floor"
+    return [f"{where}: {c!r} is not a GPU class; expected one of {', '.join(classes)}"
+            for c in mon.alerts.accept_length_floor if c not in classes]
+
+
+def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
+    """From a tuning record (fleet/tune.py's record()): the accept length measured at the objective
+    concurrency for the speculative settings the class declares now, else for the record's winner."""
+    try:
+        objective = int(record["objective"]["concurrency"])
+        candidates = record["candidates"]
+        s = spec.speculative
+        declared = {"block_size": getattr(s, "block_size", None),
+                    **({"tree_budget": s.tree_budget} if hasattr(s, "tree_budget") else {})}
+        for wanted in (declared, record.get("winner")):
+            for c in candidates:
+                if wanted and c.get("candidate") == wanted:
+                    for lv in c.get("levels", []):
+                        if lv.get("concurrency") == objective and isinstance(lv.get("accept_length"), (int, float)):
+                            return float(lv["accept_length"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def accept_length_floor(mon: Monitoring, gpu_class: str, spec: ClassSpec, record: dict | None) -> float | None:
+    """The accept length under which the class's alert fires, or None for no such alert."""
+    if spec.speculative.algorithm == "none":
+        return None
+    if gpu_class in mon.alerts.accept_length_floor:
+        return mon.alerts.accept_length_floor[gpu_class]
+    tuned = tuned_accept_length(record, spec) if record else None
+    return round(tuned * mon.alerts.accept_length_fraction, 3) if tuned is not None else None
+
+
+def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> dict[str, float | None]:
+    """Each class's accept-length floor, from group_data or its tuning record (tuning/<class>.json,
+    committed beside group_data; one that does not read as a record gives none)."""
+    out = {}
+    for c, spec in classes.items():
+        path = tuning_dir / f"{c}.json"
+        try:
+            record = json.loads(path.read_text()) if path.is_file() else None
+        except (OSError, ValueError):
+            record = None
+        out[c] = accept_length_floor(mon, c, spec, record if isinstance(record, dict) else None)
+    return out
+
+
+def _s(seconds: float) -> str:
+    return f"{int(seconds)}s"
+
+
+def _alert(name: str, expr: str, for_s: int, severity: str, summary: str, runbook: str) -> dict:
+    return {"alert": name, "expr": expr, "for": _s(for_s), "labels": {"severity": severity},
+            "annotations": {"summary": summary, "runbook": runbook}}
+
+
+def class_rules(mon: Monitoring, gpu_class: str, spec: ClassSpec, floor: float | None) -> dict:
+    """The recording and alerting rules of one class, each alert with its runbook line."""
+    a, w = mon.alerts, _s(mon.rate_window_s)
+    sel = f'job="sglang",gpu_class="{gpu_class}"'
+    by = "gpu_class, host"
+    unit = spec.service.unit
+    records = [
+        {"record": ACCEPT_LENGTH, "expr": f"sum by ({by}) (rate(sglang:generation_tokens_total{{{sel}}}[{w}])) / "
+                                          f"sum by ({by}) (rate(sglang:spec_verify_calls_total{{{sel}}}[{w}]))"},
+        {"record": "sglang_fleet:ttft_seconds:p99",
+         "expr": f"histogram_quantile(0.99, sum by ({by}, le) "
+                 f"(rate(sglang:time_to_first_token_seconds_bucket{{{sel}}}[{w}])))"},
+        {"record": "sglang_fleet:generation_tokens:rate",
+         "expr": f"sum by ({by}) (rate(sglang:generation_tokens_total{{{sel}}}[{w}]))"},
+    ]
+    alerts = [
+        _alert("SGLangReplicaDown", f"up{{{sel}}} == 0", a.replica_down_for_s, "page",
+               f"{gpu_class} replica {{{{ $labels.host }}}}: /metrics does not answer",
+               f"make status ARGS='--limit {{{{ $labels.host }}}}'; on the host: systemctl status {unit}.service, "
+               f"journalctl -u {unit}.service"),
+        _alert("SGLangQueueDeep", f"max by ({by}) (sglang:num_queue_reqs{{{sel}}}) > {a.queue_depth_max}",
+               a.queue_for_s, "warning",
+               f"{gpu_class} replica {{{{ $labels.host }}}}: {{{{ $value }}}} requests queued "
+               f"(over {a.queue_depth_max})",
+               "more load than the class serves: add replicas or shed load; check the gateway spreads it"),
+        _alert("SGLangTTFTHigh", f'sglang_fleet:ttft_seconds:p99{{gpu_class="{gpu_class}"}} > {a.ttft_p99_max_s:g}',
+               a.ttft_for_s, "warning",
+               f"{gpu_class} replica {{{{ $labels.host }}}}: time to first token p99 {{{{ $value }}}} s "
+               f"(over {a.ttft_p99_max_s:g} s)",
+               "long prompts or a queue: see SGLangQueueDeep and the replica's running requests"),
+        _alert("SGLangThroughputCollapsed",
+               f"max by ({by}) (sglang:num_running_reqs{{{sel}}}) > 0 and on ({by}) "
+               f'sglang_fleet:generation_tokens:rate{{gpu_class="{gpu_class}"}} == 0',
+               a.throughput_for_s, "page",
+               f"{gpu_class} replica {{{{ $labels.host }}}}: requests run and no token is made",
+               f"a hung scheduler: journalctl -u {unit}.service; make rollback HOST={{{{ $labels.host }}}} "
+               "if it began with a change"),
+    ]
+    if floor is not None:
+        alerts.insert(0, _alert(
+            "SGLangAcceptLengthLow", f'{ACCEPT_LENGTH}{{gpu_class="{gpu_class}"}} < {floor:g}', a.accept_length_for_s,
+            "warning", f"{gpu_class} replica {{{{ $labels.host }}}}: accept length {{{{ $value | printf \"%.2f\" }}}} "
+            f"under {floor:g} ({spec.speculative.algorithm}): the draft pays less than it costs",
+            "a new target revision, a traffic shift or a draft that no longer fits: compare the target and draft "
+            f"revisions with tuning/{gpu_class}.json; make tune CLASS={gpu_class} measures again"))
+    return {"groups": [{"name": f"sglang-fleet-{gpu_class}", "rules": records + alerts}]}
+
+
+def gateway_rules(mon: Monitoring, group: str) -> dict:
+    a = mon.alerts
+    sel = f'job="smg",gateway="{group}"'
+    return {"groups": [{"name": f"sglang-fleet-gateway-{group}", "rules": [
+        _alert("SmgDown", f"up{{{sel}}} == 0", a.gateway_down_for_s, "page",
+               f"gateway {group} ({{{{ $labels.host }}}}): smg's /metrics does not answer",
+               "every class it routes is offline: on the host, systemctl status smg.service, journalctl -u smg.service"),
+        _alert("SmgWorkerUnhealthy", f"smg_worker_health{{{sel}}} == 0", a.worker_unhealthy_for_s, "warning",
+               f"gateway {group}: smg calls {{{{ $labels.worker }}}} unhealthy",
+               "the replica fails smg's health probe: make status; its /health from the gateway host"),
+    ]}]}
+
+
+def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
+    jobs: dict[str, list[dict]] = {}
+    for t in targets:
+        jobs.setdefault(t.job, []).append({"targets": [t.target], "labels": t.labels})
+    local = url_host(local_address(mon.host))
+    return {
+        "global": {"scrape_interval": _s(mon.scrape_interval_s), "evaluation_interval": _s(mon.evaluation_interval_s),
+                   "scrape_timeout": _s(min(mon.scrape_interval_s, 10))},
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]}]},
+        "rule_files": [f"{RULES_DIR}/*.json"],
+        "scrape_configs": [
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
+            {"job_name": "alertmanager", "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
+            *({"job_name": job, "metrics_path": "/metrics", "static_configs": configs}
+              for job, configs in sorted(jobs.items())),
+        ],
+    }
+
+
+def alertmanager_config(mon: Monitoring) -> dict:
+    receivers = [{"name": r.name, "webhook_configs": [{"url": r.webhook_url, "send_resolved": r.send_resolved}]}
+                 for r in mon.receivers]
+    route = {"receiver": "none", "group_by": ["alertname", "gpu_class", "host"], "group_wait": _s(mon.group_wait_s),
+             "group_interval": _s(mon.group_interval_s), "repeat_interval": _s(mon.repeat_interval_s),
+             "routes": [{"receiver": r.name, "continue": True, "matchers": ['alertname=~".+"']} for r in mon.receivers]}
+    return {"route": route, "receivers": [{"name": "none"}, *receivers]}
+
+
+def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec], floors: dict[str, float | None],
+           gateways: list[str]) -> dict[str, str]:
+    """Every file of the configuration directory (relative path -> text): the scraped classes' and
+    gateways' rules, the two configurations."""
+    scraped = sorted({t.labels["gpu_class"] for t in targets if t.job == "sglang"})
+    files = {f"{RULES_DIR}/class-{c}.json": class_rules(mon, c, classes[c], floors.get(c)) for c in scraped}
+    files |= {f"{RULES_DIR}/gateway-{g}.json": gateway_rules(mon, g) for g in sorted(gateways)}
+    files[CONFIG] = prometheus_config(mon, targets)
+    files[ALERTMANAGER_CONFIG] = alertmanager_config(mon)
+    return {path: json.dumps(doc, indent=2, sort_keys=True) + "\n" for path, doc in sorted(files.items())}
+
+
+def bundle_id(files: dict[str, str]) -> str:
+    """The bundle's name on the host: what it holds decides it, so an unchanged bundle is found as it is."""
+    h = hashlib.sha256()
+    for path, text in sorted(files.items()):
+        h.update(path.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()[:16]

@@ -1,0 +1,286 @@
+"""The monitoring spec and what it generates (fleet/monitoring.py), no hosts: every generated file through
+Debian's promtool and amtool (tools/debs.sh takes them out of the packages, once, into the cache), and
+`promtool test rules` for every alert: it fires on its input series, and stays quiet on a normal one,
+including a replica that restarts (a rollout's turn) inside the alert's `for:`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_monitoring
+from fleet.monitoring import (
+    ACCEPT_LENGTH,
+    Monitoring,
+    accept_length_floor,
+    bundle,
+    bundle_id,
+    floors,
+    gateway_target,
+    replica_target,
+    tuned_accept_length,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP_DATA = REPO / "group_data"
+CLASSES = load_class_specs(GROUP_DATA)
+MON = Monitoring(alerts={"accept_length_floor": {"pro6000": 3.0}})
+TARGETS = [replica_target("pro6000-1", "10.0.0.1", "pro6000", CLASSES["pro6000"]),
+           replica_target("pro6000-2", "10.0.0.2", "pro6000", CLASSES["pro6000"]),
+           replica_target("a6000-1", "10.0.0.3", "a6000", CLASSES["a6000"]),
+           gateway_target("gw-1", "10.0.0.9", "gateway", 29000)]
+
+
+@pytest.fixture(scope="module")
+def tools() -> Path:
+    """promtool and amtool from Debian's packages (tools/debs.sh downloads them once into the cache)."""
+    out = subprocess.run(["bash", str(REPO / "tools/debs.sh")], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip().splitlines()[-1]) / "bin"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("monitoring")
+    for path, text in bundle(MON, TARGETS, CLASSES, floors(MON, CLASSES, d / "no-tuning"), ["gateway"]).items():
+        (d / path).parent.mkdir(parents=True, exist_ok=True)
+        (d / path).write_text(text)
+    return d
+
+
+def promtool(tools: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(tools / "promtool"), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+# --- the spec ------------------------------------------------------------------------------------
+
+def test_the_repos_monitoring_file_is_valid():
+    mons = load_monitoring(GROUP_DATA, CLASSES)
+    assert mons["monitoring"].alerts.accept_length_floor == {"pro6000": 3.0}
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"rate_window_s": 30, "scrape_interval_s": 15}, "under 4 scrape intervals"),
+    ({"prometheus_port": 9093}, "expected two ports"),
+    ({"receivers": [{"name": "a", "webhook_url": "http://h/x"}, {"name": "a", "webhook_url": "http://h/y"}]},
+     "a name used twice"),
+    ({"receivers": [{"name": "a", "webhook_url": "https://h/x?token=s3cret"}]}, "query"),
+    ({"receivers": [{"name": "a", "webhook_url": "https://u:p@h/x"}]}, "credentials"),
+    ({"receivers": [{"name": "a b", "webhook_url": "https://h/x"}]}, "letters, digits"),
+    ({"alerts": {"accept_length_fraction": 0}}, "greater than or equal to 0.05"),
+    ({"scrape_interval_s": "15"}, "integer"),
+    ({"retension_days": 15}, "Extra inputs"),
+])
+def test_bad_monitoring_tables_are_refused(data, words):
+    with pytest.raises(ValidationError, match=words):
+        Monitoring(**data)
+
+
+def test_a_broken_monitoring_file_names_the_file_field_and_value(tmp_path):
+    g = tmp_path / "group_data"
+    g.mkdir()
+    (g / "mon.py").write_text('monitoring = {"scrape_interval_s": 0, "alerts": {"accept_length_floor": {"nope": 2.0}}}\n')
+    with pytest.raises(SpecError) as e:
+        load_monitoring(g, CLASSES)
+    text = "\n".join(e.value.problems)
+    assert "mon.py" in text and "monitoring.scrape_interval_s" in text and "0" in text
+    (g / "mon.py").write_text('monitoring = {"alerts": {"accept_length_floor": {"nope": 2.0}}}\n')
+    with pytest.raises(SpecError, match="'nope' is not a GPU class"):
+        load_monitoring(g, CLASSES)
+
+
+def test_the_inventory_has_one_monitoring_host_and_scrapes_no_loopback_class():
+    groups = {"pro6000": ["p1"], "monitoring": ["m1", "m2"], "h200": ["h1"]}
+    with pytest.raises(SpecError) as e:
+        check_inventory(groups, {"p1": {}, "m1": {}, "m2": {}, "h1": {}}, GROUP_DATA)
+    text = "\n".join(e.value.problems)
+    assert "monitoring group monitoring has 2 hosts (m1, m2); expected one" in text
+    # h200 binds 127.0.0.1 (group_data/h200.py): Prometheus on another host cannot scrape it
+    assert "group_data/h200.py: service.host: '127.0.0.1'" in text
+    assert check_inventory({"pro6000": ["p1"], "monitoring": ["m1"]}, {"p1": {}, "m1": {}}, GROUP_DATA)
+
+
+def test_a_replica_cannot_be_the_monitoring_host():
+    with pytest.raises(SpecError, match="host p1 is filed under GPU class pro6000 and monitoring group monitoring"):
+        check_inventory({"pro6000": ["p1"], "monitoring": ["p1"]}, {"p1": {}}, GROUP_DATA)
+
+
+# --- the floor -----------------------------------------------------------------------------------
+
+def record(block_size: int, accept: float, winner: int = 4) -> dict:
+    return {"objective": {"concurrency": 32}, "winner": {"block_size": winner},
+            "candidates": [{"candidate": {"block_size": b}, "levels": [
+                {"concurrency": 1, "accept_length": 9.9}, {"concurrency": 32, "accept_length": a}]}
+                for b, a in ((block_size, accept), (winner, 2.0))]}
+
+
+def test_the_floor_is_declared_or_a_fraction_of_the_tuned_figure_at_the_tuned_concurrency():
+    spec = CLASSES["pro6000"]  # DFLASH, block size 16
+    declared = spec.speculative.block_size
+    assert accept_length_floor(MON, "pro6000", spec, record(declared, 5.0)) == 3.0  # declared wins
+    mon = Monitoring()
+    assert tuned_accept_length(record(declared, 5.0), spec) == 5.0  # the declared block size's, at 32
+    assert accept_length_floor(mon, "pro6000", spec, record(declared, 5.0)) == 3.5
+    assert accept_length_floor(mon, "pro6000", spec, record(99, 5.0)) == 1.4  # not measured: the winner's
+    assert accept_length_floor(mon, "pro6000", spec, None) is None
+    assert accept_length_floor(mon, "pro6000", spec, {"objective": "garbage"}) is None
+    assert accept_length_floor(MON, "pro6000", CLASSES["pro6000"].model_validate(
+        {**CLASSES["pro6000"].model_dump(), "speculative": {"algorithm": "none"}}), None) is None
+
+
+def test_floors_read_tuning_records_and_survive_a_broken_one(tmp_path):
+    (tmp_path / "pro6000.json").write_text(json.dumps(record(CLASSES["pro6000"].speculative.block_size, 4.0)))
+    (tmp_path / "a6000.json").write_text("{not json")
+    got = floors(Monitoring(), CLASSES, tmp_path)
+    assert got["pro6000"] == 2.8 and got["a6000"] is None
+
+
+# --- what is generated ---------------------------------------------------------------------------
+
+def test_every_replica_is_scraped_with_what_the_deploy_declares_of_it(written):
+    config = json.loads((written / "prometheus.json").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    sglang = jobs["sglang"]["static_configs"]
+    assert [c["targets"] for c in sglang] == [["10.0.0.1:30000"], ["10.0.0.2:30000"], ["10.0.0.3:30000"]]
+    assert sglang[0]["labels"] == {"host": "pro6000-1", "gpu_class": "pro6000", "engine": "as installed",
+                                   "served_model": CLASSES["pro6000"].service.served_model_name,
+                                   "speculative": "DFLASH"}
+    assert jobs["smg"]["static_configs"] == [{"targets": ["10.0.0.9:29000"], "labels": {"host": "gw-1",
+                                                                                        "gateway": "gateway"}}]
+    assert sorted(p.name for p in (written / "rules").iterdir()) == ["class-a6000.json", "class-pro6000.json",
+                                                                     "gateway-gateway.json"]
+
+
+def test_the_bundle_is_named_by_what_it_holds():
+    one = bundle(MON, TARGETS, CLASSES, {}, ["gateway"])
+    assert bundle_id(one) == bundle_id(bundle(MON, list(TARGETS), CLASSES, {}, ["gateway"]))
+    assert bundle_id(one) != bundle_id(bundle(MON, TARGETS[:2], CLASSES, {}, ["gateway"]))
+
+
+def test_promtool_and_amtool_accept_everything_generated(tools, written):
+    out = promtool(tools, "check", "config", "prometheus.json", cwd=written)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "3 rules found" in out.stdout or "SUCCESS" in out.stdout
+    out = promtool(tools, "check", "rules", *sorted(str(p) for p in (written / "rules").iterdir()))
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([str(tools / "amtool"), "check-config", str(written / "alertmanager.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alertmanager_sends_every_alert_to_every_receiver(tools, tmp_path):
+    mon = Monitoring(receivers=[{"name": "oncall", "webhook_url": "http://10.0.0.5:9099/alerts"},
+                                {"name": "chat", "webhook_url": "https://chat.fleet.example/hook"}])
+    path = tmp_path / "alertmanager.json"
+    path.write_text(bundle(mon, TARGETS, CLASSES, {}, [])["alertmanager.json"])
+    out = subprocess.run([str(tools / "amtool"), "config", "routes", "test", "--config.file", str(path),
+                          "alertname=SGLangAcceptLengthLow", "gpu_class=pro6000"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["oncall,chat"] or sorted(out.stdout.replace(",", " ").split()) == ["chat", "oncall"]
+
+
+# --- promtool test rules: every alert fires on its input, stays quiet on a normal one ---------------
+
+P = 'job="sglang",gpu_class="pro6000",host="pro6000-1"'
+G = 'job="smg",gateway="gateway",host="gw-1"'
+
+
+def series(name: str, values: str) -> dict:
+    return {"series": name, "values": values}
+
+
+def accept(tokens_per_step: int, steps: int = 10) -> list[dict]:
+    """A replica making `tokens_per_step` tokens per verify step, `steps` steps a second (15 s samples)."""
+    return [series(f'sglang:generation_tokens_total{{{P},is_streaming="false"}}', f"0+{15 * steps * tokens_per_step}x100"),
+            series(f"sglang:spec_verify_calls_total{{{P}}}", f"0+{15 * steps}x100")]
+
+
+def fires(alert: str, labels: dict, annotations: dict) -> list[dict]:
+    return [{"exp_labels": {"alertname": alert, **labels}, "exp_annotations": annotations}]
+
+
+HOST = {"gpu_class": "pro6000", "host": "pro6000-1"}
+RUNBOOK_DOWN = ("make status ARGS='--limit pro6000-1'; on the host: systemctl status sglang.service, "
+                "journalctl -u sglang.service")
+CASES = {
+    "accept length under the floor": (accept(2), "SGLangAcceptLengthLow", "20m", fires(
+        "SGLangAcceptLengthLow", {**HOST, "severity": "warning"},
+        {"summary": "pro6000 replica pro6000-1: accept length 2.00 under 3 (DFLASH): the draft pays less than it costs",
+         "runbook": "a new target revision, a traffic shift or a draft that no longer fits: compare the target and "
+                    "draft revisions with tuning/pro6000.json; make tune CLASS=pro6000 measures again"})),
+    "accept length over the floor": (accept(4), "SGLangAcceptLengthLow", "20m", []),
+    "accept length of an idle replica (no step: no figure)": (
+        [series(f'sglang:generation_tokens_total{{{P},is_streaming="false"}}', "100+0x100"),
+         series(f"sglang:spec_verify_calls_total{{{P}}}", "50+0x100")], "SGLangAcceptLengthLow", "20m", []),
+    "accept length under the floor for less than its for:": (accept(2), "SGLangAcceptLengthLow", "9m", []),
+    "a replica down": ([series(f"up{{{P}}}", "1 1 1 0x40")], "SGLangReplicaDown", "10m", fires(
+        "SGLangReplicaDown", {**HOST, "job": "sglang", "severity": "page"},
+        {"summary": "pro6000 replica pro6000-1: /metrics does not answer", "runbook": RUNBOOK_DOWN})),
+    "a replica restarting in its rollout turn (down 60 s)": (
+        [series(f"up{{{P}}}", "1x20 0x4 1x40")], "SGLangReplicaDown", "10m", []),
+    "a queue over its bound": ([series(f"sglang:num_queue_reqs{{{P}}}", "100x40")], "SGLangQueueDeep", "10m", fires(
+        "SGLangQueueDeep", {**HOST, "severity": "warning"},
+        {"summary": "pro6000 replica pro6000-1: 100 requests queued (over 64)",
+         "runbook": "more load than the class serves: add replicas or shed load; check the gateway spreads it"})),
+    "a short queue": ([series(f"sglang:num_queue_reqs{{{P}}}", "10x40")], "SGLangQueueDeep", "10m", []),
+    "time to first token over its bound": (
+        [series(f'sglang:time_to_first_token_seconds_bucket{{{P},le="{le}"}}', f"0+{n}x100")
+         for le, n in (("1", 0), ("20", 10), ("+Inf", 10))], "SGLangTTFTHigh", "15m", fires(
+            "SGLangTTFTHigh", {**HOST, "severity": "warning"},
+            {"summary": "pro6000 replica pro6000-1: time to first token p99 19.81 s (over 10 s)",
+             "runbook": "long prompts or a queue: see SGLangQueueDeep and the replica's running requests"})),
+    "time to first token within its bound": (
+        [series(f'sglang:time_to_first_token_seconds_bucket{{{P},le="{le}"}}', f"0+{n}x100")
+         for le, n in (("1", 10), ("20", 10), ("+Inf", 10))], "SGLangTTFTHigh", "15m", []),
+    "requests running and no token made": (
+        [series(f"sglang:num_running_reqs{{{P}}}", "4x100"), *accept(0)], "SGLangThroughputCollapsed", "15m", fires(
+            "SGLangThroughputCollapsed", {**HOST, "severity": "page"},
+            {"summary": "pro6000 replica pro6000-1: requests run and no token is made",
+             "runbook": "a hung scheduler: journalctl -u sglang.service; make rollback HOST=pro6000-1 if it began "
+                        "with a change"})),
+    "requests running and tokens made": (
+        [series(f"sglang:num_running_reqs{{{P}}}", "4x100"), *accept(3)], "SGLangThroughputCollapsed", "15m", []),
+    "the gateway down": ([series(f"up{{{G}}}", "0x40")], "SmgDown", "5m", fires(
+        "SmgDown", {"job": "smg", "gateway": "gateway", "host": "gw-1", "severity": "page"},
+        {"summary": "gateway gateway (gw-1): smg's /metrics does not answer",
+         "runbook": "every class it routes is offline: on the host, systemctl status smg.service, journalctl -u "
+                    "smg.service"})),
+    "the gateway restarting (down 30 s)": ([series(f"up{{{G}}}", "1x10 0x2 1x30")], "SmgDown", "10m", []),
+    "a replica unhealthy in smg": (
+        [series(f'smg_worker_health{{{G},worker="http://10.0.0.1:30000"}}', "0x40")], "SmgWorkerUnhealthy", "5m",
+        fires("SmgWorkerUnhealthy", {"job": "smg", "gateway": "gateway", "host": "gw-1",
+                                     "worker": "http://10.0.0.1:30000", "severity": "warning"},
+              {"summary": "gateway gateway: smg calls http://10.0.0.1:30000 unhealthy",
+               "runbook": "the replica fails smg's health probe: make status; its /health from the gateway host"})),
+    "every replica healthy in smg": (
+        [series(f'smg_worker_health{{{G},worker="http://10.0.0.1:30000"}}', "1x40")], "SmgWorkerUnhealthy", "5m", []),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_promtool_test_rules(tools, written, tmp_path, case):
+    inputs, alert, at, expected = CASES[case]
+    rules = [str(written / "rules" / f) for f in ("class-pro6000.json", "gateway-gateway.json")]
+    test = {"rule_files": rules, "evaluation_interval": "15s", "tests": [{
+        "interval": "15s", "input_series": inputs,
+        "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": expected}]}]}
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps(test))
+    out = promtool(tools, "test", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_alert_generated_has_a_firing_and_a_quiet_case(written):
+    alerts = {r["alert"] for f in (written / "rules").iterdir() for g in json.loads(f.read_text())["groups"]
+              for r in g["rules"] if "alert" in r}
+    firing = {c[1] for c in CASES.values() if c[3]}
+    quiet = {c[1] for c in CASES.values() if not c[3]}
+    assert alerts == firing == quiet
+    records = {r["record"] for g in json.loads((written / "rules/class-pro6000.json").read_text())["groups"]
+               for r in g["rules"] if "record" in r}
+    assert ACCEPT_LENGTH in records
