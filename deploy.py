@@ -19,16 +19,20 @@ The runbook, in order; a host that fails a step gets nothing after it but its ro
                 service and workloads as they were before
 A class routed by SGLang's gateway (group_data/gateway.py) is also drained out of it around each
 restart (tasks/rolling.py); the gateway host itself gets smg (tasks/gateway.py), converged before
-any replica restarts.
+any replica restarts. The monitoring host (group_data/monitoring.py) gets Prometheus and Alertmanager
+(tasks/monitoring.py), scraping every replica and gateway of the inventory with the rules made per class.
 The run ends with a table per host (class, GPUs found, action, verdict, time to ready).
 """
 
-from tasks import activate, engine, gateway, hub, install, preflight, recovery
+from tasks import activate, engine, gateway, hub, install, monitoring, preflight, recovery
 
 if gateway.is_gateway():
     gateway.converge()  # smg: install, unit, key, discovery file; restart only if they changed
+if monitoring.is_monitoring():
+    monitoring.converge()  # Prometheus, Alertmanager: packages, arguments, the generated bundle, checked; reload if changed
 gateway.converged()  # where there is a gateway: no replica restarts before its steps are done
-if not gateway.is_gateway() and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
+replica = not gateway.is_gateway() and not monitoring.is_monitoring()
+if replica and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
     engine.install(pf)  # the declared SGLang beside the live one, and checked, while everything still serves
     hub.fetch(pf)  # the declared revisions of target and draft, and checked, while everything still serves
     recovery.begin(pf)

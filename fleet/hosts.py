@@ -10,6 +10,7 @@ from pathlib import Path
 from fleet.gate import url_host
 from fleet.gateway import Gateway, Replica
 from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
+from fleet.monitoring import Scraped, gateway_target, replica_target
 
 
 def gpu_classes(host, group_dir: Path) -> list[str]:
@@ -33,6 +34,21 @@ def replicas(inventory, gw: Gateway, group_dir: Path) -> list[Replica]:
         spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
         address = url_host(h.data.get("ssh_hostname") or h.name)
         out.append(Replica(h.name, cls, spec.service.served_model_name, f"http://{address}:{spec.service.port}"))
+    return out
+
+
+def scrape_targets(inventory, group_dir: Path) -> list[Scraped]:
+    """What the monitoring host scrapes: every replica of every class in the inventory (limited or not),
+    and every gateway's smg, at the address pyinfra connects to."""
+    classes = load_class_specs(group_dir)
+    gateways = load_gateways(group_dir, classes)
+    out = []
+    for h in inventory:
+        address = h.data.get("ssh_hostname") or h.name
+        for cls in gpu_classes(h, group_dir):
+            out.append(replica_target(h.name, address, cls, validate_host(f"{group_dir}/{cls}.py", h.data.dict())))
+        if group := gateway_group(h, group_dir):
+            out.append(gateway_target(h.name, address, group, gateways[group].prometheus_port))
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from fleet.gate import local_address, url_host
 from fleet.spec import ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
+from fleet.wire import frames
 
 CONFIG = "prometheus.json"  # Prometheus' --config.file, in the configuration directory
 ALERTMANAGER_CONFIG = "alertmanager.json"
@@ -324,3 +326,80 @@ def bundle_id(files: dict[str, str]) -> str:
     for path, text in sorted(files.items()):
         h.update(path.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()[:16]
+
+
+# --- on the monitoring host ------------------------------------------------------------------------
+# Debian's packages (bookworm and trixie name them alike) and what they read: the units pass $ARGS from
+# /etc/default/<unit>, and the configuration lives in a directory named by its content, made live by an
+# atomic symlink swap (a reader sees the old bundle or the new one).
+PACKAGES = ("prometheus", "prometheus-alertmanager")
+UNITS = ("prometheus.service", "prometheus-alertmanager.service")
+LIVE = "/etc/prometheus/sglang-fleet"
+BUNDLES = "/etc/prometheus/sglang-fleet.d"
+KEEP_BUNDLES = 3  # the live one and two before it, for a look at what changed
+DEFAULTS = {"prometheus": "/etc/default/prometheus", "alertmanager": "/etc/default/prometheus-alertmanager"}
+COMMAND_MAX = 96 << 10  # bytes of the bundle in one command: sh -c takes one argument, 128 KiB at most
+
+
+def defaults_files(mon: Monitoring) -> dict[str, str]:
+    """/etc/default/prometheus and /etc/default/prometheus-alertmanager: the units' arguments."""
+    listen = url_host(mon.host)
+    prom = [f"--config.file={LIVE}/{CONFIG}", f"--web.listen-address={listen}:{mon.prometheus_port}",
+            f"--storage.tsdb.retention.time={mon.retention_days}d"]
+    # one Alertmanager: no gossip port (the HA cluster is Alertmanager's, and off)
+    am = [f"--config.file={LIVE}/{ALERTMANAGER_CONFIG}", f"--web.listen-address={listen}:{mon.alertmanager_port}",
+          "--storage.path=/var/lib/prometheus/alertmanager", "--cluster.listen-address="]
+    head = "# Written by the sglang-fleet deploy from group_data (monitoring); edits here are put back.\n"
+    return {DEFAULTS["prometheus"]: head + f'ARGS="{" ".join(prom)}"\n',
+            DEFAULTS["alertmanager"]: head + f'ARGS="{" ".join(am)}"\n'}
+
+
+@dataclass(frozen=True)
+class MonitoringHost:
+    """What the monitoring host has (facts/monitoring.py, one round trip)."""
+
+    installed: dict[str, str]  # package -> version, '' where not installed
+    live: str  # the live bundle's id, '' for none
+    defaults_sha1: dict[str, str]  # path -> sha1 of its content, '' for none
+    active: dict[str, str]  # unit -> ActiveState
+
+
+_VERSION = re.compile(r"[A-Za-z0-9.+~:-]{1,64}")
+_ID = re.compile(r"[0-9a-f]{16}")
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+_STATE = re.compile(r"[a-z-]{1,32}")
+
+
+def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
+    """The records of facts/monitoring.py; what is not of the expected form reads as absent."""
+    said = {f.key: (f.text or "").strip() for f in frames(answer)}
+
+    def one(key: str, pattern: re.Pattern) -> str:
+        text = said.get(key, "")
+        return text if pattern.fullmatch(text) else ""
+
+    return MonitoringHost(
+        installed={p: one(f"version:{p}", _VERSION) for p in PACKAGES},
+        live=one("live", _ID),
+        defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
+        active={u: one(f"active:{u}", _STATE) for u in UNITS})
+
+
+def install_bundle_command(files: dict[str, str], bundle: str) -> str:
+    """Write the bundle into its own directory, check it with the host's promtool and amtool, then
+    make it live; the bundles before it but the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
+    q = shlex.quote
+    d, tmp = f"{BUNDLES}/{bundle}", f"{BUNDLES}/.{bundle}.tmp"
+    writes = [f"mkdir -p {q(tmp + '/' + RULES_DIR)}"]
+    writes += [f"printf '%s' {q(text)} > {q(tmp + '/' + path)}" for path, text in sorted(files.items())]
+    command = " && ".join([
+        "set -e", f"rm -rf {q(tmp)}", *writes,
+        f"promtool check config {q(tmp + '/' + CONFIG)} >/dev/null",
+        f"amtool check-config {q(tmp + '/' + ALERTMANAGER_CONFIG)} >/dev/null",
+        f"chmod -R a+rX,go-w {q(tmp)}", f"rm -rf {q(d)}", f"mv {q(tmp)} {q(d)}",
+        f"ln -sfn {q(d)} {q(LIVE + '.new')}", f"mv -T {q(LIVE + '.new')} {q(LIVE)}",
+        f"cd {q(BUNDLES)} && ls -1t | grep -vx {q(bundle)} | tail -n +{KEEP_BUNDLES} | xargs -r rm -rf --"])
+    if len(command.encode()) > COMMAND_MAX:
+        raise ValueError(f"the monitoring configuration is {len(command.encode())} bytes, over the {COMMAND_MAX} "
+                         "one command carries")
+    return command

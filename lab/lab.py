@@ -151,10 +151,11 @@ def _key() -> str:
 
 
 def _groups() -> tuple[dict, dict, list[str]]:
-    """GPU class specs, their group data, and the gateway groups (a gateway host's group)."""
-    from fleet.groupdata import gateway_files, load_class_specs, load_group_data
+    """GPU class specs, their group data, and the gateway and monitoring groups (such a host's group)."""
+    from fleet.groupdata import gateway_files, load_class_specs, load_group_data, monitoring_files
 
-    return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA), sorted(gateway_files(GROUP_DATA))
+    return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA), sorted(
+        [*gateway_files(GROUP_DATA), *monitoring_files(GROUP_DATA)])
 
 
 def load_lab(path: Path) -> labfile.LabFile:
@@ -549,6 +550,8 @@ def _boot(lab_name: str, rec: dict) -> None:
     argv = [
         "systemd-nspawn", "-q", "-D", str(hdir / "root"), "-M", name, "-b", "--console=passive",
         "--register=no", "--keep-unit", f"--network-namespace-path={RUN_NETNS / rec['netns']}",
+        # a monitoring host's apt installs Debian's monitoring packages from here (tools/debs.sh), read-only
+        *([f"--bind-ro={provision.debs_dir()}:{provision.LAB_DEBS}"] if rec["entry"]["role"] == "monitoring" else []),
     ]
     with open(hdir / "console.log", "ab") as out:
         subprocess.run(

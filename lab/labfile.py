@@ -27,8 +27,10 @@ GATEWAY_KEYS = ("name", "group", "role", "ssh_user", "debian")
 # A mirror host is the lab's package index (lab/mirror.py): no GPU, no SGLang, and no group, for it is
 # no part of the fleet: the lab's inventory leaves it out, so that no deploy touches it.
 MIRROR_KEYS = ("name", "role", "ssh_user", "debian")
-ROLE_KEYS = {"gateway": GATEWAY_KEYS, "mirror": MIRROR_KEYS}
-ROLE_ABOUT = {"gateway": "", "mirror": " (the lab's package index)"}
+# A monitoring host is a gateway-like host of the fleet (its group a monitoring group): Prometheus and
+# Alertmanager come with the deploy, from the lab's Debian repository (lab/provision.py).
+ROLE_KEYS = {"gateway": GATEWAY_KEYS, "monitoring": GATEWAY_KEYS, "mirror": MIRROR_KEYS}
+ROLE_ABOUT = {"gateway": "", "monitoring": "", "mirror": " (the lab's package index)"}
 # The SGLang double's speed model (lab/doubles/README.md): its keys, each a number, with its bounds.
 SPECULATION_KEYS = ("step_ms", "per_request", "per_draft_token", "per_draft_token_sq", "acceptance")
 SPECULATION_ALLOWED = ("a table of exactly step_ms (> 0), per_request, per_draft_token, per_draft_token_sq (>= 0) "
@@ -169,7 +171,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "group": (True, None, lambda v: None if v in groups + gateway_groups else "not a GPU class or gateway group",
                   f"a GPU class group: {_one_of(groups)}; with role = 'gateway', a gateway group: "
                   f"{_one_of(gateway_groups)}"),
-        "role": (False, "gpu", *enum("gpu", "gateway", "mirror")),
+        "role": (False, "gpu", *enum("gpu", "gateway", "monitoring", "mirror")),
         "gpu_model": (True, None, *text(None, "the exact nvidia-smi name, e.g. 'NVIDIA RTX A6000'")),
         "gpu_count": (True, None, *integer(1, 16)),
         "gpu_memory_mib": (True, None, *integer(1, 1 << 22)),
@@ -288,8 +290,8 @@ def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
         if role == "gpu" and group in gateway_groups:
             problems.append(f"{where}: {label}: group = {group!r} is a gateway group but role = 'gpu' (a GPU host); "
                             f"allowed: role = 'gateway' with it, or a GPU class group: {_one_of(groups)}")
-        if role == "gateway" and group in groups:
-            problems.append(f"{where}: {label}: role = 'gateway' but group = {group!r} is a GPU class group; "
+        if role in ("gateway", "monitoring") and group in groups:
+            problems.append(f"{where}: {label}: role = {role!r} but group = {group!r} is a GPU class group; "
                             f"allowed for a gateway host: a gateway group: {_one_of(gateway_groups)}")
         if isinstance(hname, str):
             if hname in seen:

@@ -23,6 +23,7 @@ if [[ -f "$dir/complete" ]]; then  # another make built it meanwhile
   exit 0
 fi
 work=$(mktemp -d "$dir.XXXXXX")
+chmod 755 "$work"  # apt reads a file: repository as its own user, _apt
 trap 'rm -rf "$work"' EXIT
 apt-cache show "${PACKAGES[0]}" >/dev/null 2>&1 || apt-get update -qq >&2
 # The closure, without what is only recommended or suggested; <virtual> names are provided by real ones listed too.

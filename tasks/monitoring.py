@@ -1,0 +1,119 @@
+"""The monitoring host: Prometheus and Alertmanager from Debian's packages, converged like any service
+(each step changes only what differs; a second run changes nothing):
+
+  install    apt installs the packages where they are missing (the host's own apt sources)
+  configure  the units' arguments (/etc/default/...), and the bundle fleet/monitoring.py generates from
+             the inventory and group_data: scrape targets, rules, routes; checked on the host with
+             promtool and amtool before it goes live, by an atomic symlink swap
+  activate   restart where the arguments changed, reload where the bundle did; wait until both are
+             ready and say their configuration loaded
+
+A host added to the inventory is scraped after the next deploy (this host's bundle changes).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.operations import python, server, systemd
+
+from adapter import run as runs
+from facts.monitoring import MonitoringFacts
+from fleet import bounds, hosts
+from fleet.gate import CURL
+from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
+from fleet.monitoring import PACKAGES, UNITS, Monitoring, bundle, bundle_id, defaults_files, floors, \
+    install_bundle_command
+from fleet.outcome import HostVerdict
+from fleet.rollout import sha1, write_command
+from tasks.common import HostLost, fail, run
+from tasks.preflight import contained, refused
+
+READY_TIMEOUT_S = 60  # Prometheus replays its write-ahead log at start: seconds for a fleet's
+TUNING = Path("tuning")  # the tuning records, beside group_data (make tune)
+
+
+def is_monitoring(group_dir: str = "group_data") -> bool:
+    return any(g in monitoring_files(Path(group_dir)) for g in host.groups)
+
+
+def converge(group_dir: str = "group_data") -> None:
+    report = runs.of(host.state).report.host(host.name)
+    report.gpu_class = "monitoring"
+    contained(report, "monitoring", lambda: _converge(report, Path(group_dir)))
+
+
+def _converge(report, group_dir: Path) -> None:
+    try:
+        classes = load_class_specs(group_dir)
+        group = next(g for g in host.groups if g in monitoring_files(group_dir))
+        mon = load_monitoring(group_dir, classes)[group]
+        scraped = hosts.scrape_targets(host.state.inventory, group_dir)
+        gateways = sorted({t.labels["gateway"] for t in scraped if t.job == "smg"})
+        files = bundle(mon, scraped, classes, floors(mon, classes, TUNING), gateways)
+        install = install_bundle_command(files, bundle_id(files))
+    except (SpecError, ValueError) as e:
+        return refused(report, [f"{host.name}: monitoring: {p}" for p in getattr(e, "problems", [str(e)])])
+    facts = host.get_fact(MonitoringFacts)
+
+    missing = [p for p in PACKAGES if not facts.installed[p]]
+    installed = server.shell(
+        name=f"Install {', '.join(missing)} (apt)",
+        commands=["DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                  f"apt-get install -y -qq --no-install-recommends {' '.join(PACKAGES)}"]) if missing else None
+    changed_args = [path for path, text in defaults_files(mon).items() if facts.defaults_sha1[path] != sha1(text)]
+    args = server.shell(name=f"Arguments {', '.join(changed_args)}",
+                        commands=[write_command(p, defaults_files(mon)[p]) for p in changed_args]) \
+        if changed_args or missing else None  # a fresh install writes Debian's own: put ours over them
+    new_bundle = facts.live != bundle_id(files)
+    if new_bundle:
+        server.shell(name=f"Configuration {bundle_id(files)} ({len(scraped)} targets, checked with promtool and "
+                          "amtool)", commands=[install])
+    if missing or any(facts.active[u] != "active" for u in UNITS):
+        for unit in UNITS:
+            systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
+    if args is not None:
+        for unit in UNITS:
+            systemd.service(name=f"Restart {unit} (its arguments changed)", service=unit, restarted=True)
+    elif new_bundle:
+        for unit in UNITS:
+            systemd.service(name=f"Reload {unit} (its configuration changed)", service=unit, reloaded=True)
+    changes = [what for what, did in ((f"install {', '.join(missing)}", installed is not None),
+                                      ("update arguments", args is not None),
+                                      (f"configuration {bundle_id(files)}", new_bundle)) if did]
+    report.action = ", ".join(changes) or "none (already as declared)"
+    report.verdict = "passed preflight"
+    python.call(name="Wait for Prometheus and Alertmanager to be ready with this configuration",
+                function=_wait_ready, mon=mon)
+
+
+def ready_command(mon: Monitoring) -> str:
+    """Each one's /-/ready and whether its last configuration load succeeded (its own metric): one line each."""
+    checks = []
+    for port, metric in ((mon.prometheus_port, "prometheus_config_last_reload_successful"),
+                         (mon.alertmanager_port, "alertmanager_config_last_reload_successful")):
+        ready, metrics = mon.url(port, "/-/ready"), mon.url(port, "/metrics")
+        checks.append(f"echo \"$({CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {ready}) "
+                      f"$({CURL} -s --max-time 5 {metrics} | sed -n 's/^{metric} //p')\"")
+    return "; ".join(checks)
+
+
+def _wait_ready(state, host, mon: Monitoring) -> bool:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            _, out = run(host, ready_command(mon), bounds.gateway("Prometheus' and Alertmanager's /-/ready"))
+        except HostLost as e:
+            return fail(host, e.why)
+        lines = out.split()
+        if lines == ["200", "1", "200", "1"]:
+            runs.of(host.state).report.host(host.name).verdict = HostVerdict.OK
+            return True
+        if time.monotonic() > deadline:
+            return fail(host, f"{host.name}: monitoring: expected Prometheus and Alertmanager ready with their "
+                              f"configuration loaded within {READY_TIMEOUT_S}s (/-/ready 200, "
+                              f"*_config_last_reload_successful 1 each), found {out.strip() or 'no answer'} "
+                              f"(journalctl -u {UNITS[0]} -u {UNITS[1]})")
+        time.sleep(1)

@@ -1,0 +1,132 @@
+"""Monitoring as declared state, in the lab (lab/monitoring.toml): two PRO 6000 replicas behind smg on gw-1,
+and mon-1, where the deploy installs Debian's real Prometheus and Alertmanager from the lab's repository of
+Debian's packages, scraping both replicas and smg with the rules generated for the class; lab-webhook on
+mon-1 records what Alertmanager sends.
+
+Under a steady load through the gateway: the double's acceptance lowered on one replica (at run time, no
+restart) fires that host's accept-length alert, which reaches the webhook; raised again, it resolves. A
+replica stopped by hand fires its down alert. A second deploy changes nothing on mon-1.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from e2e import REPO, deploy, sh, summary_row, workdir
+
+from ops.loadgen import Load
+
+KEY = "mon-e2e-key-0123456789"
+ENV = {"SGLANG_FLEET_GATEWAY_KEY": KEY}
+MODEL = "qwen3.6-27b"
+SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
+MONITORING = (
+    f'monitoring = {{**monitoring, "scrape_interval_s": {SCRAPE_S}, "evaluation_interval_s": {EVAL_S}, '
+    f'"rate_window_s": {WINDOW_S}, "group_wait_s": {GROUP_WAIT_S}, "group_interval_s": 1, '
+    '"receivers": [{"name": "lab", "webhook_url": "http://127.0.0.1:9099/alerts"}], '
+    f'"alerts": {{"accept_length_floor": {{"pro6000": 3.0}}, "accept_length_for_s": {FOR_S}, '
+    f'"replica_down_for_s": {FOR_S}}}}}')
+# When an alert can first reach the webhook after its condition begins: the rate window fills with the new
+# figures, the `for:` holds, a scrape and an evaluation see it, Alertmanager's group waits; plus slack for a
+# loaded machine (make test runs the unit tests beside).
+NOTIFY_BOUND_S = WINDOW_S + FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 10
+CONTROL = "PYTHONPATH=/usr/local/lib/sglang-double python3 -m sglang._lab_control"
+RECEIVED = "/var/lib/lab-webhook/received.jsonl"
+
+
+@pytest.fixture(scope="module")
+def mon(lab_manager, tmp_path_factory):
+    lab = lab_manager.ensure(REPO / "lab/monitoring.toml", fresh=True)
+    cwd = workdir(tmp_path_factory.mktemp("wd"), monitoring=MONITORING)
+    run = deploy(lab, cwd, env=ENV)
+    assert run.returncode == 0, run.out
+    return lab, cwd, run
+
+
+def api(lab, path: str) -> dict:
+    return json.loads(sh(lab, "mon-1", f"curl -s --max-time 5 'http://127.0.0.1:9090{path}'"))
+
+
+def notifications(lab) -> list[tuple[str, dict]]:
+    """(status, labels) of every alert in every notification the webhook got, in order."""
+    out = []
+    for line in sh(lab, "mon-1", f"cat {RECEIVED} 2>/dev/null").splitlines():
+        body = json.loads(line)["body"]
+        out += [(a["status"], a["labels"]) for a in body.get("alerts", [])]
+    return out
+
+
+def wait_for(what: str, check, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:g} s")
+
+
+def accept_lengths(lab) -> dict[str, float]:
+    result = api(lab, "/api/v1/query?query=sglang_fleet:accept_length")["data"]["result"]
+    return {r["metric"]["host"]: float(r["value"][1]) for r in result}
+
+
+def test_the_deploy_installs_prometheus_and_alertmanager_and_scrapes_every_replica_and_smg(mon):
+    lab, cwd, run = mon
+    assert "OK" in summary_row(run.out, "mon-1"), run.out
+    assert sh(lab, "mon-1", "systemctl is-active prometheus prometheus-alertmanager").split() == ["active", "active"]
+    assert "SGLangAcceptLengthLow" in sh(lab, "mon-1", "cat /etc/prometheus/sglang-fleet/rules/class-pro6000.json")
+
+    def all_up():
+        targets = api(lab, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        up = {(t["labels"]["job"], t["labels"].get("host")) for t in targets if t["health"] == "up"}
+        return {("sglang", "pro6000-1"), ("sglang", "pro6000-2"), ("smg", "gw-1")} <= up
+    wait_for("every replica and smg scraped", all_up, 30)
+    labels = api(lab, '/api/v1/query?query=up{job="sglang"}')["data"]["result"][0]["metric"]
+    assert {labels[k] for k in ("gpu_class", "served_model", "speculative")} == {"pro6000", MODEL, "DFLASH"}
+
+    again = deploy(lab, cwd, env=ENV)
+    assert again.returncode == 0, again.out
+    assert "none (already as declared)" in summary_row(again.out, "mon-1"), again.out
+
+
+def test_a_replica_whose_draft_accepts_less_pages_for_that_host_and_resolves(mon):
+    lab, _, _ = mon
+    with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=64) as load:
+        wait_for("an accept length over the floor on both replicas",
+                 lambda: (a := accept_lengths(lab)) and len(a) == 2 and min(a.values()) > 3.0, 30)
+        assert not [n for n in notifications(lab) if n[1]["alertname"] == "SGLangAcceptLengthLow"]
+        sh(lab, "pro6000-1", f"{CONTROL} --acceptance 0.3")
+        lowered = time.monotonic()
+        try:
+            wait_for("SGLangAcceptLengthLow firing for pro6000-1 at the webhook", lambda: [
+                n for n in notifications(lab) if n[0] == "firing" and n[1]["alertname"] == "SGLangAcceptLengthLow"
+                and n[1]["host"] == "pro6000-1"], NOTIFY_BOUND_S)
+            fired = time.monotonic()
+        finally:
+            sh(lab, "pro6000-1", f"{CONTROL} --reset")
+        wait_for("SGLangAcceptLengthLow resolved for pro6000-1", lambda: [
+            n for n in notifications(lab) if n[0] == "resolved" and n[1]["alertname"] == "SGLangAcceptLengthLow"
+            and n[1]["host"] == "pro6000-1"], NOTIFY_BOUND_S)
+    assert load.report.failed == 0, load.report.failures()
+    low = [n for n in notifications(lab) if n[1]["alertname"] == "SGLangAcceptLengthLow"]
+    assert {n[1]["host"] for n in low} == {"pro6000-1"}  # the other replica never paged
+    assert low[0][1]["gpu_class"] == "pro6000" and low[0][1]["severity"] == "warning"
+    print(f"accept length alert at the webhook {fired - lowered:.1f} s after the acceptance fell "
+          f"(bound {NOTIFY_BOUND_S} s)")
+
+
+def test_a_replica_stopped_by_hand_fires_its_down_alert(mon):
+    lab, _, _ = mon
+    sh(lab, "pro6000-2", "systemctl stop sglang.service")
+    try:
+        wait_for("SGLangReplicaDown firing for pro6000-2", lambda: [
+            n for n in notifications(lab) if n[0] == "firing" and n[1]["alertname"] == "SGLangReplicaDown"
+            and n[1]["host"] == "pro6000-2"], NOTIFY_BOUND_S)
+    finally:
+        sh(lab, "pro6000-2", "systemctl start sglang.service")
+    wait_for("SGLangReplicaDown resolved for pro6000-2", lambda: [
+        n for n in notifications(lab) if n[0] == "resolved" and n[1]["alertname"] == "SGLangReplicaDown"
+        and n[1]["host"] == "pro6000-2"], NOTIFY_BOUND_S + 30)  # + its load

@@ -1,0 +1,181 @@
+"""tasks/monitoring: the monitoring host's convergence as the operations it queues (recorded, not run):
+the packages only where missing, the units' arguments and the bundle only where they differ, a restart
+for new arguments, a reload for a new bundle, nothing on a converged host but the readiness wait; the
+targets read off the inventory; what the host's facts answer, parsed; the readiness wait."""
+
+from __future__ import annotations
+
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+from answers import answer, record
+from builders import make_spec
+from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
+from pyinfra.context import ctx_host, ctx_state
+
+from facts.monitoring import MonitoringFacts
+from fleet.monitoring import (
+    DEFAULTS,
+    PACKAGES,
+    UNITS,
+    Monitoring,
+    MonitoringHost,
+    bundle,
+    bundle_id,
+    defaults_files,
+    install_bundle_command,
+    parse_monitoring_host,
+)
+from fleet import hosts
+from fleet.rollout import sha1
+from tasks import monitoring, preflight
+
+SPEC = make_spec(service={"host": "0.0.0.0"})
+MON = Monitoring()
+
+
+@pytest.fixture
+def group_dir(tmp_path):
+    d = tmp_path / "group_data"
+    d.mkdir()
+    data = SPEC.model_dump(mode="json", exclude_defaults=True)
+    (d / "pro6000.py").write_text("".join(f"{k} = {v!r}\n" for k, v in data.items()))
+    (d / "mon.py").write_text("monitoring = {}\n")
+    return d
+
+
+class Ops:
+    """pyinfra's operations as tasks/monitoring queues them: (kind, arguments) in order."""
+
+    def __init__(self, monkeypatch):
+        self.queued = []
+        for module, names in (("server", ("shell",)), ("systemd", ("service",)), ("python", ("call",))):
+            monkeypatch.setattr(monitoring, module, SimpleNamespace(**{n: self.op(f"{module}.{n}") for n in names}))
+        monkeypatch.setattr(preflight, "python", SimpleNamespace(call=self.op("refuse")))
+
+    def op(self, kind):
+        def queue(**kwargs):
+            self.queued.append((kind, kwargs))
+            return SimpleNamespace(will_change=True)
+        return queue
+
+    def names(self) -> list[str]:
+        return [kw["name"] for _, kw in self.queued]
+
+
+def converging(group_dir, facts: MonitoringHost):
+    """The monitoring host's row after converge(), and the bundle its inventory makes."""
+    fakes = fake_hosts({"r1": Script({}), "r2": Script({}), "mon": Script({})},
+                       {"r1": {"ssh_hostname": "10.0.0.1"}, "r2": {"ssh_hostname": "10.0.0.2"}},
+                       {"pro6000": (["r1", "r2"], SPEC.model_dump(mode="json", exclude_defaults=True)),
+                        "mon": (["mon"], {})})
+    mon = fakes["mon"].host
+    mon.get_fact = lambda cls, **kw: {MonitoringFacts: facts}[cls]
+    with ctx_state.use(mon.state), ctx_host.use(mon):
+        assert monitoring.is_monitoring(str(group_dir))
+        monitoring.converge(str(group_dir))
+    return this_run().report.hosts["mon"], lambda: bundle(
+        MON, hosts.scrape_targets(mon.state.inventory, group_dir), {"pro6000": SPEC}, {"pro6000": None}, [])
+
+
+NOTHING = MonitoringHost({p: "" for p in PACKAGES}, "", {p: "" for p in DEFAULTS.values()}, {u: "" for u in UNITS})
+
+
+def converged(files) -> MonitoringHost:
+    return MonitoringHost({p: "2.42.0+ds-5" for p in PACKAGES}, bundle_id(files),
+                          {p: sha1(t) for p, t in defaults_files(MON).items()}, {u: "active" for u in UNITS})
+
+
+def test_a_new_monitoring_host_gets_the_packages_arguments_bundle_and_a_restart(group_dir, monkeypatch):
+    ops = Ops(monkeypatch)
+    row, made = converging(group_dir, NOTHING)
+    files = made()
+    assert ops.names() == [
+        "Install prometheus, prometheus-alertmanager (apt)",
+        f"Arguments {DEFAULTS['prometheus']}, {DEFAULTS['alertmanager']}",
+        f"Configuration {bundle_id(files)} (2 targets, checked with promtool and amtool)",
+        *(f"Enable and start {u}" for u in UNITS), *(f"Restart {u} (its arguments changed)" for u in UNITS),
+        "Wait for Prometheus and Alertmanager to be ready with this configuration"]
+    assert ops.queued[2][1]["commands"] == [install_bundle_command(files, bundle_id(files))]
+    assert "apt-get install" in ops.queued[0][1]["commands"][0]
+    assert row.gpu_class == "monitoring" and row.verdict == "passed preflight"
+    assert row.action.startswith("install prometheus, prometheus-alertmanager, update arguments, configuration ")
+
+
+def test_a_converged_monitoring_host_gets_only_the_readiness_wait(group_dir, monkeypatch):
+    ops = Ops(monkeypatch)
+    files = converging(group_dir, NOTHING)[1]()  # what it would write
+    ops.queued.clear()
+    row, _ = converging(group_dir, converged(files))
+    assert ops.names() == ["Wait for Prometheus and Alertmanager to be ready with this configuration"]
+    assert row.action == "none (already as declared)"
+
+
+def test_a_new_replica_changes_the_bundle_and_reloads_without_a_restart(group_dir, monkeypatch):
+    ops = Ops(monkeypatch)
+    files = converging(group_dir, NOTHING)[1]()
+    old = converged(files)
+    stale = MonitoringHost(old.installed, "0123456789abcdef", old.defaults_sha1, old.active)
+    ops.queued.clear()
+    row, _ = converging(group_dir, stale)
+    assert ops.names() == [f"Configuration {bundle_id(files)} (2 targets, checked with promtool and amtool)",
+                           *(f"Reload {u} (its configuration changed)" for u in UNITS),
+                           "Wait for Prometheus and Alertmanager to be ready with this configuration"]
+
+
+def test_a_broken_monitoring_file_refuses_the_host_naming_the_field(group_dir, monkeypatch):
+    (group_dir / "mon.py").write_text('monitoring = {"scrape_interval_s": 0}\n')
+    ops = Ops(monkeypatch)
+    row, _ = converging(group_dir, NOTHING)
+    assert row.verdict == "REFUSED" and any("monitoring.scrape_interval_s" in r for r in row.reasons), row.reasons
+    assert ops.names() == ["Refuse host (preflight failed)"]
+
+
+def test_the_facts_answer_is_parsed_and_garbage_reads_as_absent():
+    said = answer(record("version:prometheus", "2.42.0+ds-5+deb12u1\n"), record("version:prometheus-alertmanager", ""),
+                  record("live", "0123456789abcdef\n"), record(f"sha1:{DEFAULTS['prometheus']}", "a" * 40),
+                  record(f"sha1:{DEFAULTS['alertmanager']}", "not a sha1; rm -rf /"),
+                  record("active:prometheus.service", "active\n"), record("active:prometheus-alertmanager.service",
+                                                                          "\x1b[31mactive"))
+    got = parse_monitoring_host(said)
+    assert got.installed == {"prometheus": "2.42.0+ds-5+deb12u1", "prometheus-alertmanager": ""}
+    assert got.live == "0123456789abcdef"
+    assert got.defaults_sha1 == {DEFAULTS["prometheus"]: "a" * 40, DEFAULTS["alertmanager"]: ""}
+    assert got.active == {"prometheus.service": "active", "prometheus-alertmanager.service": ""}
+    assert parse_monitoring_host("garbage\n@@live\n%%%\n") == NOTHING
+
+
+def test_the_facts_command_runs_in_a_shell_and_says_what_is_missing():
+    out = subprocess.run(["sh", "-c", MonitoringFacts().command()], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    got = parse_monitoring_host(out.stdout)
+    assert got.live == "" and set(got.installed) == set(PACKAGES)
+
+
+def test_the_bundle_command_checks_before_it_goes_live_and_refuses_an_oversized_bundle():
+    files = bundle(MON, [], {}, {}, [])
+    command = install_bundle_command(files, bundle_id(files))
+    steps = command.split(" && ")
+    check = next(i for i, s in enumerate(steps) if s.startswith("promtool check config"))
+    live = next(i for i, s in enumerate(steps) if s.startswith("mv -T"))
+    assert check < live
+    with pytest.raises(ValueError, match="over the"):
+        install_bundle_command({"prometheus.json": "x" * (100 << 10)}, "0" * 16)
+
+
+@pytest.mark.parametrize("answers, ok, polls", [
+    (["200 1 200 1"], True, 1),
+    (["000  000 ", "200 1 000 ", "200 1 200 1"], True, 3),  # Prometheus first, then Alertmanager
+    (["200 0 200 1"], False, 62),  # its last configuration load failed: never ready with this one
+])
+def test_the_readiness_wait_passes_once_both_are_ready_with_their_configuration(monkeypatch, answers, ok, polls):
+    clock = Clock()
+    monkeypatch.setattr(monitoring, "time", clock)
+    mon = fake_hosts({"mon": Script({"/-/ready": answers})})["mon"]
+    assert monitoring._wait_ready(None, mon.host, MON) is ok
+    assert mon.commands() == [monitoring.ready_command(MON)] * polls
+    row = this_run().report.hosts["mon"]
+    assert row.verdict == ("OK" if ok else "FAILED")
+    if not ok:
+        assert "found 200 0 200 1" in row.reasons[0] and "journalctl -u prometheus.service" in row.reasons[0]
