@@ -78,7 +78,7 @@ def test_a_gateway_host_is_told_as_before(tmp_path):
 
 def test_a_role_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path):
     found = problems(tmp_path, {**PRO6000, "role": ["mirror"]})
-    assert any("role = ['mirror']: not allowed; allowed: 'gpu' | 'gateway' | 'mirror'" in p for p in found)
+    assert any("role = ['mirror']: not allowed; allowed: 'gpu' | 'gateway' | 'monitoring' | 'mirror'" in p for p in found)
 
 
 @pytest.mark.parametrize("key", ["engines_disk_kib", "models_disk_kib"])
