@@ -8,7 +8,8 @@ from pyinfra.api import FactBase
 
 from facts import quiet
 from fleet.monitoring import DEFAULTS, LIVE, PACKAGES, UNITS, MonitoringHost, parse_monitoring_host
-from fleet.wire import block
+from fleet.gate import CURL
+from fleet.wire import block, frames
 
 
 class MonitoringFacts(FactBase[MonitoringHost]):
@@ -24,3 +25,17 @@ class MonitoringFacts(FactBase[MonitoringHost]):
 
     def process(self, output: list[str]) -> MonitoringHost:
         return parse_monitoring_host(output)
+
+
+class MonitoringStatus(FactBase[tuple[MonitoringHost, str, str]]):
+    """`make status` on the monitoring host, one round trip: what MonitoringFacts reads, both ready with their
+    configuration, and the alerts Prometheus has (/api/v1/alerts)."""
+
+    def command(self, ready: str, alerts_url: str) -> str:
+        return quiet("; ".join([MonitoringFacts().command(), block("ready", ready),
+                                block("alerts", f"{CURL} -s --max-time 5 {shlex.quote(alerts_url)}")]))
+
+    def process(self, output: list[str]) -> tuple[MonitoringHost, str, str]:
+        """(what MonitoringFacts reads, ready_command's answer, /api/v1/alerts' body)."""
+        said = {f.key: f.text or "" for f in frames(output)}
+        return parse_monitoring_host(output), said.get("ready", ""), said.get("alerts", "")

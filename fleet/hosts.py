@@ -10,7 +10,7 @@ from pathlib import Path
 from fleet.gate import url_host
 from fleet.gateway import Gateway, Replica
 from fleet.groupdata import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
-from fleet.monitoring import Scraped, gateway_target, replica_target
+from fleet.monitoring import TUNING, Monitoring, Scraped, bundle, floors, gateway_target, replica_target
 
 
 def gpu_classes(host, group_dir: Path) -> list[str]:
@@ -50,6 +50,15 @@ def scrape_targets(inventory, group_dir: Path) -> list[Scraped]:
         if group := gateway_group(h, group_dir):
             out.append(gateway_target(h.name, address, group, gateways[group].prometheus_port))
     return out
+
+
+def monitoring_bundle(inventory, group_dir: Path, mon: Monitoring) -> dict[str, str]:
+    """The monitoring host's configuration for this inventory (fleet.monitoring.bundle): the deploy writes
+    it, make status compares it with the host's."""
+    classes = load_class_specs(group_dir)
+    scraped = scrape_targets(inventory, group_dir)
+    return bundle(mon, scraped, classes, floors(mon, classes, TUNING),
+                  sorted({t.labels["gateway"] for t in scraped if t.job == "smg"}))
 
 
 @dataclass(frozen=True)

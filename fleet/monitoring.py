@@ -22,10 +22,11 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
-from fleet.gate import local_address, url_host
+from fleet.gate import CURL, local_address, url_host
 from fleet.spec import ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
-from fleet.wire import frames
+from fleet.wire import Unreadable, excerpt, frames, load_json
 
+TUNING = Path("tuning")  # the tuning records (make tune), beside group_data: the default accept-length floors
 CONFIG = "prometheus.json"  # Prometheus' --config.file, in the configuration directory
 ALERTMANAGER_CONFIG = "alertmanager.json"
 RULES_DIR = "rules"  # a file per class and per gateway; rule_files are relative to the config file
@@ -383,6 +384,37 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
         live=one("live", _ID),
         defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
         active={u: one(f"active:{u}", _STATE) for u in UNITS})
+
+
+def ready_command(mon: Monitoring) -> str:
+    """Each one's /-/ready and whether its last configuration load succeeded (its own metric): one line each."""
+    checks = []
+    for port, metric in ((mon.prometheus_port, "prometheus_config_last_reload_successful"),
+                         (mon.alertmanager_port, "alertmanager_config_last_reload_successful")):
+        ready, metrics = mon.url(port, "/-/ready"), mon.url(port, "/metrics")
+        checks.append(f"echo \"$({CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {ready}) "
+                      f"$({CURL} -s --max-time 5 {metrics} | sed -n 's/^{metric} //p')\"")
+    return "; ".join(checks)
+
+
+def is_ready(answer: str) -> bool:
+    """ready_command's answer: both /-/ready 200 and both configurations loaded."""
+    return answer.split() == ["200", "1", "200", "1"]
+
+
+def firing(alerts_json: str) -> dict[str, list[str]]:
+    """Prometheus' /api/v1/alerts: host -> the names of the alerts firing for it (sorted); a host-less
+    alert (a gateway's worker, say) under its gateway host. Unreadable: Unreadable."""
+    doc = load_json(alerts_json, "Prometheus' /api/v1/alerts")
+    alerts = doc.get("data", {}).get("alerts") if isinstance(doc, dict) and isinstance(doc.get("data"), dict) else None
+    if not isinstance(alerts, list):
+        raise Unreadable(f"Prometheus' /api/v1/alerts: expected data.alerts, a list, found {excerpt(alerts_json)}")
+    out: dict[str, set[str]] = {}
+    for a in alerts:
+        labels = a.get("labels") if isinstance(a, dict) else None
+        if isinstance(labels, dict) and a.get("state") == "firing":
+            out.setdefault(str(labels.get("host", "-")), set()).add(str(labels.get("alertname", "?")))
+    return {h: sorted(names) for h, names in sorted(out.items())}
 
 
 def install_bundle_command(files: dict[str, str], bundle: str) -> str:

@@ -16,6 +16,7 @@ from fleet.engine import running_engine
 from fleet.hub import served_weights
 from fleet.gateway import READY, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_serving
+from fleet.monitoring import MonitoringHost, firing, is_ready
 from fleet.parse import HostFacts
 from fleet.plan import declared_files, plan, read_pending
 from fleet.report import describe_gpu_list
@@ -46,6 +47,8 @@ class HostStatus:
     drift: str = ""  # what `make deploy` would do, as `make dry` says it; '' when nothing
     tuning: str = ""  # a make tune left it on a candidate (which, since when, by whom); '' when none
     reasons: list[str] = field(default_factory=list)  # why the verdict: drift details, refusals, notes
+    alerts: list[str] = field(default_factory=list)  # the alerts firing for this host, as Prometheus says
+    firing: dict[str, list[str]] = field(default_factory=dict)  # the monitoring host's row: every host's alerts
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -155,6 +158,38 @@ def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], repl
     return row
 
 
+def judge_monitoring(host: str, group: str, facts: MonitoringHost, ready: str, alerts: str,
+                     declared_bundle: str) -> HostStatus:
+    """The monitoring host's row (facts.monitoring.MonitoringStatus read it): both installed, active and ready
+    with their configuration, the live bundle the one this inventory makes, and what fires."""
+    row = HostStatus(host, gpu_class=group, sglang=", ".join(f"{p} {v or 'not installed'}"
+                                                               for p, v in facts.installed.items()))
+    row.unit = ", ".join(f"{u.removesuffix('.service')} {s or '?'}" for u, s in facts.active.items())
+    row.health = 200 if is_ready(ready) else 0
+    try:
+        row.firing = firing(alerts)
+    except Unreadable as e:
+        row.reasons.append(str(e))
+    row.served_model = f"{sum(len(v) for v in row.firing.values())} alert(s) firing"
+    if facts.live != declared_bundle:
+        row.verdict = DRIFT
+        row.drift = f"write configuration {declared_bundle} (the host has {facts.live or 'none'})"
+    if not all(facts.installed.values()) or any(s != "active" for s in facts.active.values()) or not row.health:
+        row.verdict = UNHEALTHY
+        row.reasons.insert(0, f"ready: {ready.strip() or 'no answer'} (expected /-/ready 200 and "
+                              "the configuration loaded, each)")
+    return row
+
+
+def with_alerts(rows: list[HostStatus]) -> list[HostStatus]:
+    """Each row with the alerts firing for its host, as the monitoring host's row says (none without one)."""
+    fired: dict[str, list[str]] = {}
+    for r in rows:
+        for h, names in r.firing.items():
+            fired.setdefault(h, []).extend(names)
+    return [replace(r, alerts=sorted(set(fired.get(r.host, [])))) for r in rows]
+
+
 def exit_code(rows: list[HostStatus]) -> int:
     return 0 if all(r.verdict == OK for r in rows) else 1
 
@@ -188,4 +223,6 @@ def table(rows: list[HostStatus]) -> str:
         if r.drift:
             out.append(f"    drift: make deploy would {r.drift}")
         out += [f"    - {reason}" for reason in r.reasons]
+        if r.alerts:
+            out.append(f"    firing: {', '.join(r.alerts)}")
     return "\n".join(out)

@@ -34,10 +34,14 @@ from fleet.history import History
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
 from ops import tune
-from ops.fleet import GROUP_DIR, Fleet, gateway_status
+from ops.fleet import GROUP_DIR, Fleet, gateway_status, monitoring_status
 
 
 def host_status(fleet: Fleet, host) -> status.HostStatus:
+    group, mon = fleet.monitoring_of(host)
+    if mon is not None:
+        why = fleet.connect(host)
+        return status.unreachable(host.name, group, why) if why else monitoring_status(fleet, host, group, mon)
     group, gw = fleet.gateway_of(host)
     if gw is not None:
         why = fleet.connect(host)
@@ -65,7 +69,8 @@ def contained_status(fleet: Fleet, host) -> status.HostStatus:
     try:
         return host_status(fleet, host)
     except Exception as e:  # noqa: BLE001 - whatever it was, it was about this host
-        group = next(iter(hosts.gpu_classes(host, GROUP_DIR)), "") or hosts.gateway_group(host, GROUP_DIR) or "-"
+        group = (next(iter(hosts.gpu_classes(host, GROUP_DIR)), "") or hosts.gateway_group(host, GROUP_DIR)
+                 or fleet.monitoring_of(host)[0] or "-")
         return status.refused(host.name, group, [f"{host.name}: status: could not judge what the host answered "
                                                  f"({type(e).__name__}: {excerpt(str(e), 300)})"])
 
@@ -73,7 +78,7 @@ def contained_status(fleet: Fleet, host) -> status.HostStatus:
 def show_status(args) -> int:
     fleet = Fleet(args.inventory, args.limit)
     try:
-        rows = sorted(fleet.each(lambda h: contained_status(fleet, h)).values(), key=lambda r: r.host)
+        rows = status.with_alerts(sorted(fleet.each(lambda h: contained_status(fleet, h)).values(), key=lambda r: r.host))
     finally:
         fleet.close()
     if args.json:

@@ -17,10 +17,14 @@ from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
 from facts.gateway import GatewayStatus
+from facts.monitoring import MonitoringStatus
 from adapter.connection import watched
 from fleet import hosts
 from fleet.gateway import Gateway
-from fleet.groupdata import SpecError, load_class_specs, load_gateways, validate_host
+from fleet.groupdata import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
+    validate_host
+from fleet import status
+from fleet.monitoring import Monitoring, bundle_id, ready_command
 from fleet.hub import pin_branches
 from fleet.secrets import hub_token
 from fleet.spec import ClassSpec
@@ -68,6 +72,13 @@ class Fleet:
             return "", None
         return group, load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))[group]
 
+    def monitoring_of(self, host) -> tuple[str, Monitoring | None]:
+        """(its monitoring group, the monitoring it runs), or ('', None) for any other host."""
+        group = next((g for g in host.groups if g in monitoring_files(GROUP_DIR)), "")
+        if not group:
+            return "", None
+        return group, load_monitoring(GROUP_DIR, load_class_specs(GROUP_DIR))[group]
+
     def each(self, work) -> dict:
         """work(host) -> result, for every host at once (greenlets, as pyinfra runs its hosts)."""
         with ctx_state.use(self.state):
@@ -97,6 +108,15 @@ class Fleet:
         for h in self.hosts:
             if h.connected:
                 h.disconnect()
+
+
+def monitoring_status(fleet: Fleet, host, group: str, mon: Monitoring):
+    """The monitoring host's row, in one round trip (facts.monitoring); its bundle compared to the one this
+    inventory makes (tasks/monitoring.py writes it)."""
+    files = hosts.monitoring_bundle(fleet.state.inventory, GROUP_DIR, mon)
+    facts, ready, alerts = fleet.fact(host, MonitoringStatus, ready=ready_command(mon),
+                                      alerts_url=mon.url(mon.prometheus_port, "/api/v1/alerts"))
+    return status.judge_monitoring(host.name, group, facts, ready, alerts, bundle_id(files))
 
 
 def gateway_status(fleet: Fleet, host, gw: Gateway) -> dict[str, str]:

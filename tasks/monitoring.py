@@ -13,6 +13,7 @@ A host added to the inventory is scraped after the next deploy (this host's bund
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -22,17 +23,15 @@ from pyinfra.operations import python, server, systemd
 from adapter import run as runs
 from facts.monitoring import MonitoringFacts
 from fleet import bounds, hosts
-from fleet.gate import CURL
 from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring import PACKAGES, UNITS, Monitoring, bundle, bundle_id, defaults_files, floors, \
-    install_bundle_command
+from fleet.monitoring import CONFIG, PACKAGES, UNITS, Monitoring, bundle_id, defaults_files, \
+    install_bundle_command, is_ready, ready_command
 from fleet.outcome import HostVerdict
 from fleet.rollout import sha1, write_command
 from tasks.common import HostLost, fail, run
 from tasks.preflight import contained, refused
 
 READY_TIMEOUT_S = 60  # Prometheus replays its write-ahead log at start: seconds for a fleet's
-TUNING = Path("tuning")  # the tuning records, beside group_data (make tune)
 
 
 def is_monitoring(group_dir: str = "group_data") -> bool:
@@ -47,12 +46,11 @@ def converge(group_dir: str = "group_data") -> None:
 
 def _converge(report, group_dir: Path) -> None:
     try:
-        classes = load_class_specs(group_dir)
         group = next(g for g in host.groups if g in monitoring_files(group_dir))
-        mon = load_monitoring(group_dir, classes)[group]
-        scraped = hosts.scrape_targets(host.state.inventory, group_dir)
-        gateways = sorted({t.labels["gateway"] for t in scraped if t.job == "smg"})
-        files = bundle(mon, scraped, classes, floors(mon, classes, TUNING), gateways)
+        mon = load_monitoring(group_dir, load_class_specs(group_dir))[group]
+        files = hosts.monitoring_bundle(host.state.inventory, group_dir, mon)
+        jobs = json.loads(files[CONFIG])["scrape_configs"]
+        count = sum(len(c["targets"]) for j in jobs if j["job_name"] in ("sglang", "smg") for c in j["static_configs"])
         install = install_bundle_command(files, bundle_id(files))
     except (SpecError, ValueError) as e:
         return refused(report, [f"{host.name}: monitoring: {p}" for p in getattr(e, "problems", [str(e)])])
@@ -69,7 +67,7 @@ def _converge(report, group_dir: Path) -> None:
         if changed_args or missing else None  # a fresh install writes Debian's own: put ours over them
     new_bundle = facts.live != bundle_id(files)
     if new_bundle:
-        server.shell(name=f"Configuration {bundle_id(files)} ({len(scraped)} targets, checked with promtool and "
+        server.shell(name=f"Configuration {bundle_id(files)} ({count} targets, checked with promtool and "
                           "amtool)", commands=[install])
     if missing or any(facts.active[u] != "active" for u in UNITS):
         for unit in UNITS:
@@ -89,17 +87,6 @@ def _converge(report, group_dir: Path) -> None:
                 function=_wait_ready, mon=mon)
 
 
-def ready_command(mon: Monitoring) -> str:
-    """Each one's /-/ready and whether its last configuration load succeeded (its own metric): one line each."""
-    checks = []
-    for port, metric in ((mon.prometheus_port, "prometheus_config_last_reload_successful"),
-                         (mon.alertmanager_port, "alertmanager_config_last_reload_successful")):
-        ready, metrics = mon.url(port, "/-/ready"), mon.url(port, "/metrics")
-        checks.append(f"echo \"$({CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {ready}) "
-                      f"$({CURL} -s --max-time 5 {metrics} | sed -n 's/^{metric} //p')\"")
-    return "; ".join(checks)
-
-
 def _wait_ready(state, host, mon: Monitoring) -> bool:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
@@ -107,8 +94,7 @@ def _wait_ready(state, host, mon: Monitoring) -> bool:
             _, out = run(host, ready_command(mon), bounds.gateway("Prometheus' and Alertmanager's /-/ready"))
         except HostLost as e:
             return fail(host, e.why)
-        lines = out.split()
-        if lines == ["200", "1", "200", "1"]:
+        if is_ready(out):
             runs.of(host.state).report.host(host.name).verdict = HostVerdict.OK
             return True
         if time.monotonic() > deadline:

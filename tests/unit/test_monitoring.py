@@ -15,7 +15,11 @@ from pydantic import ValidationError
 from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_monitoring
 from fleet.monitoring import (
     ACCEPT_LENGTH,
+    PACKAGES,
+    UNITS,
     Monitoring,
+    MonitoringHost,
+    firing,
     accept_length_floor,
     bundle,
     bundle_id,
@@ -24,6 +28,8 @@ from fleet.monitoring import (
     replica_target,
     tuned_accept_length,
 )
+from fleet.status import HostStatus, judge_monitoring, table, with_alerts
+from fleet.wire import Unreadable
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_DATA = REPO / "group_data"
@@ -284,3 +290,35 @@ def test_every_alert_generated_has_a_firing_and_a_quiet_case(written):
     records = {r["record"] for g in json.loads((written / "rules/class-pro6000.json").read_text())["groups"]
                for r in g["rules"] if "record" in r}
     assert ACCEPT_LENGTH in records
+
+
+# --- make status -----------------------------------------------------------------------------------
+
+def alerts_body(*alerts: tuple[str, str, str]) -> str:
+    return json.dumps({"status": "success", "data": {"alerts": [
+        {"labels": {"alertname": name, "host": host}, "state": state} for name, host, state in alerts]}})
+
+
+def test_firing_alerts_by_host_and_garbage_refused():
+    body = alerts_body(("SGLangAcceptLengthLow", "p1", "firing"), ("SGLangReplicaDown", "p1", "firing"),
+                       ("SGLangQueueDeep", "p2", "pending"))
+    assert firing(body) == {"p1": ["SGLangAcceptLengthLow", "SGLangReplicaDown"]}
+    for garbage in ("", "<html>", '{"data": {"alerts": 5}}', "[" * 10000):
+        with pytest.raises(Unreadable):
+            firing(garbage)
+
+
+def test_the_monitoring_row_and_each_hosts_firing_alerts():
+    up = MonitoringHost({p: "2.42.0" for p in PACKAGES}, "0" * 16, {}, {u: "active" for u in UNITS})
+    row = judge_monitoring("mon-1", "monitoring", up, "200 1\n200 1\n", alerts_body(
+        ("SGLangAcceptLengthLow", "p1", "firing")), "0" * 16)
+    assert row.verdict == "OK" and row.served_model == "1 alert(s) firing" and row.health == 200
+    rows = with_alerts([row, HostStatus("p1"), HostStatus("p2")])
+    assert [r.alerts for r in rows] == [[], ["SGLangAcceptLengthLow"], []]
+    assert "    firing: SGLangAcceptLengthLow" in table(rows)
+    drifted = judge_monitoring("mon-1", "monitoring", up, "200 1 200 1", alerts_body(), "1" * 16)
+    assert drifted.verdict == "DRIFT" and "write configuration 1111111111111111" in drifted.drift
+    down = judge_monitoring("mon-1", "monitoring", MonitoringHost({p: "" for p in PACKAGES}, "", {}, {}), "", "",
+                            "1" * 16)
+    assert down.verdict == "UNHEALTHY" and down.reasons[0].startswith("ready: no answer")
+    assert any("/api/v1/alerts" in r for r in down.reasons)  # what it answered is said, not a crash

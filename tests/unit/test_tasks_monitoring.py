@@ -26,6 +26,7 @@ from fleet.monitoring import (
     defaults_files,
     install_bundle_command,
     parse_monitoring_host,
+    ready_command,
 )
 from fleet import hosts
 from fleet.rollout import sha1
@@ -174,7 +175,7 @@ def test_the_readiness_wait_passes_once_both_are_ready_with_their_configuration(
     monkeypatch.setattr(monitoring, "time", clock)
     mon = fake_hosts({"mon": Script({"/-/ready": answers})})["mon"]
     assert monitoring._wait_ready(None, mon.host, MON) is ok
-    assert mon.commands() == [monitoring.ready_command(MON)] * polls
+    assert mon.commands() == [ready_command(MON)] * polls
     row = this_run().report.hosts["mon"]
     assert row.verdict == ("OK" if ok else "FAILED")
     if not ok:

@@ -17,7 +17,8 @@ from fleet.gateway import Gateway, Replica
 from fleet.spec import ClassSpec
 from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
-from fleet.hosts import replicas
+from fleet.hosts import replicas, scrape_targets
+from fleet.monitoring import Monitoring, Scraped
 
 
 @dataclass
@@ -37,16 +38,29 @@ class GatewayTarget:
     replicas: list[Replica]  # every host of the classes it routes
 
 
+@dataclass
+class MonitoringTarget:
+    name: str
+    group: str
+    mon: Monitoring
+    host: object  # pyinfra's Host, not yet connected
+    scraped: list[Scraped]  # every replica and gateway of the inventory
+
+
 @functools.cache
 def fleet_of(inventory: str) -> Fleet:
     return Fleet(inventory)
 
 
 @functools.cache
-def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget]]:
+def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget], list[MonitoringTarget]]:
     fleet = fleet_of(inventory)
-    targets, gateways = [], []
+    targets, gateways, monitors = [], [], []
     for host in fleet.hosts:
+        group, mon = fleet.monitoring_of(host)
+        if mon is not None:
+            monitors.append(MonitoringTarget(host.name, group, mon, host, scrape_targets(fleet.state.inventory, GROUP_DIR)))
+            continue
         group, gw = fleet.gateway_of(host)
         if gw is not None:
             gateways.append(GatewayTarget(host.name, group, gw, host, replicas(fleet.state.inventory, gw, GROUP_DIR)))
@@ -55,18 +69,20 @@ def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget]]:
         if spec is None:
             raise pytest.UsageError("\n".join(problems))
         targets.append(Target(host.name, group, spec, host))
-    return sorted(targets, key=lambda t: t.name), gateways
+    return sorted(targets, key=lambda t: t.name), gateways, monitors
 
 
 def pytest_ignore_collect(collection_path, config):
-    """The gateway's checks only where the inventory has a gateway (else pytest reports them skipped)."""
-    if collection_path.name == "test_gateway.py" and config.getoption("--inventory", None):
-        return not load_targets(config.getoption("--inventory"))[1]
+    """The gateway's and monitoring host's checks only where the inventory has one (else pytest reports them
+    skipped)."""
+    which = {"test_gateway.py": 1, "test_monitoring.py": 2}.get(collection_path.name)
+    if which is not None and config.getoption("--inventory", None):
+        return not load_targets(config.getoption("--inventory"))[which]
     return None
 
 
 def pytest_generate_tests(metafunc):
-    for name, i in (("target", 0), ("gateway", 1)):
+    for name, i in (("target", 0), ("gateway", 1), ("monitor", 2)):
         if name in metafunc.fixturenames:
             targets = load_targets(metafunc.config.getoption("--inventory"))[i]
             metafunc.parametrize(name, targets, ids=[t.name for t in targets], scope="module")
@@ -94,3 +110,8 @@ def node(target, fleet):
 @pytest.fixture(scope="module")
 def gw_node(gateway, fleet):
     return _connect(fleet, gateway)
+
+
+@pytest.fixture(scope="module")
+def mon_node(monitor, fleet):
+    return _connect(fleet, monitor)
