@@ -40,6 +40,7 @@ class Run:
     gateways: dict[str, Gateway] = field(default_factory=dict)  # gateway host -> the one object that writes its file
     slots: dict[tuple[str, int], BoundedSemaphore] = field(default_factory=dict)  # hub endpoint -> its fetch slots
     resolved: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (endpoint, repo, branch) -> commit
+    found: dict[str, object] = field(default_factory=dict)  # what is looked up once per run (the monitoring host)
     armed: bool = False  # the rollback callback and the signal handlers are in place
 
 

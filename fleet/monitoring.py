@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -435,3 +436,37 @@ def install_bundle_command(files: dict[str, str], bundle: str) -> str:
         raise ValueError(f"the monitoring configuration is {len(command.encode())} bytes, over the {COMMAND_MAX} "
                          "one command carries")
     return command
+
+
+# --- silences: no page during a rollout ------------------------------------------------------------
+SILENCE_BY = "sglang-fleet"
+_SILENCE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def silence_command(mon: Monitoring, host: str, gpu_class: str, starts: float, ends: float, comment: str) -> str:
+    """A silence of every alert about `host` from now until `ends` (epoch seconds), through Alertmanager's
+    API on the monitoring host; prints its answer (the silence's id)."""
+    def iso(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t))
+    body = {"matchers": [{"name": "host", "value": host, "isRegex": False, "isEqual": True},
+                         {"name": "gpu_class", "value": gpu_class, "isRegex": False, "isEqual": True}],
+            "startsAt": iso(starts), "endsAt": iso(ends), "createdBy": SILENCE_BY, "comment": comment}
+    return (f"{CURL} -s --max-time 10 -X POST -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))} "
+            f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silences'))}")
+
+
+def silence_id(answer: str) -> str:
+    """The id in Alertmanager's answer to a new silence ({"silenceID": "..."}); Unreadable otherwise."""
+    doc = load_json(answer, "Alertmanager's answer to a new silence")
+    sid = doc.get("silenceID") if isinstance(doc, dict) else None
+    if not isinstance(sid, str) or not _SILENCE_ID.fullmatch(sid):
+        raise Unreadable(f"Alertmanager's answer to a new silence: expected a silenceID, found {excerpt(answer)}")
+    return sid
+
+
+def expire_command(mon: Monitoring, sid: str) -> str:
+    """Expire the silence now; prints the HTTP status (200 when it was)."""
+    if not _SILENCE_ID.fullmatch(sid):
+        raise ValueError(f"not a silence id: {sid!r}")
+    return (f"{CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 10 -X DELETE "
+            f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silence/' + sid))}")

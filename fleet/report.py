@@ -20,6 +20,7 @@ class HostReport:
     smoke: str = ""
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # true whatever the verdict (an exposure, say)
+    notes: list[str] = field(default_factory=list)  # what the run did beside its action (a silence, say)
     engine: str = "-"  # the SGLang it runs: the declared engine's name, or the version at its launcher
 
 
@@ -61,6 +62,7 @@ def table(reports: list[HostReport]) -> str:
         out.append(fmt.format(*row))
         out += [f"    - {reason}" for reason in r.reasons]
         out += [f"    ! warning: {warning}" for warning in r.warnings]
+        out += [f"    . {note}" for note in r.notes]
     return "\n".join(out)
 
 

@@ -235,6 +235,28 @@ class Lease:
         return next((m for m in (lock.RENEWED_MARK, lock.NOT_OURS_MARK) if m in said), " ".join(said))
 
 
+class PeerError(Exception):
+    """A command on another host of the run (a replica's gateway, the monitoring host) did not succeed."""
+
+
+def on_peer(peer, connect_lock, command: str, label: str, what: str) -> str:
+    """Run `command` on `peer` from another host's greenlet: connected first where --limit left it out of
+    pyinfra's connected hosts (one greenlet connects, under connect_lock); PeerError, naming `label`, if it
+    cannot be, or the command fails or finds the host lost."""
+    with connect_lock:
+        if not peer.connected:
+            peer.connect(reason=f"{label}, for another host's turn", show_errors=False)
+    if not peer.connected:
+        raise PeerError(f"{label}: cannot connect")
+    try:
+        ok, out = run(peer, command, bounds.gateway(f"{label}: {what}"))
+    except HostLost as e:
+        raise PeerError(e.why) from None
+    if not ok:
+        raise PeerError(f"{label}: {out.strip()[-300:]}")
+    return out
+
+
 def fail(host, *reasons: str, verdict: HostVerdict = HostVerdict.FAILED) -> bool:
     """Fail the host at execution time: say why and put it in the summary. Returns False, which
     is how a python.call callback fails its host in pyinfra (a begun rollout then rolls back)."""

@@ -32,7 +32,8 @@ from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
 from adapter import run as runs
-from tasks.common import HostLost, run
+from tasks.common import PeerError, on_peer, run
+from tasks.silences import Monitor, monitor_of, silenced
 
 IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
@@ -50,19 +51,10 @@ class Gateway:
     connect_lock: Semaphore = field(default_factory=Semaphore)
 
     def command(self, command: str, what: str) -> str:
-        h = self.host
-        with self.connect_lock:  # --limit a replica: the gateway is not among pyinfra's connected hosts
-            if not h.connected:
-                h.connect(reason="the gateway of its replicas", show_errors=False)
-        if not h.connected:
-            raise GatewayError(f"gateway {h.name}: cannot connect")
         try:
-            ok, out = run(h, command, bounds.gateway(f"gateway {h.name}: {what}"))
-        except HostLost as e:
-            raise GatewayError(e.why) from None
-        if not ok:
-            raise GatewayError(f"gateway {h.name}: {out.strip()[-300:]}")
-        return out
+            return on_peer(self.host, self.connect_lock, command, f"gateway {self.host.name}", what)
+        except PeerError as e:
+            raise GatewayError(str(e)) from None
 
     def statuses(self) -> dict[str, str]:
         try:
@@ -116,6 +108,7 @@ class ClassRoll:
     at_once: int  # hosts restarting at once after the canary
     turn_s: float  # the most one host's turn can take (fleet.bounds.turn_s): what a wait for turns is bounded by
     gateway: Gateway | None = None  # a gateway in the inventory routes the class
+    monitor: Monitor | None = None  # the inventory's monitoring host: each turn is silenced there
     order: list[str] = field(default_factory=list)  # hosts that restart, inventory order
     mid_change: set[str] = field(default_factory=set)  # of them, those taking over a rollout left mid-change
     stopped: str = ""  # why the class's rollout stopped; '' while it goes on
@@ -159,7 +152,8 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
     hosts = sum(1 for h in state.inventory if pf.group in h.groups)
     gateway = gateway_of(state, pf.group, group_dir)
     return ClassRoll(pf.group, pf.spec.rolling.at_once(hosts),
-                     bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway)
+                     bounds.turn_s(pf.spec, gateway.spec.rolling if gateway else None), gateway,
+                     monitor_of(state, group_dir))
 
 
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
@@ -247,11 +241,13 @@ def _left_out(roll: ClassRoll, host, e: BaseException) -> None:
 
 
 def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
-    if roll.gateway is None:
-        return go()
-    me = next(r for r in roll.gateway.replicas if r.host == host.name)
-    return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
-                           ReplicaThrough(roll.gateway, host, pf, steps), go, leave, stay_out=pf.plan.tune is not None)
+    with silenced(host, roll.monitor, roll.gpu_class, roll.turn_s, steps):  # from before the drain to the turn's end
+        if roll.gateway is None:
+            return go()
+        me = next(r for r in roll.gateway.replicas if r.host == host.name)
+        return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
+                               ReplicaThrough(roll.gateway, host, pf, steps), go, leave,
+                               stay_out=pf.plan.tune is not None)
 
 
 def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
