@@ -22,12 +22,13 @@ KEY = "mon-e2e-key-0123456789"
 ENV = {"SGLANG_FLEET_GATEWAY_KEY": KEY}
 MODEL = "qwen3.6-27b"
 SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
+DOWN_FOR_S = 2  # shorter than a replica's restart: a rollout's turn would page, were it not silenced
 MONITORING = (
     f'monitoring = {{**monitoring, "scrape_interval_s": {SCRAPE_S}, "evaluation_interval_s": {EVAL_S}, '
     f'"rate_window_s": {WINDOW_S}, "group_wait_s": {GROUP_WAIT_S}, "group_interval_s": 1, '
     '"receivers": [{"name": "lab", "webhook_url": "http://127.0.0.1:9099/alerts"}], '
     f'"alerts": {{"accept_length_floor": {{"pro6000": 3.0}}, "accept_length_for_s": {FOR_S}, '
-    f'"replica_down_for_s": {FOR_S}}}}}')
+    f'"replica_down_for_s": {DOWN_FOR_S}}}}}')
 # When an alert can first reach the webhook after its condition begins: the rate window fills with the new
 # figures, the `for:` holds, a scrape and an evaluation see it, Alertmanager's group waits; plus slack for a
 # loaded machine (make test runs the unit tests beside).
@@ -130,3 +131,29 @@ def test_a_replica_stopped_by_hand_fires_its_down_alert(mon):
     wait_for("SGLangReplicaDown resolved for pro6000-2", lambda: [
         n for n in notifications(lab) if n[0] == "resolved" and n[1]["alertname"] == "SGLangReplicaDown"
         and n[1]["host"] == "pro6000-2"], NOTIFY_BOUND_S + 30)  # + its load
+
+
+def silences(lab) -> list[dict]:
+    return json.loads(sh(lab, "mon-1", "curl -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
+
+
+def test_a_rolling_change_behind_smg_pages_no_one_and_leaves_no_silence(mon, tmp_path):
+    lab, _, _ = mon
+    wait_for("no alert firing before the change", lambda: not [
+        a for a in api(lab, "/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"], 60)
+    time.sleep(GROUP_WAIT_S + 2)  # what was resolved has been sent
+    before = len(notifications(lab))
+    cwd = workdir(tmp_path, monitoring=MONITORING, pro6000='speculative = {**speculative, "block_size": 8}')
+    with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=32) as load:
+        run = deploy(lab, cwd, env=ENV)
+        assert run.returncode == 0, run.out
+        time.sleep(DOWN_FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 3)  # what the turns would have fired
+    assert load.report.failed == 0, load.report.failures()
+    for h in ("pro6000-1", "pro6000-2"):
+        unit = sh(lab, h, "cat /etc/systemd/system/sglang.service")
+        assert unit.split("--speculative-dflash-block-size", 1)[1].split()[0] == "8"
+    assert run.out.count("silenced on mon-1 for its turn") >= 2, run.out
+    assert notifications(lab)[before:] == []  # no page
+    made = [s for s in silences(lab) if s["createdBy"] == "sglang-fleet"]
+    assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} == {"pro6000-1", "pro6000-2"}
+    assert {s["status"]["state"] for s in made} == {"expired"}
