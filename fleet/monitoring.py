@@ -282,6 +282,54 @@ def gateway_rules(mon: Monitoring, group: str) -> dict:
     ]}]}
 
 
+DASHBOARD = "dashboards/sglang-fleet.json"  # Grafana's dashboard JSON, for an operator to import
+
+
+def _panel(title: str, exprs: dict[str, str], unit: str, x: int, y: int) -> dict:
+    return {"type": "timeseries", "title": title, "datasource": {"type": "prometheus"},
+            "gridPos": {"h": 8, "w": 8, "x": x, "y": y}, "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"expr": e, "legendFormat": legend, "refId": chr(ord("A") + i)}
+                        for i, (legend, e) in enumerate(exprs.items())]}
+
+
+def dashboard(mon: Monitoring, scraped_classes: list[str], gateways: list[str]) -> dict:
+    """One Grafana dashboard for the fleet: a row per class (accept length, tokens/s, time to first token,
+    requests running and queued, its gateway's view of its replicas), every query over the rules' series."""
+    w = _s(mon.rate_window_s)
+    panels, y = [], 0
+    for c in scraped_classes:
+        sel = f'gpu_class="{c}"'
+        panels.append({"type": "row", "title": f"{c}", "collapsed": False, "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                       "panels": []})
+        y += 1
+        panels += [
+            _panel("Accept length (tokens per verify step)", {"{{host}}": f"{ACCEPT_LENGTH}{{{sel}}}"}, "none", 0, y),
+            _panel("Generated tokens/s", {"{{host}}": f"sglang_fleet:generation_tokens:rate{{{sel}}}"}, "none", 8, y),
+            _panel("Time to first token", {
+                f"p{q} {{{{host}}}}": f"histogram_quantile(0.{q}, sum by (host, le) "
+                                      f"(rate(sglang:time_to_first_token_seconds_bucket{{{sel}}}[{w}])))"
+                for q in (50, 99)}, "s", 16, y)]
+        y += 8
+        panels += [
+            _panel("Requests running and queued", {
+                "running {{host}}": f"sum by (host) (sglang:num_running_reqs{{{sel}}})",
+                "queued {{host}}": f"sum by (host) (sglang:num_queue_reqs{{{sel}}})"}, "none", 0, y),
+            _panel("Replicas scraped (up)", {"{{host}}": f'up{{job="sglang",{sel}}}'}, "none", 8, y)]
+        if gateways:
+            panels.append(_panel("Replicas healthy in smg", {
+                "{{gateway}}": f'sum by (gateway) (smg_worker_health{{job="smg",gateway=~"{"|".join(gateways)}"}})'},
+                "none", 16, y))
+        y += 8
+    return {"title": "SGLang fleet", "uid": "sglang-fleet", "schemaVersion": 39, "editable": True,
+            "time": {"from": "now-6h", "to": "now"}, "refresh": "30s", "tags": ["sglang", "speculative-decoding"],
+            "panels": panels}
+
+
+def dashboard_queries(doc: dict) -> list[str]:
+    """Every query of a dashboard (the lab's test runs each against Prometheus)."""
+    return [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+
+
 def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     jobs: dict[str, list[dict]] = {}
     for t in targets:
@@ -318,6 +366,7 @@ def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec
     files = {f"{RULES_DIR}/class-{c}.json": class_rules(mon, c, classes[c], floors.get(c)) for c in scraped}
     files |= {f"{RULES_DIR}/gateway-{g}.json": gateway_rules(mon, g) for g in sorted(gateways)}
     files[CONFIG] = prometheus_config(mon, targets)
+    files[DASHBOARD] = dashboard(mon, scraped, sorted(gateways))
     files[ALERTMANAGER_CONFIG] = alertmanager_config(mon)
     return {path: json.dumps(doc, indent=2, sort_keys=True) + "\n" for path, doc in sorted(files.items())}
 
@@ -423,7 +472,7 @@ def install_bundle_command(files: dict[str, str], bundle: str) -> str:
     make it live; the bundles before it but the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
     q = shlex.quote
     d, tmp = f"{BUNDLES}/{bundle}", f"{BUNDLES}/.{bundle}.tmp"
-    writes = [f"mkdir -p {q(tmp + '/' + RULES_DIR)}"]
+    writes = [f"mkdir -p {q(tmp + '/' + RULES_DIR)} {q(tmp + '/' + DASHBOARD.rsplit('/', 1)[0])}"]
     writes += [f"printf '%s' {q(text)} > {q(tmp + '/' + path)}" for path, text in sorted(files.items())]
     command = " && ".join([
         "set -e", f"rm -rf {q(tmp)}", *writes,

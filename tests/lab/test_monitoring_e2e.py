@@ -11,11 +11,13 @@ replica stopped by hand fires its down alert. A second deploy changes nothing on
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
 import pytest
 from e2e import REPO, deploy, sh, summary_row, workdir
 
+from fleet.monitoring import DASHBOARD, dashboard_queries
 from ops.loadgen import Load
 
 KEY = "mon-e2e-key-0123456789"
@@ -46,8 +48,10 @@ def mon(lab_manager, tmp_path_factory):
     return lab, cwd, run
 
 
-def api(lab, path: str) -> dict:
-    return json.loads(sh(lab, "mon-1", f"curl -s --max-time 5 'http://127.0.0.1:9090{path}'"))
+def api(lab, path: str, query: str | None = None) -> dict:
+    """Prometheus' API on mon-1; a query is sent URL-encoded (its braces and quotes as they are)."""
+    asked = f" -G --data-urlencode {shlex.quote('query=' + query)}" if query is not None else ""
+    return json.loads(sh(lab, "mon-1", f"curl -s --globoff --max-time 5{asked} 'http://127.0.0.1:9090{path}'"))
 
 
 def notifications(lab) -> list[tuple[str, dict]]:
@@ -70,7 +74,7 @@ def wait_for(what: str, check, timeout: float):
 
 
 def accept_lengths(lab) -> dict[str, float]:
-    result = api(lab, "/api/v1/query?query=sglang_fleet:accept_length")["data"]["result"]
+    result = api(lab, "/api/v1/query", "sglang_fleet:accept_length")["data"]["result"]
     return {r["metric"]["host"]: float(r["value"][1]) for r in result}
 
 
@@ -85,7 +89,7 @@ def test_the_deploy_installs_prometheus_and_alertmanager_and_scrapes_every_repli
         up = {(t["labels"]["job"], t["labels"].get("host")) for t in targets if t["health"] == "up"}
         return {("sglang", "pro6000-1"), ("sglang", "pro6000-2"), ("smg", "gw-1")} <= up
     wait_for("every replica and smg scraped", all_up, 30)
-    labels = api(lab, '/api/v1/query?query=up{job="sglang"}')["data"]["result"][0]["metric"]
+    labels = api(lab, "/api/v1/query", 'up{job="sglang"}')["data"]["result"][0]["metric"]
     assert {labels[k] for k in ("gpu_class", "served_model", "speculative")} == {"pro6000", MODEL, "DFLASH"}
 
     again = deploy(lab, cwd, env=ENV)
@@ -117,6 +121,17 @@ def test_a_replica_whose_draft_accepts_less_pages_for_that_host_and_resolves(mon
     assert low[0][1]["gpu_class"] == "pro6000" and low[0][1]["severity"] == "warning"
     print(f"accept length alert at the webhook {fired - lowered:.1f} s after the acceptance fell "
           f"(bound {NOTIFY_BOUND_S} s)")
+
+
+def test_every_dashboard_query_returns_data(mon):
+    lab, _, _ = mon
+    doc = json.loads(sh(lab, "mon-1", f"cat /etc/prometheus/sglang-fleet/{DASHBOARD}"))
+    queries = dashboard_queries(doc)
+    assert len(queries) >= 8
+    with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=32):
+        time.sleep(WINDOW_S + 2 * SCRAPE_S)  # a whole rate window of the load
+        empty = [q for q in queries if not api(lab, "/api/v1/query", q)["data"]["result"]]
+    assert empty == []
 
 
 def test_a_replica_stopped_by_hand_fires_its_down_alert(mon):

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_monitoring
 from fleet.monitoring import (
     ACCEPT_LENGTH,
+    DASHBOARD,
     PACKAGES,
     UNITS,
     Monitoring,
@@ -23,6 +24,7 @@ from fleet.monitoring import (
     accept_length_floor,
     bundle,
     bundle_id,
+    dashboard_queries,
     floors,
     gateway_target,
     replica_target,
@@ -322,3 +324,18 @@ def test_the_monitoring_row_and_each_hosts_firing_alerts():
                             "1" * 16)
     assert down.verdict == "UNHEALTHY" and down.reasons[0].startswith("ready: no answer")
     assert any("/api/v1/alerts" in r for r in down.reasons)  # what it answered is said, not a crash
+
+
+# --- the dashboard ---------------------------------------------------------------------------------
+
+def test_the_dashboard_has_a_row_per_class_and_every_query_parses(tools, written, tmp_path):
+    doc = json.loads((written / DASHBOARD).read_text())
+    assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["a6000", "pro6000"]
+    queries = dashboard_queries(doc)
+    assert any(ACCEPT_LENGTH in q and 'gpu_class="pro6000"' in q for q in queries)
+    assert any("smg_worker_health" in q for q in queries)
+    # promtool has no query checker offline: each query as a recording rule is parsed as Prometheus would
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"q:{i}", "expr": q} for i, q in enumerate(queries)]}]}
+    (tmp_path / "queries.json").write_text(json.dumps(rules))
+    out = promtool(tools, "check", "rules", str(tmp_path / "queries.json"))
+    assert out.returncode == 0, out.stdout + out.stderr
