@@ -30,7 +30,7 @@ if gateway.is_gateway():
     gateway.converge()  # smg: install, unit, key, discovery file; restart only if they changed
 if monitoring.is_monitoring():
     monitoring.converge()  # Prometheus, Alertmanager: packages, arguments, the generated bundle, checked; reload if changed
-gateway.converged()  # where there is a gateway: no replica restarts before its steps are done
+gateway.converged()  # where there is a gateway or monitoring host: no replica restarts before its steps are done
 replica = not gateway.is_gateway() and not monitoring.is_monitoring()
 if replica and (pf := preflight.check()) is not None and pf.plan.has_work:  # else: refused, or as declared
     engine.install(pf)  # the declared SGLang beside the live one, and checked, while everything still serves

@@ -28,7 +28,7 @@ from facts.gateway import GatewayFacts
 from fleet import hosts
 from fleet import bounds
 from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
-from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways
+from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
 from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
@@ -98,10 +98,11 @@ def _converge(report, group_dir: str) -> None:
 
 def converged(group_dir: str = "group_data") -> None:
     """One step on every host, after the gateway's own: pyinfra orders a step shared by all hosts
-    after every earlier step of each, so the replicas' rollout begins once smg is converged. An
-    inventory without a gateway host needs none (an operation costs each host its bookkeeping)."""
-    gateways = gateway_files(Path(group_dir))
-    if any(g in gateways for h in host.state.inventory for g in h.groups):
+    after every earlier step of each, so the replicas' rollout begins once smg is converged, and the
+    monitoring host's Alertmanager, which silences each turn. An inventory without either needs none (an
+    operation costs each host its bookkeeping)."""
+    first = {*gateway_files(Path(group_dir)), *monitoring_files(Path(group_dir))}
+    if any(g in first for h in host.state.inventory for g in h.groups):
         python.call(name="Gateway converged (replicas roll after it)", function=lambda state, host: True)
 
 
