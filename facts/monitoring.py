@@ -13,9 +13,11 @@ from fleet.wire import block, frames
 
 
 class MonitoringFacts(FactBase[MonitoringHost]):
-    def command(self) -> str:
+    def command(self, ready: str) -> str:
+        """ready: fleet.monitoring.ready_command's, so a converged host is read, ready or not, in one command."""
         q = shlex.quote
         return quiet("; ".join([
+            block("ready", ready),
             *(block(f"version:{p}", f"dpkg-query -W -f '${{db:Status-Status}} ${{Version}}' {q(p)} "
                                     "| sed -n 's/^installed //p'") for p in PACKAGES),
             block("live", f"basename \"$(readlink {q(LIVE)})\""),
@@ -32,7 +34,7 @@ class MonitoringStatus(FactBase[tuple[MonitoringHost, str, str]]):
     configuration, and the alerts Prometheus has (/api/v1/alerts)."""
 
     def command(self, ready: str, alerts_url: str) -> str:
-        return quiet("; ".join([MonitoringFacts().command(), block("ready", ready),
+        return quiet("; ".join([MonitoringFacts().command(ready),
                                 block("alerts", f"{CURL} -s --max-time 5 {shlex.quote(alerts_url)}")]))
 
     def process(self, output: list[str]) -> tuple[MonitoringHost, str, str]:

@@ -413,6 +413,7 @@ class MonitoringHost:
     live: str  # the live bundle's id, '' for none
     defaults_sha1: dict[str, str]  # path -> sha1 of its content, '' for none
     active: dict[str, str]  # unit -> ActiveState
+    ready: bool = False  # both /-/ready 200 with their configuration loaded (ready_command)
 
 
 _VERSION = re.compile(r"[A-Za-z0-9.+~:-]{1,64}")
@@ -433,7 +434,8 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
         installed={p: one(f"version:{p}", _VERSION) for p in PACKAGES},
         live=one("live", _ID),
         defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
-        active={u: one(f"active:{u}", _STATE) for u in UNITS})
+        active={u: one(f"active:{u}", _STATE) for u in UNITS},
+        ready=is_ready(said.get("ready", "")))
 
 
 def ready_command(mon: Monitoring) -> str:

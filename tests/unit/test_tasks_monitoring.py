@@ -85,7 +85,7 @@ NOTHING = MonitoringHost({p: "" for p in PACKAGES}, "", {p: "" for p in DEFAULTS
 
 def converged(files) -> MonitoringHost:
     return MonitoringHost({p: "2.42.0+ds-5" for p in PACKAGES}, bundle_id(files),
-                          {p: sha1(t) for p, t in defaults_files(MON).items()}, {u: "active" for u in UNITS})
+                          {p: sha1(t) for p, t in defaults_files(MON).items()}, {u: "active" for u in UNITS}, True)
 
 
 def test_a_new_monitoring_host_gets_the_packages_arguments_bundle_and_a_restart(group_dir, monkeypatch):
@@ -104,13 +104,18 @@ def test_a_new_monitoring_host_gets_the_packages_arguments_bundle_and_a_restart(
     assert row.action.startswith("install prometheus, prometheus-alertmanager, update arguments, configuration ")
 
 
-def test_a_converged_monitoring_host_gets_only_the_readiness_wait(group_dir, monkeypatch):
+def test_a_converged_monitoring_host_is_read_in_one_command_and_left_as_it_is(group_dir, monkeypatch):
     ops = Ops(monkeypatch)
     files = converging(group_dir, NOTHING)[1]()  # what it would write
     ops.queued.clear()
     row, _ = converging(group_dir, converged(files))
+    assert ops.names() == []  # its facts said ready: no operation, no second command
+    assert row.action == "none (already as declared)" and row.verdict == "OK"
+    not_ready = converged(files)
+    ops.queued.clear()
+    converging(group_dir, MonitoringHost(not_ready.installed, not_ready.live, not_ready.defaults_sha1,
+                                         not_ready.active, False))
     assert ops.names() == ["Wait for Prometheus and Alertmanager to be ready with this configuration"]
-    assert row.action == "none (already as declared)"
 
 
 def test_a_new_replica_changes_the_bundle_and_reloads_without_a_restart(group_dir, monkeypatch):
@@ -138,20 +143,23 @@ def test_the_facts_answer_is_parsed_and_garbage_reads_as_absent():
                   record("live", "0123456789abcdef\n"), record(f"sha1:{DEFAULTS['prometheus']}", "a" * 40),
                   record(f"sha1:{DEFAULTS['alertmanager']}", "not a sha1; rm -rf /"),
                   record("active:prometheus.service", "active\n"), record("active:prometheus-alertmanager.service",
-                                                                          "\x1b[31mactive"))
+                                                                          "\x1b[31mactive"),
+                  record("ready", "200 1\n200 1\n"))
     got = parse_monitoring_host(said)
     assert got.installed == {"prometheus": "2.42.0+ds-5+deb12u1", "prometheus-alertmanager": ""}
     assert got.live == "0123456789abcdef"
     assert got.defaults_sha1 == {DEFAULTS["prometheus"]: "a" * 40, DEFAULTS["alertmanager"]: ""}
     assert got.active == {"prometheus.service": "active", "prometheus-alertmanager.service": ""}
+    assert got.ready
     assert parse_monitoring_host("garbage\n@@live\n%%%\n") == NOTHING
 
 
 def test_the_facts_command_runs_in_a_shell_and_says_what_is_missing():
-    out = subprocess.run(["sh", "-c", MonitoringFacts().command()], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["sh", "-c", MonitoringFacts().command(ready_command(MON))], capture_output=True, text=True,
+                         timeout=30)
     assert out.returncode == 0
     got = parse_monitoring_host(out.stdout)
-    assert got.live == "" and set(got.installed) == set(PACKAGES)
+    assert got.live == "" and set(got.installed) == set(PACKAGES) and not got.ready
 
 
 def test_the_bundle_command_checks_before_it_goes_live_and_refuses_an_oversized_bundle():
