@@ -781,6 +781,95 @@ def test_sglang_metrics_need_enable_metrics(lab):
     assert http(port, "/no/such/path")[0] == 404
 
 
+# 0.5.23's srt/observability/metrics_collector.py, TokenizerMetricsCollector's default buckets
+TTFT_LE = ["0.1", "0.2", "0.4", "0.6", "0.8", "1.0", "2.0", "4.0", "6.0", "8.0", "10.0", "20.0", "40.0", "60.0",
+           "80.0", "100.0", "200.0", "400.0", "+Inf"]
+E2E_LE = TTFT_LE[:-1] + ["600.0", "1200.0", "1800.0", "2400.0", "+Inf"]
+TTFT, E2E = "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds"
+
+
+def _histogram(text: str, name: str) -> dict[str, dict]:
+    """Histogram `name` of a /metrics text, per is_streaming: {"le": [...], "buckets": [...],
+    "sum", "count"}. Checks its HELP/TYPE lines, its labels (the tokenizer's, qwen-test) and that
+    each child's lines are its buckets, then _sum, then _count."""
+    lines = text.splitlines()
+    assert f"# TYPE {name} histogram" in lines and any(ln.startswith(f"# HELP {name} ") for ln in lines)
+    children: dict[str, dict] = {}
+    for ln in lines:
+        if not ln.startswith(name + "_"):
+            continue
+        series, value = ln.rsplit(" ", 1)
+        suffix, labels = series[len(name) + 1:].split("{", 1)
+        pairs = dict(kv.split("=", 1) for kv in labels.rstrip("}").split(","))
+        streaming = pairs.pop("is_streaming").strip('"')
+        le = pairs.pop("le", None)
+        assert pairs == {"engine_type": '"unified"', "model_name": '"qwen-test"'}, ln
+        child = children.setdefault(streaming, {"le": [], "buckets": [], "order": []})
+        child["order"].append(suffix)
+        if suffix == "bucket":
+            child["le"].append(le.strip('"'))
+            child["buckets"].append(float(value))
+        else:
+            child[suffix] = float(value)
+    for child in children.values():
+        assert child.pop("order") == ["bucket"] * len(child["le"]) + ["sum", "count"]
+    return children
+
+
+def _check_histogram(child: dict, le: list[str]) -> None:
+    """Cumulative buckets with the real bounds, up to +Inf, which is the count."""
+    assert child["le"] == le
+    assert all(a <= b for a, b in zip(child["buckets"], child["buckets"][1:])), child["buckets"]
+    assert child["buckets"][-1] == child["count"]
+
+
+def test_sglang_metrics_latency_histograms_count_every_request(lab):
+    """sglang:time_to_first_token_seconds and sglang:e2e_request_latency_seconds, as 0.5.23's
+    tokenizer manager keeps them: every finished request, by is_streaming, in the real buckets."""
+    lab.set(decode_tokens_per_s=20.0)
+    _, port = start_and_wait_healthy(lab, "--enable-metrics")
+    before = http(port, "/metrics")[2]
+    for name, le in ((TTFT, TTFT_LE), (E2E, E2E_LE)):
+        h = _histogram(before, name)
+        assert list(h) == ["false"], name  # no streamed request yet: no streaming child
+        _check_histogram(h["false"], le)
+        assert h["false"]["count"] == h["false"]["sum"] == 0
+    assert http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4}})[0] == 200
+    assert http(port, "/v1/completions", {"prompt": "hi", "max_tokens": 4})[0] == 200
+    assert http(port, "/v1/chat/completions", dict(CHAT, max_tokens=4))[0] == 200
+    s = Stream(port, 10)  # 10 tokens at 20 tok/s: 0.5 s to its end, its first token long before
+    s.join(10)
+    assert s.done and len(s.tokens) == 10
+    metrics = http(port, "/metrics")[2]
+    assert _metric(metrics, "sglang:num_requests_total") == 4
+    ttft, e2e = _histogram(metrics, TTFT), _histogram(metrics, E2E)
+    assert list(ttft) == list(e2e) == ["false", "true"]
+    for h, le in ((ttft, TTFT_LE), (e2e, E2E_LE)):
+        for child in h.values():
+            _check_histogram(child, le)
+            assert child["sum"] > 0
+        assert (h["false"]["count"], h["true"]["count"]) == (3, 1)
+        assert sum(c["count"] for c in h.values()) == 4
+    for streaming in ("false", "true"):
+        assert ttft[streaming]["sum"] <= e2e[streaming]["sum"]
+    # the streamed request: its first token within 0.4 s, its end after it (10 tokens take 0.5 s)
+    assert e2e["true"]["sum"] >= 0.45 and ttft["true"]["sum"] < e2e["true"]["sum"]
+    assert ttft["true"]["buckets"][TTFT_LE.index("0.4")] == 1 and e2e["true"]["buckets"][E2E_LE.index("0.4")] == 0
+    # non-streamed: 4 tokens each (0.2 s), so at least 3 x 0.15 s end to end
+    assert e2e["false"]["sum"] >= 0.45
+
+
+def test_sglang_metrics_latency_buckets_follow_the_bucket_flags(lab):
+    _, port = start_and_wait_healthy(lab, "--enable-metrics", "--bucket-time-to-first-token", "0.5", "5",
+                                     "--bucket-e2e-request-latency", "1", "10", "100")
+    assert http(port, "/v1/chat/completions", dict(CHAT, max_tokens=2))[0] == 200
+    metrics = http(port, "/metrics")[2]
+    ttft, e2e = _histogram(metrics, TTFT)["false"], _histogram(metrics, E2E)["false"]
+    _check_histogram(ttft, ["0.5", "5.0", "+Inf"])
+    _check_histogram(e2e, ["1.0", "10.0", "100.0", "+Inf"])
+    assert ttft["count"] == e2e["count"] == 1 and 0 < ttft["sum"] <= e2e["sum"]
+
+
 # ----------------------------------------------------------------------------- SGLang: decoding and stopping
 
 

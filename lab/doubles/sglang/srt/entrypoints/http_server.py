@@ -36,7 +36,8 @@ Before the port opens SIGTERM exits at once.
 HTTP: a ThreadingHTTPServer that answers like the real FastAPI app for what a deploy
 uses: /health*, /ready, /v1/models, /v1/chat/completions (plain and SSE), /v1/completions,
 /generate, /model_info, /server_info, /metrics (--enable-metrics), /v1/loads (what the
-smg gateway polls; live running count, as /metrics). The API key guards every path
+smg gateway polls; live running count, as /metrics). /metrics also has the tokenizer manager's
+latency histograms (time to first token, end-to-end; LatencyHistogram). The API key guards every path
 except /health*, /ready* and /metrics* (as the real middleware does), /v1/loads included.
 """
 
@@ -91,6 +92,88 @@ REPLY_WORDS = (
     "Hello! This is a lab stand-in for an SGLang server: it runs no model and returns a "
     "fixed short answer so that deploys can be tested end to end."
 ).split()
+
+
+# The default buckets of the two latency histograms, copied from real SGLang 0.5.23's
+# srt/observability/metrics_collector.py (TokenizerMetricsCollector.__init__, used when
+# --bucket-time-to-first-token / --bucket-e2e-request-latency are not given; the double
+# honours those flags as the real server does).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
+
+
+class LatencyHistogram:
+    """One Prometheus histogram of seconds, one child per is_streaming value ("false", "true"),
+    as TokenizerMetricsCollector's sglang:time_to_first_token_seconds and
+    sglang:e2e_request_latency_seconds (labels: the tokenizer's engine_type and model_name,
+    plus is_streaming). Not thread-safe by itself: ServerState's lock guards it."""
+
+    def __init__(self, bounds):
+        # prometheus_client refuses unsorted buckets (a start-up ValueError); the double sorts them
+        self.bounds = sorted(float(b) for b in bounds)
+        if not self.bounds or self.bounds[-1] != math.inf:
+            self.bounds.append(math.inf)
+        # the non-streaming child exists from the start (in real SGLang the warm-up request,
+        # not streamed, makes it); the streaming one from the first streamed request on
+        self.children: dict[str, list] = {"false": self._child()}
+
+    def _child(self) -> list:
+        return [[0] * len(self.bounds), 0.0]  # per-bucket counts (not cumulative), sum
+
+    def observe(self, value: float, streaming: bool) -> None:
+        child = self.children.setdefault("true" if streaming else "false", self._child())
+        child[0][next(i for i, b in enumerate(self.bounds) if value <= b)] += 1
+        child[1] += value
+
+    def snapshot(self) -> dict[str, tuple[list[int], float]]:
+        return {k: (list(counts), total) for k, (counts, total) in sorted(self.children.items())}
+
+
+def _go_float(value: float) -> str:
+    """prometheus_client's floatToGoString for a bucket's le: 0.1, 1.0, +Inf."""
+    return "+Inf" if value == math.inf else repr(float(value))
+
+
+def _histogram_lines(name: str, doc: str, labels, snapshot: dict[str, tuple[list[int], float]],
+                     bounds: list[float]) -> list[str]:
+    """The text exposition of a histogram: per child (labels(is_streaming) gives its labels),
+    cumulative _bucket lines up to le="+Inf", then _sum and _count."""
+    out = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
+    for streaming, (counts, total) in snapshot.items():
+        lab = labels(streaming)
+        acc = 0
+        for bound, n in zip(bounds, counts):
+            acc += n
+            out.append(f'{name}_bucket{{{lab},le="{_go_float(bound)}"}} {float(acc)}')
+        out += [f"{name}_sum{{{lab}}} {float(total)}", f"{name}_count{{{lab}}} {float(acc)}"]
+    return out
+
+
+class Timing:
+    """One request's times (monotonic), as the tokenizer manager's ReqTimeStats: when it arrived,
+    when its first output (token) came, when it ended. No token at all: the first output is its end."""
+
+    def __init__(self):
+        self.arrived = time.monotonic()
+        self.first: float | None = None
+        self.finished: float | None = None
+
+    def token(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def finish(self) -> None:
+        self.finished = time.monotonic()
+        if self.first is None:
+            self.first = self.finished
+
+    @property
+    def ttft(self) -> float:
+        return self.first - self.arrived
+
+    @property
+    def e2e(self) -> float:
+        return self.finished - self.arrived
 
 
 def http_log(msg: str) -> None:
@@ -156,6 +239,8 @@ class ServerState:
         self.requests_total = 0
         self.verify_calls_total = 0
         self.last_gen_throughput = 0.0
+        self.ttft = LatencyHistogram(getattr(server_args, "bucket_time_to_first_token", None) or TTFT_BUCKETS)
+        self.e2e = LatencyHistogram(getattr(server_args, "bucket_e2e_request_latency", None) or E2E_BUCKETS)
         algo = server_args.speculative_algorithm
         self.accept_length = ACCEPT_LENGTH.get(algo, 2.5) if algo else None
         self.gpu_memory_mib = int(_lab.host_config().get("gpu_memory_mib", 81920))
@@ -171,16 +256,27 @@ class ServerState:
         with self.lock:
             return list(self.running)
 
-    def account(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def account(self, prompt_tokens: int, completion_tokens: int, timing: Timing | None = None,
+                streaming: bool = False) -> None:
+        """A finished request: the counters, and (given its timing) the latency histograms."""
         with self.lock:
             self.requests_total += 1
             self.prompt_tokens_total += prompt_tokens
+            if timing is not None:
+                self.ttft.observe(timing.ttft, streaming)
+                self.e2e.observe(timing.e2e, streaming)
             if self.speed:
                 return  # tokens and verify steps: TP0's counts (decode_counts)
             self.generation_tokens_total += completion_tokens
             if self.accept_length:
                 self.verify_calls_total += max(1, round(completion_tokens / self.accept_length))
             self.last_gen_throughput = 42.0 * (self.accept_length or 1.0)
+
+    def latency_snapshot(self) -> tuple[dict, dict]:
+        """(TTFT, e2e) histograms' children, taken together under the lock: a scrape never sees
+        a request in one and not the other, or a _count that is not its +Inf bucket."""
+        with self.lock:
+            return self.ttft.snapshot(), self.e2e.snapshot()
 
     def _accept_rate(self, accept_length: float) -> float:
         """accepted drafts / proposed drafts: (accept length - 1) / (b - 1)."""
@@ -348,6 +444,17 @@ def _metrics(state: ServerState) -> str:
             f"# TYPE {name}_total counter",
             f"{name}_total{{{lab}}} {float(value)}",
         ]
+    # the tokenizer manager's histograms (TokenizerMetricsCollector): per request, arrival to its
+    # first output token, and arrival to its end; observed when it finishes, as the counters
+    # (labels in the multiprocess collector's order: sorted, le last)
+    def hist_labels(streaming: str) -> str:
+        return f'engine_type="unified",is_streaming="{streaming}",model_name="{a.served_model_name}"'
+
+    ttft, e2e = state.latency_snapshot()
+    out += _histogram_lines("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                            hist_labels, ttft, state.ttft.bounds)
+    out += _histogram_lines("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                            hist_labels, e2e, state.e2e.bounds)
     return "\n".join(out) + "\n"
 
 
@@ -469,14 +576,15 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 del state.running[rid]
 
-    def _generate_all(self, rid: str, n: int) -> Progress | None:
+    def _generate_all(self, rid: str, n: int, timing: Timing) -> Progress | None:
         """Wait for all n tokens: how TP0 made them; None (the connection is then closed, no
-        answer) if TP0 died."""
+        answer) if TP0 died. `timing` notes the first token and the end."""
         progress = Progress()
         try:
             with self._generation(rid, n, progress) as tokens:
                 for _ in tokens:
-                    pass
+                    timing.token()
+            timing.finish()
         except SchedulerGone:
             self.close_connection = True
             return None
@@ -681,6 +789,7 @@ class Handler(BaseHTTPRequestHandler):
         return obj
 
     def _r_generate(self, body):
+        timing = Timing()
         req = self._parse_json(body)
         if req is None:
             return
@@ -689,11 +798,10 @@ class Handler(BaseHTTPRequestHandler):
         params = req.get("sampling_params") or {}
         words, finish = reply(params.get("max_new_tokens", 128))
         rid = uuid.uuid4().hex
-        t0 = time.monotonic()
-        progress = self._generate_all(rid, len(words))
+        progress = self._generate_all(rid, len(words), timing)
         if progress is None:
             return
-        self.state.account(prompt_tokens, len(words))
+        self.state.account(prompt_tokens, len(words), timing)
         meta = {
             "id": rid,
             "finish_reason": {"type": "length", "length": len(words)} if finish == "length" else {"type": "stop", "matched": 151645},
@@ -702,11 +810,12 @@ class Handler(BaseHTTPRequestHandler):
             "completion_tokens": len(words),
             "cached_tokens": 0,
             **self.state.spec_meta(len(words), progress),
-            "e2e_latency": round(time.monotonic() - t0, 6),
+            "e2e_latency": round(timing.e2e, 6),
         }
         self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
 
     def _r_v1_completions(self, body):
+        timing = Timing()
         req = self._parse_json(body)
         if req is None:
             return
@@ -714,9 +823,9 @@ class Handler(BaseHTTPRequestHandler):
         prompt_tokens = _count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
         words, finish = reply(req.get("max_tokens", 16))
         rid = uuid.uuid4().hex
-        if self._generate_all(rid, len(words)) is None:
+        if self._generate_all(rid, len(words), timing) is None:
             return
-        self.state.account(prompt_tokens, len(words))
+        self.state.account(prompt_tokens, len(words), timing)
         self._json(
             200,
             {
@@ -737,6 +846,7 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _r_v1_chat_completions(self, body):
+        timing = Timing()
         req = self._parse_json(body)
         if req is None:
             return
@@ -761,9 +871,9 @@ class Handler(BaseHTTPRequestHandler):
             "reasoning_tokens": len(thinking),
         }
         if not req.get("stream"):
-            if self._generate_all(rid, len(words)) is None:
+            if self._generate_all(rid, len(words), timing) is None:
                 return
-            self.state.account(prompt_tokens, len(words))
+            self.state.account(prompt_tokens, len(words), timing)
             self._json(
                 200,
                 {
@@ -805,11 +915,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._access_log(200)  # uvicorn logs a response when it starts
                 event({"role": "assistant", "content": ""})
                 for i in tokens:
+                    timing.token()
                     word = (" " if i else "") + (thinking + answer)[i]
                     if i < len(thinking):
                         event({"role": None, "content": None, "reasoning_content": word, "tool_calls": None})
                     else:
                         event({"role": None, "content": word, "reasoning_content": None, "tool_calls": None})
+            timing.finish()  # the last token came: the request ended (what follows is its answer's tail)
             event({"role": None, "content": None, "reasoning_content": None, "tool_calls": None}, finish)
             if (req.get("stream_options") or {}).get("include_usage"):
                 self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -820,7 +932,7 @@ class Handler(BaseHTTPRequestHandler):
             # TP0 died (the process is about to kill itself) or the client left: no [DONE]
             self.close_connection = True
             return
-        self.state.account(prompt_tokens, len(words))
+        self.state.account(prompt_tokens, len(words), timing, streaming=True)
 
     def _write_event(self, obj) -> None:
         self._write_chunk(f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode())
