@@ -163,12 +163,12 @@ def test_a_rolling_change_behind_smg_pages_no_one_and_leaves_no_silence(mon, tmp
         run = deploy(lab, cwd, env=ENV)
         assert run.returncode == 0, run.out
         time.sleep(DOWN_FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 3)  # what the turns would have fired
+    assert notifications(lab)[before:] == []  # no page
     assert load.report.failed == 0, load.report.failures()
     for h in ("pro6000-1", "pro6000-2"):
         unit = sh(lab, h, "cat /etc/systemd/system/sglang.service")
         assert unit.split("--speculative-dflash-block-size", 1)[1].split()[0] == "8"
     assert run.out.count("silenced on mon-1 for its turn") >= 2, run.out
-    assert notifications(lab)[before:] == []  # no page
     made = [s for s in silences(lab) if s["createdBy"] == "sglang-fleet"]
     assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} == {"pro6000-1", "pro6000-2"}
     assert {s["status"]["state"] for s in made} == {"expired"}
