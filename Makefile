@@ -9,7 +9,7 @@ INVENTORY ?= inventory.py
 LAB ?= lab/default.toml
 export SGLANG_FLEET_CACHE ?= $(HOME)/.cache/sglang-fleet
 
-.PHONY: venv host-packages sglang-venv check dry deploy verify status history rollback tune test test-unit demo lab-up lab-down lab-status bench
+.PHONY: venv host-packages sglang-venv check dry deploy verify status monitor history rollback tune test test-unit demo lab-up lab-down lab-status bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,10 @@ verify: venv
 # What every host serves now and how it differs from group_data (ARGS="--json", "--limit h").
 status: venv
 	$(BIN)/python -m ops status $(INVENTORY) $(ARGS)
+
+# What the monitoring host scrapes, what fires now, what is silenced, and the link to Prometheus.
+monitor: venv
+	$(BIN)/python -m ops monitor $(INVENTORY)
 
 history: venv
 	@test -n "$(HOST)" || { echo "make history HOST=<host> [INVENTORY=f]"; exit 2; }

@@ -41,3 +41,14 @@ class MonitoringStatus(FactBase[tuple[MonitoringHost, str, str]]):
         """(what MonitoringFacts reads, ready_command's answer, /api/v1/alerts' body)."""
         said = {f.key: f.text or "" for f in frames(output)}
         return parse_monitoring_host(output), said.get("ready", ""), said.get("alerts", "")
+
+
+class MonitorView(FactBase[dict[str, str]]):
+    """`make monitor`, one round trip: Prometheus' targets and alerts, Alertmanager's silences."""
+
+    def command(self, targets_url: str, alerts_url: str, silences_url: str) -> str:
+        return quiet("; ".join(block(key, f"{CURL} -s --max-time 5 {shlex.quote(url)}") for key, url in (
+            ("targets", targets_url), ("alerts", alerts_url), ("silences", silences_url))))
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return {f.key: f.text or "" for f in frames(output)}

@@ -25,7 +25,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from fleet.gate import CURL, local_address, url_host
 from fleet.spec import ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
-from fleet.wire import Unreadable, excerpt, frames, load_json
+from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
 
 TUNING = Path("tuning")  # the tuning records (make tune), beside group_data: the default accept-length floors
 CONFIG = "prometheus.json"  # Prometheus' --config.file, in the configuration directory
@@ -521,3 +521,50 @@ def expire_command(mon: Monitoring, sid: str) -> str:
         raise ValueError(f"not a silence id: {sid!r}")
     return (f"{CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 10 -X DELETE "
             f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silence/' + sid))}")
+
+
+# --- make monitor -----------------------------------------------------------------------------------
+
+def describe_monitor(host: str, link: str, targets_json: str, alerts_json: str, silences_json: str) -> str:
+    """What the monitoring host scrapes (and whether each answers), what fires, what is silenced, and where
+    to look: Prometheus' answers (/api/v1/targets, /api/v1/alerts) and Alertmanager's (/api/v2/silences),
+    each read as untrusted (one that does not read is said, the others still shown)."""
+    out = [f"{host}: Prometheus {link}"]
+
+    def c(value, limit: int = 80) -> str:  # every value shown is what a server said: printable, bounded
+        return clipped(str(value), limit)
+
+    def read(text: str, what: str, pick):
+        try:
+            return pick(load_json(text, what))
+        except (Unreadable, AttributeError, KeyError, TypeError) as e:
+            out.append(f"  {what}: could not read its answer ({excerpt(str(e), 200)})")
+            return None
+
+    targets = read(targets_json, "Prometheus' targets", lambda d: d["data"]["activeTargets"])
+    if targets is not None:
+        up = [t for t in targets if t.get("health") == "up"]
+        out.append(f"scraped: {len(targets)} targets, {len(up)} up")
+        for t in sorted(targets, key=lambda t: (t["labels"].get("job", ""), t["labels"].get("host", ""))):
+            lab = t.get("labels", {})
+            why = f" ({c(t.get('lastError'), 120)})" if t.get("lastError") else ""
+            out.append(f"  {c(lab.get('job', '?')):<12} {c(lab.get('host', '-')):<16} {c(t.get('scrapeUrl', '?'))}  "
+                       f"{c(t.get('health', '?'))}{why}")
+    alerts = read(alerts_json, "Prometheus' alerts", lambda d: d["data"]["alerts"])
+    if alerts is not None:
+        firing_now = [a for a in alerts if a.get("state") == "firing"]
+        out.append(f"firing: {len(firing_now)}" + (f" (and {len(alerts) - len(firing_now)} pending)"
+                                                    if len(alerts) > len(firing_now) else ""))
+        for a in firing_now:
+            lab = a.get("labels", {})
+            out.append(f"  {c(lab.get('alertname', '?'))} {c(lab.get('host', '-'))} ({c(lab.get('severity', '?'))}) "
+                       f"since {c(a.get('activeAt', '?'))}: {c(a.get('annotations', {}).get('summary', ''), 200)}")
+    silences = read(silences_json, "Alertmanager's silences", lambda d: list(d))
+    if silences is not None:
+        active = [s for s in silences if s.get("status", {}).get("state") == "active"]
+        out.append(f"silenced: {len(active)} active")
+        for s in active:
+            on = ", ".join(f"{c(m.get('name'))}={c(m.get('value'))}" for m in s.get("matchers", []))
+            out.append(f"  {on} until {c(s.get('endsAt', '?'))} by {c(s.get('createdBy', '?'))}: "
+                       f"{c(s.get('comment', ''), 200)}")
+    return "\n".join(out)

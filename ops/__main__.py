@@ -2,6 +2,7 @@
 
     python -m ops status  [INVENTORY] [--limit H ...] [--json]   # make status
     python -m ops history INVENTORY HOST [--json]                # make history HOST=h
+    python -m ops monitor [INVENTORY]                            # make monitor
     python -m ops tune    INVENTORY --class C [--host H] [...]     # make tune CLASS=c (ops/tune.py)
 
 status: one SSH round trip per host, all hosts at once; a row per host (unreachable and
@@ -26,11 +27,13 @@ from dataclasses import asdict
 
 from facts.history import DeployHistory
 from facts.preflight import snapshot_args
+from facts.monitoring import MonitorView
 from facts.status import StatusSnapshot
 from fleet import hosts
 from fleet import status
-from fleet.gate import base_url
+from fleet.gate import base_url, url_host
 from fleet.history import History
+from fleet.monitoring import describe_monitor
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
 from ops import tune
@@ -129,6 +132,32 @@ def show_history(args) -> int:
     return 0
 
 
+def show_monitor(args) -> int:
+    """What the inventory's monitoring host scrapes, what fires, what is silenced (make monitor)."""
+    fleet = Fleet(args.inventory)
+    try:
+        found = [(h, *fleet.monitoring_of(h)) for h in fleet.hosts]
+        found = [(h, group, mon) for h, group, mon in found if mon is not None]
+        if not found:
+            print(f"{args.inventory}: no monitoring host (a group whose group_data file declares `monitoring`)",
+                  file=sys.stderr)
+            return 2
+        host, _, mon = found[0]
+        why = fleet.connect(host)
+        if why:
+            print(f"{host.name}: unreachable: {why}", file=sys.stderr)
+            return 1
+        read = fleet.fact(host, MonitorView, targets_url=mon.url(mon.prometheus_port, "/api/v1/targets?state=active"),
+                          alerts_url=mon.url(mon.prometheus_port, "/api/v1/alerts"),
+                          silences_url=mon.url(mon.alertmanager_port, "/api/v2/silences"))
+    finally:
+        fleet.close()
+    address = host.data.get("ssh_hostname") or host.name
+    link = f"http://{url_host(address)}:{mon.prometheus_port}/alerts (Alertmanager :{mon.alertmanager_port})"
+    print(describe_monitor(host.name, link, read.get("targets", ""), read.get("alerts", ""), read.get("silences", "")))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger("pyinfra").setLevel(logging.ERROR)  # its connection chatter; failures are in the rows
     parser = argparse.ArgumentParser(prog="python -m ops")
@@ -141,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("inventory")
     h.add_argument("host")
     h.add_argument("--json", action="store_true")
+    m = sub.add_parser("monitor", help="what the monitoring host scrapes, what fires, what is silenced")
+    m.add_argument("inventory", nargs="?", default="inventory.py")
     tune.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "tune":
         return tune.main(args, host_status)
+    if args.command == "monitor":
+        return show_monitor(args)
     return show_status(args) if args.command == "status" else show_history(args)
 
 

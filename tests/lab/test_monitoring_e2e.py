@@ -11,11 +11,13 @@ replica stopped by hand fires its down alert. A second deploy changes nothing on
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import time
 
 import pytest
-from e2e import REPO, deploy, sh, summary_row, workdir
+from e2e import BIN, REPO, deploy, sh, summary_row, workdir
 
 from fleet.monitoring import DASHBOARD, dashboard_queries
 from ops.loadgen import Load
@@ -97,8 +99,14 @@ def test_the_deploy_installs_prometheus_and_alertmanager_and_scrapes_every_repli
     assert "none (already as declared)" in summary_row(again.out, "mon-1"), again.out
 
 
+def ops(lab, cwd, *args: str) -> str:
+    """`make monitor` / `make status` as an operator runs them, on the lab's inventory."""
+    return subprocess.run([str(BIN / "python"), "-m", "ops", *args, str(lab.inventory)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **ENV}).stdout
+
+
 def test_a_replica_whose_draft_accepts_less_pages_for_that_host_and_resolves(mon):
-    lab, _, _ = mon
+    lab, cwd, _ = mon
     with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=64) as load:
         wait_for("an accept length over the floor on both replicas",
                  lambda: (a := accept_lengths(lab)) and len(a) == 2 and min(a.values()) > 3.0, 30)
@@ -110,6 +118,10 @@ def test_a_replica_whose_draft_accepts_less_pages_for_that_host_and_resolves(mon
                 n for n in notifications(lab) if n[0] == "firing" and n[1]["alertname"] == "SGLangAcceptLengthLow"
                 and n[1]["host"] == "pro6000-1"], NOTIFY_BOUND_S)
             fired = time.monotonic()
+            assert "SGLangAcceptLengthLow pro6000-1 (warning)" in ops(lab, cwd, "monitor")
+            status = ops(lab, cwd, "status").split("\n")
+            row = next(i for i, line in enumerate(status) if line.startswith("pro6000-1 "))
+            assert "    firing: SGLangAcceptLengthLow" in status[row + 1:row + 6], status
         finally:
             sh(lab, "pro6000-1", f"{CONTROL} --reset")
         wait_for("SGLangAcceptLengthLow resolved for pro6000-1", lambda: [

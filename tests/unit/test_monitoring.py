@@ -25,6 +25,7 @@ from fleet.monitoring import (
     bundle,
     bundle_id,
     dashboard_queries,
+    describe_monitor,
     floors,
     gateway_target,
     replica_target,
@@ -339,3 +340,29 @@ def test_the_dashboard_has_a_row_per_class_and_every_query_parses(tools, written
     (tmp_path / "queries.json").write_text(json.dumps(rules))
     out = promtool(tools, "check", "rules", str(tmp_path / "queries.json"))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_make_monitor_says_what_is_scraped_fires_and_is_silenced_and_survives_garbage():
+    targets = json.dumps({"data": {"activeTargets": [
+        {"labels": {"job": "sglang", "host": "p1"}, "scrapeUrl": "http://10.0.0.1:30000/metrics", "health": "up"},
+        {"labels": {"job": "smg", "host": "gw"}, "scrapeUrl": "http://10.0.0.9:29000/metrics", "health": "down",
+         "lastError": "connection refused"}]}})
+    alerts = json.dumps({"data": {"alerts": [
+        {"labels": {"alertname": "SGLangAcceptLengthLow", "host": "p1", "severity": "warning"}, "state": "firing",
+         "activeAt": "2026-12-03T10:00:00Z", "annotations": {"summary": "accept length 1.40 under 3"}},
+        {"labels": {"alertname": "SmgDown", "host": "gw"}, "state": "pending"}]}})
+    silences = json.dumps([{"status": {"state": "active"}, "matchers": [{"name": "host", "value": "p2"}],
+                            "endsAt": "2026-12-03T10:10:00Z", "createdBy": "sglang-fleet", "comment": "p2's turn"},
+                           {"status": {"state": "expired"}, "matchers": []}])
+    text = describe_monitor("mon-1", "http://10.0.0.5:9090/alerts", targets, alerts, silences)
+    assert text.splitlines() == [
+        "mon-1: Prometheus http://10.0.0.5:9090/alerts",
+        "scraped: 2 targets, 1 up",
+        "  sglang       p1               http://10.0.0.1:30000/metrics  up",
+        "  smg          gw               http://10.0.0.9:29000/metrics  down (connection refused)",
+        "firing: 1 (and 1 pending)",
+        "  SGLangAcceptLengthLow p1 (warning) since 2026-12-03T10:00:00Z: accept length 1.40 under 3",
+        "silenced: 1 active",
+        "  host=p2 until 2026-12-03T10:10:00Z by sglang-fleet: p2's turn"]
+    broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "")
+    assert "Prometheus' targets: could not read its answer" in broken and "Alertmanager's silences: could not" in broken
