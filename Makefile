@@ -112,3 +112,4 @@ bench: venv host-packages
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/weights.py
 	$(BIN)/python bench/tune.py
+	$(BIN)/python bench/monitoring.py
