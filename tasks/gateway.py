@@ -58,16 +58,16 @@ def _converge(report, group_dir: str) -> None:
         gw = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))[group]
         key = read_key(gw.api_key, f"{group_dir}/{group}.py", "gateway.api_key") if gw.api_key else None
         facts = host.get_fact(GatewayFacts, python=gw.python, venv=gw.venv)
-        wheels = cached_wheels(gw, facts)
+        wheels = cached_wheels(gw, facts) if facts.smg != gw.version else []  # a cold cache: fetched only if needed
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
     except WheelError as e:
         return refused(report, [f"{host.name}: gateway: {e}"])
 
-    files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
-               dest=gw.wheels_dir, exclude="complete", mode="644")
     installed = None
-    if facts.smg != gw.version:
+    if facts.smg != gw.version:  # the wheels only where pip needs them: a sync reads each one's checksum
+        files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
+                   dest=gw.wheels_dir, exclude="complete", mode="644")
         installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
     unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(render_gateway_unit(gw, group)), dest=gw.unit_file,
                      mode="644")
