@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rollout import converge  # noqa: E402 - bench/ is on sys.path when run as a script
+from bench.rollout import converge  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 from ops.loadgen import Load  # noqa: E402
 
