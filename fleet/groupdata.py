@@ -295,22 +295,20 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     specs = load_class_specs(group_dir)
     gateways = load_gateways(group_dir, specs)
     monitors = load_monitoring(group_dir, specs)
-    problems = []
     in_inventory = {c for c in specs if groups.get(c)}
-    for group in monitors:
+    # a gateway or monitoring group: one host, checked against the classes once the inventory has it
+    one_host = [("monitoring", g, "one Prometheus scrapes the fleet, one Alertmanager sends its alerts",
+                 lambda g=g: scrape_problems(g, specs, in_inventory)) for g in monitors]
+    one_host += [("gateway", g, "the rollout writes one discovery file and reads one /workers",
+                  lambda g=g, gw=gw: key_problems(g, gw, specs)) for g, gw in gateways.items()]
+    problems = []
+    for kind, group, why, checked_against_classes in one_host:
         hosts = groups.get(group, [])
         if hosts:
-            problems += scrape_problems(group, specs, in_inventory)
+            problems += checked_against_classes()
         if len(hosts) > 1:
-            problems.append(f"inventory: monitoring group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
-                            "expected one: one Prometheus scrapes the fleet, one Alertmanager sends its alerts")
-    for group, gw in gateways.items():
-        hosts = groups.get(group, [])
-        if hosts:
-            problems += key_problems(group, gw, specs)
-        if len(hosts) > 1:
-            problems.append(f"inventory: gateway group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
-                            "expected one: the rollout writes one discovery file and reads one /workers")
+            problems.append(f"inventory: {kind} group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
+                            f"expected one: {why}")
     classes_of: dict[str, list[str]] = {}
     gateways_of: dict[str, list[str]] = {}
     for group, hosts in groups.items():

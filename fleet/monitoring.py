@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, model_validator
 
 from fleet.gate import CURL, local_address, url_host
-from fleet.spec import ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
+from fleet.spec import Bool, ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
+from fleet.spec.names import http_url
 from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
 
 TUNING = Path("tuning")  # the tuning records (make tune), beside group_data: the default accept-length floors
@@ -46,14 +46,8 @@ Name = Annotated[str, AfterValidator(_name), Kind("name")]
 
 
 def _webhook_url(v: str) -> str:
-    u = urlsplit(v)
-    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
-        raise ValueError("an http(s) URL, e.g. https://hooks.example/alerts")
-    # group_data is in git and the URL in a file any local user reads: a token goes in no URL
-    if u.username is not None or u.password is not None or "?" in v or "#" in v:
-        raise ValueError("a URL without credentials (user:password@), query (?...) or fragment (#...), "
-                         "which may hold a token")
-    return v
+    return http_url(v, "a webhook", "https://hooks.example/alerts",
+                    "group_data is in git and Alertmanager's configuration readable on its host")
 
 
 WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
@@ -65,7 +59,7 @@ class Receiver(Strict):
     name: Name = Field(description="How Alertmanager and the run's summary call it.")
     webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to "
                                     "(no credentials, query or fragment in it).")
-    send_resolved: bool = Field(True, description="Whether a resolved alert is sent too.")
+    send_resolved: Bool = Field(True, description="Whether a resolved alert is sent too.")
 
 
 class AlertBounds(Strict):

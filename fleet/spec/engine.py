@@ -7,14 +7,13 @@ import hashlib
 import json
 from pathlib import PurePosixPath
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from pydantic import AfterValidator, Field, field_validator
 
 from fleet import layout
-from fleet.spec.names import _host
+from fleet.spec.names import http_url
 from fleet.spec.text import CommandPath, Int, Kind, Number, Strict, Text
 
 # --- engine: the SGLang a class runs, installed by the deploy --------------------------------
@@ -43,19 +42,11 @@ Pinned = Annotated[Text, AfterValidator(_pinned), Kind("pinned requirement")]
 
 
 def _index_url(v: str) -> str:
-    u = urlsplit(v)
-    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
-        raise ValueError("an http(s) URL of a package index, e.g. https://pypi.org/simple")
     # Credentials in it would be in group_data (git), in pip's command line on every host (ps) and in the
     # deploy's log: a hosted index's token in the query (?token=) or fragment too. Only scheme and host are shown.
-    if u.username is not None or u.password is not None:
-        raise ValueError("an index URL without credentials (user:password@): the host's netrc holds those")
-    if "?" in v or "#" in v:
-        raise ValueError("an index URL without a query (?...) or fragment (#...), which may hold a token (not "
-                         "shown): pip's command line on every host and the deploy's log would show it; credentials "
-                         "go in the host's netrc")
-    _host(u.hostname)
-    return v
+    return http_url(v, "a package index", "https://pypi.org/simple",
+                    "pip's command line on every host and the deploy's log would show it; credentials go in the "
+                    "host's netrc")
 
 
 IndexUrl = Annotated[Text, AfterValidator(_index_url), Kind("index URL")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
@@ -33,6 +34,21 @@ def _host(v: str) -> str:
 
 
 HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
+
+
+def http_url(v: str, what: str, example: str, why_no_secret: str) -> str:
+    """An http(s) URL to a host (`what`, e.g. "a package index"), and none of where a token may sit: no
+    credentials, no query, no fragment (why_no_secret: where it would show, where it goes instead)."""
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
+        raise ValueError(f"an http(s) URL of {what}, e.g. {example}")
+    if u.username is not None or u.password is not None:
+        raise ValueError(f"a URL of {what} without credentials (user:password@): {why_no_secret}")
+    if "?" in v or "#" in v:
+        raise ValueError(f"a URL of {what} without a query (?...) or fragment (#...), which may hold a token (not "
+                         f"shown): {why_no_secret}")
+    _host(u.hostname)
+    return v
 
 
 def is_loopback(host: str) -> bool:
