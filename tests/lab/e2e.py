@@ -169,3 +169,54 @@ def in_its_readiness_wait(lab, run: Run, host: str, new_argv: str, timeout: floa
         assert time.monotonic() < deadline and run.p.poll() is None, run.out
         time.sleep(0.2)
     time.sleep(0.5)  # the restart's own command has answered: the deploy is in the gate's wait
+
+
+# --- a lab monitoring host (role = "monitoring"): its Prometheus, Alertmanager and webhook receiver ----------
+SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
+DOWN_FOR_S = 2  # shorter than a replica's restart: a rollout's turn would page, were it not silenced
+
+
+def monitoring_overrides(floors: dict[str, float]) -> str:
+    """group_data/monitoring.py's lines for a lab: seconds, not minutes, and lab-webhook as the receiver."""
+    return (f'monitoring = {{**monitoring, "scrape_interval_s": {SCRAPE_S}, "evaluation_interval_s": {EVAL_S}, '
+            f'"rate_window_s": {WINDOW_S}, "group_wait_s": {GROUP_WAIT_S}, "group_interval_s": 1, '
+            '"receivers": [{"name": "lab", "webhook_url": "http://127.0.0.1:9099/alerts"}], '
+            f'"alerts": {{"accept_length_floor": {floors!r}, "accept_length_for_s": {FOR_S}, '
+            f'"replica_down_for_s": {DOWN_FOR_S}}}}}')
+
+def prometheus(lab, path: str, query: str | None = None, host: str = "mon-1") -> dict:
+    """Prometheus' API on the monitoring host; a query is sent URL-encoded (its braces and quotes as they are)."""
+    asked = f" -G --data-urlencode {shlex.quote('query=' + query)}" if query is not None else ""
+    return json.loads(sh(lab, host, f"curl -s --globoff --max-time 5{asked} 'http://127.0.0.1:9090{path}'"))
+
+
+def silences(lab, host: str = "mon-1") -> list[dict]:
+    return json.loads(sh(lab, host, "curl -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
+
+
+def notifications(lab, host: str = "mon-1") -> list[tuple[str, dict]]:
+    """(status, labels) of every alert in every notification lab-webhook got, in order."""
+    out = []
+    for line in sh(lab, host, "cat /var/lib/lab-webhook/received.jsonl 2>/dev/null").splitlines():
+        body = json.loads(line)["body"]
+        out += [(a["status"], a["labels"]) for a in body.get("alerts", [])]
+    return out
+
+
+def wait_for(what: str, check, timeout: float):
+    """check() until it gives something true (returned), or AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:g} s")
+
+
+def quiet_alerts(lab, settle_s: float) -> int:
+    """Wait until nothing fires and what resolved has been sent; the webhook's count of alerts then."""
+    wait_for("no alert firing", lambda: not [a for a in prometheus(lab, "/api/v1/alerts")["data"]["alerts"]
+                                             if a["state"] == "firing"], 90)
+    time.sleep(settle_s)
+    return len(notifications(lab))

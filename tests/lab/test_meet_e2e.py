@@ -1,5 +1,6 @@
 """Where features meet, on one lab: three PRO 6000 replicas and two A6000 replicas behind one smg
-(gw-1 routes both classes), and the lab's mirror (package index and model hub).
+(gw-1 routes both classes), the lab's mirror (package index and model hub), and mon-1 (Debian's
+Prometheus and Alertmanager, installed by the same deploy, scraping both classes).
 
 1. A controller with an empty cache (no pip wheel, no hub client wheels, no smg wheels) runs the
    first deploy of everything at once: an engine declared for the class of three, the A6000s'
@@ -8,7 +9,8 @@
    smg routing both; each wheel downloaded once.
 2. Both classes change in one run under load on both models through the gateway: a sampler on
    gw-1 never sees a replica listed in smg's discovery file while its server is down (one gateway
-   object writes the file for both classes), and not one request fails.
+   object writes the file for both classes), and not one request fails; every turn of both classes is
+   silenced on mon-1, no notification reaches its webhook, and no silence is left active.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import shlex
 import time
 
 import pytest
-from e2e import deploy, health, sh, summary_row, workdir
+from e2e import DOWN_FOR_S, EVAL_S, GROUP_WAIT_S, SCRAPE_S, deploy, health, monitoring_overrides, notifications, \
+    prometheus, quiet_alerts, sh, silences, summary_row, wait_for, workdir
 
 from fleet.layout import env_file, gateway_discovery_file
 from lab import hf
@@ -28,6 +31,7 @@ A6K = ["a6000-1", "a6000-2"]
 HOST = 'load_seconds = 1\nengine_import_seconds = 1\nworkloads = ["dflash-train"]\npreinstalled = {}\n'
 LAB = ('[lab]\nname = "meetlab"\nsubnet = "10.209.0.0/24"\n\n[[hosts]]\nname = "mirror-1"\nrole = "mirror"\n\n'
        '[[hosts]]\nname = "gw-1"\ngroup = "gateway"\nrole = "gateway"\n\n'
+       '[[hosts]]\nname = "mon-1"\ngroup = "monitoring"\nrole = "monitoring"\n\n'
        + "".join(f'[[hosts]]\nname = "{h}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation '
                  f'Edition"\ngpu_count = 1\ngpu_memory_mib = 97887\n{HOST}\n' for h in PRO)
        + "".join(f'[[hosts]]\nname = "{h}"\ngroup = "a6000"\ngpu_model = "NVIDIA RTX A6000"\ngpu_count = 2\n'
@@ -54,6 +58,7 @@ def a6000(endpoint: str, target: str, draft: str, more: str = "") -> str:
 
 
 GATEWAY = 'gateway = {**gateway, "routes": ["pro6000", "a6000"], "health_check_interval_s": 1}'
+MONITORING = monitoring_overrides({"pro6000": 3.0, "a6000": 3.0})
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,7 @@ def test_a_cold_controller_deploys_an_engine_weights_and_a_gateway_to_several_ho
     lab, tmp, m = meet
     cache = tmp_path / "empty-cache"  # no wheel of any kind
     cwd = workdir(tmp / "cold", pro6000=pro6000(m["index"]), a6000=a6000(m["endpoint"], m["target"], m["draft"]),
-                  gateway=GATEWAY)
+                  gateway=GATEWAY, monitoring=MONITORING)
     run = deploy(lab, cwd, env={**ENV, "SGLANG_FLEET_CACHE": str(cache)})
     assert run.returncode == 0, run.out[-6000:]
     for h in PRO:
@@ -89,6 +94,12 @@ def test_a_cold_controller_deploys_an_engine_weights_and_a_gateway_to_several_ho
     done = sorted(p.parent.name for p in cache.rglob("complete"))
     assert any(d.startswith("pip-") for d in done) and any(d.startswith("smg-") for d in done), done
     assert any(d.startswith("huggingface_hub-") for d in done), done
+    # mon-1 installed by the same run, scraping both classes' replicas and smg
+    assert " OK " in summary_row(run.out, "mon-1"), run.out
+    wanted = {("sglang", h) for h in PRO + A6K} | {("smg", "gw-1")}
+    wait_for("every replica and smg scraped", lambda: wanted <= {
+        (t["labels"]["job"], t["labels"].get("host")) for t in
+        prometheus(lab, "/api/v1/targets?state=active")["data"]["activeTargets"] if t["health"] == "up"}, 30)
 
 
 # On gw-1, every 0.2 s: the time, the replicas' addresses smg's discovery file lists, and each replica's /health.
@@ -103,7 +114,8 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
     lab, tmp, m = meet
     change = 'service = {**service, "environment": {"LAB_MEET": "2"}}'
     cwd = workdir(tmp / "both", pro6000=pro6000(m["index"], change),
-                  a6000=a6000(m["endpoint"], m["target"], m["draft"], change), gateway=GATEWAY)
+                  a6000=a6000(m["endpoint"], m["target"], m["draft"], change), gateway=GATEWAY, monitoring=MONITORING)
+    before = quiet_alerts(lab, GROUP_WAIT_S + 2)
     pid = sh(lab, "gw-1", f"setsid sh -c {shlex.quote(sampler(lab))} > /tmp/meet-samples 2>&1 < /dev/null & echo $!")
     url = f"http://{lab.host('gw-1').ip}:8000"
     try:
@@ -111,7 +123,7 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
                 Load(url, MODELS["a6000"], KEY, concurrency=4, max_tokens=32) as a6k_load:
             time.sleep(2)  # steady state first
             run = deploy(lab, cwd, env=ENV)
-            time.sleep(1)
+            time.sleep(DOWN_FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 3)  # what the turns would have fired
     finally:
         sh(lab, "gw-1", f"kill {int(pid)}")
     assert run.returncode == 0, run.out[-6000:]
@@ -132,3 +144,7 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
                 down_seen.add(ips[ip])
                 assert f"{ip}:30000" not in listed.split(","), (t, ips[ip], "listed while down", line)
     assert down_seen == set(PRO + A6K), down_seen  # every replica was restarted, and seen down
+    assert notifications(lab)[before:] == []  # both classes rolled, no page
+    made = [s for s in silences(lab) if s["createdBy"] == "sglang-fleet"]
+    assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} >= set(PRO + A6K)
+    assert {s["status"]["state"] for s in made} == {"expired"}

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import time
 
 import pytest
-from e2e import BIN, REPO, deploy, sh, summary_row, workdir
+from e2e import BIN, DOWN_FOR_S, EVAL_S, FOR_S, GROUP_WAIT_S, REPO, SCRAPE_S, WINDOW_S, deploy, monitoring_overrides, \
+    notifications, prometheus, quiet_alerts, sh, silences, summary_row, wait_for, workdir
 
 from fleet.monitoring import DASHBOARD, dashboard_queries
 from ops.loadgen import Load
@@ -25,20 +25,12 @@ from ops.loadgen import Load
 KEY = "mon-e2e-key-0123456789"
 ENV = {"SGLANG_FLEET_GATEWAY_KEY": KEY}
 MODEL = "qwen3.6-27b"
-SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
-DOWN_FOR_S = 2  # shorter than a replica's restart: a rollout's turn would page, were it not silenced
-MONITORING = (
-    f'monitoring = {{**monitoring, "scrape_interval_s": {SCRAPE_S}, "evaluation_interval_s": {EVAL_S}, '
-    f'"rate_window_s": {WINDOW_S}, "group_wait_s": {GROUP_WAIT_S}, "group_interval_s": 1, '
-    '"receivers": [{"name": "lab", "webhook_url": "http://127.0.0.1:9099/alerts"}], '
-    f'"alerts": {{"accept_length_floor": {{"pro6000": 3.0}}, "accept_length_for_s": {FOR_S}, '
-    f'"replica_down_for_s": {DOWN_FOR_S}}}}}')
+MONITORING = monitoring_overrides({"pro6000": 3.0})
 # When an alert can first reach the webhook after its condition begins: the rate window fills with the new
 # figures, the `for:` holds, a scrape and an evaluation see it, Alertmanager's group waits; plus slack for a
 # loaded machine (make test runs the unit tests beside).
 NOTIFY_BOUND_S = WINDOW_S + FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 10
 CONTROL = "PYTHONPATH=/usr/local/lib/sglang-double python3 -m sglang._lab_control"
-RECEIVED = "/var/lib/lab-webhook/received.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -50,33 +42,8 @@ def mon(lab_manager, tmp_path_factory):
     return lab, cwd, run
 
 
-def api(lab, path: str, query: str | None = None) -> dict:
-    """Prometheus' API on mon-1; a query is sent URL-encoded (its braces and quotes as they are)."""
-    asked = f" -G --data-urlencode {shlex.quote('query=' + query)}" if query is not None else ""
-    return json.loads(sh(lab, "mon-1", f"curl -s --globoff --max-time 5{asked} 'http://127.0.0.1:9090{path}'"))
-
-
-def notifications(lab) -> list[tuple[str, dict]]:
-    """(status, labels) of every alert in every notification the webhook got, in order."""
-    out = []
-    for line in sh(lab, "mon-1", f"cat {RECEIVED} 2>/dev/null").splitlines():
-        body = json.loads(line)["body"]
-        out += [(a["status"], a["labels"]) for a in body.get("alerts", [])]
-    return out
-
-
-def wait_for(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:g} s")
-
-
 def accept_lengths(lab) -> dict[str, float]:
-    result = api(lab, "/api/v1/query", "sglang_fleet:accept_length")["data"]["result"]
+    result = prometheus(lab, "/api/v1/query", "sglang_fleet:accept_length")["data"]["result"]
     return {r["metric"]["host"]: float(r["value"][1]) for r in result}
 
 
@@ -87,11 +54,11 @@ def test_the_deploy_installs_prometheus_and_alertmanager_and_scrapes_every_repli
     assert "SGLangAcceptLengthLow" in sh(lab, "mon-1", "cat /etc/prometheus/sglang-fleet/rules/class-pro6000.json")
 
     def all_up():
-        targets = api(lab, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        targets = prometheus(lab, "/api/v1/targets?state=active")["data"]["activeTargets"]
         up = {(t["labels"]["job"], t["labels"].get("host")) for t in targets if t["health"] == "up"}
         return {("sglang", "pro6000-1"), ("sglang", "pro6000-2"), ("smg", "gw-1")} <= up
     wait_for("every replica and smg scraped", all_up, 30)
-    labels = api(lab, "/api/v1/query", 'up{job="sglang"}')["data"]["result"][0]["metric"]
+    labels = prometheus(lab, "/api/v1/query", 'up{job="sglang"}')["data"]["result"][0]["metric"]
     assert {labels[k] for k in ("gpu_class", "served_model", "speculative")} == {"pro6000", MODEL, "DFLASH"}
 
     again = deploy(lab, cwd, env=ENV)
@@ -142,7 +109,7 @@ def test_every_dashboard_query_returns_data(mon):
     assert len(queries) >= 8
     with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=32):
         time.sleep(WINDOW_S + 2 * SCRAPE_S)  # a whole rate window of the load
-        empty = [q for q in queries if not api(lab, "/api/v1/query", q)["data"]["result"]]
+        empty = [q for q in queries if not prometheus(lab, "/api/v1/query", q)["data"]["result"]]
     assert empty == []
 
 
@@ -164,16 +131,9 @@ def test_a_replica_stopped_by_hand_or_whose_metrics_hang_fires_its_down_alert(mo
             and n[1]["host"] == h], NOTIFY_BOUND_S + 30)  # + its load
 
 
-def silences(lab) -> list[dict]:
-    return json.loads(sh(lab, "mon-1", "curl -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
-
-
 def test_a_rolling_change_behind_smg_pages_no_one_and_leaves_no_silence(mon, tmp_path):
     lab, _, _ = mon
-    wait_for("no alert firing before the change", lambda: not [
-        a for a in api(lab, "/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"], 60)
-    time.sleep(GROUP_WAIT_S + 2)  # what was resolved has been sent
-    before = len(notifications(lab))
+    before = quiet_alerts(lab, GROUP_WAIT_S + 2)
     cwd = workdir(tmp_path, monitoring=MONITORING, pro6000='speculative = {**speculative, "block_size": 8}')
     with Load(f"http://{lab.host('gw-1').ip}:8000", MODEL, KEY, concurrency=4, max_tokens=32) as load:
         run = deploy(lab, cwd, env=ENV)
