@@ -253,6 +253,15 @@ def class_rules(mon: Monitoring, gpu_class: str, spec: ClassSpec, floor: float |
                f"a hung scheduler: journalctl -u {unit}.service; make rollback HOST={{{{ $labels.host }}}} "
                "if it began with a change"),
     ]
+    # what the server says it serves (its model_name) against what group_data declares (the target's label)
+    declared = f'label_replace(sglang:num_running_reqs{{{sel}}}, "serves", "$1", "served_model", "(.*)")'
+    running = f'label_replace(sglang:num_running_reqs{{{sel}}}, "serves", "$1", "model_name", "(.*)")'
+    alerts.append(_alert(
+        "SGLangServesOtherThanDeclared", f"{declared} unless on (host, serves) {running}", a.replica_down_for_s,
+        "page", f"{gpu_class} replica {{{{ $labels.host }}}} serves {{{{ $labels.model_name }}}}, not "
+        "{{ $labels.served_model }}",
+        f"a unit changed by hand or a deploy not finished: make status ARGS='--limit {{{{ $labels.host }}}}', "
+        "then make deploy"))
     if floor is not None:
         alerts.insert(0, _alert(
             "SGLangAcceptLengthLow", f'{ACCEPT_LENGTH}{{gpu_class="{gpu_class}"}} < {floor:g}', a.accept_length_for_s,

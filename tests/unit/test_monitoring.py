@@ -254,6 +254,17 @@ CASES = {
                         "with a change"})),
     "requests running and tokens made": (
         [series(f"sglang:num_running_reqs{{{P}}}", "4x100"), *accept(3)], "SGLangThroughputCollapsed", "15m", []),
+    "a replica serving another model than declared": (
+        [series(f'sglang:num_running_reqs{{{P},served_model="qwen3.6-27b",model_name="qwen3-8b"}}', "0x40")],
+        "SGLangServesOtherThanDeclared", "10m", fires("SGLangServesOtherThanDeclared", {
+            **HOST, "job": "sglang", "served_model": "qwen3.6-27b", "model_name": "qwen3-8b", "serves": "qwen3.6-27b",
+            "severity": "page"},
+            {"summary": "pro6000 replica pro6000-1 serves qwen3-8b, not qwen3.6-27b",
+             "runbook": "a unit changed by hand or a deploy not finished: make status ARGS='--limit pro6000-1', "
+                        "then make deploy"})),
+    "a replica serving the model declared": (
+        [series(f'sglang:num_running_reqs{{{P},served_model="qwen3.6-27b",model_name="qwen3.6-27b"}}', "0x40")],
+        "SGLangServesOtherThanDeclared", "10m", []),
     "the gateway down": ([series(f"up{{{G}}}", "0x40")], "SmgDown", "5m", fires(
         "SmgDown", {"job": "smg", "gateway": "gateway", "host": "gw-1", "severity": "page"},
         {"summary": "gateway gateway (gw-1): smg's /metrics does not answer",
