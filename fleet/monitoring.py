@@ -177,7 +177,7 @@ def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
                     for lv in c.get("levels", []):
                         if lv.get("concurrency") == objective and isinstance(lv.get("accept_length"), (int, float)):
                             return float(lv["accept_length"])
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):  # not the shape of a record: no figure
         return None
     return None
 
@@ -199,8 +199,8 @@ def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> 
     for c, spec in classes.items():
         path = tuning_dir / f"{c}.json"
         try:
-            record = json.loads(path.read_text()) if path.is_file() else None
-        except (OSError, ValueError):
+            record = load_json(path.read_text(), str(path)) if path.is_file() else None
+        except (OSError, ValueError):  # Unreadable is a ValueError
             record = None
         out[c] = accept_length_floor(mon, c, spec, record if isinstance(record, dict) else None)
     return out

@@ -137,6 +137,7 @@ def test_the_floor_is_declared_or_a_fraction_of_the_tuned_figure_at_the_tuned_co
     assert accept_length_floor(mon, "pro6000", spec, record(99, 5.0)) == 1.4  # not measured: the winner's
     assert accept_length_floor(mon, "pro6000", spec, None) is None
     assert accept_length_floor(mon, "pro6000", spec, {"objective": "garbage"}) is None
+    assert accept_length_floor(mon, "pro6000", spec, {"objective": {"concurrency": 32}, "candidates": [7, None]}) is None
     assert accept_length_floor(MON, "pro6000", CLASSES["pro6000"].model_validate(
         {**CLASSES["pro6000"].model_dump(), "speculative": {"algorithm": "none"}}), None) is None
 
