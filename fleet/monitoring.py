@@ -260,7 +260,7 @@ def class_rules(mon: Monitoring, gpu_class: str, spec: ClassSpec, floor: float |
         "SGLangServesOtherThanDeclared", f"{declared} unless on (host, serves) {running}", a.replica_down_for_s,
         "page", f"{gpu_class} replica {{{{ $labels.host }}}} serves {{{{ $labels.model_name }}}}, not "
         "{{ $labels.served_model }}",
-        f"a unit changed by hand or a deploy not finished: make status ARGS='--limit {{{{ $labels.host }}}}', "
+        "a unit changed by hand or a deploy not finished: make status ARGS='--limit {{ $labels.host }}', "
         "then make deploy"))
     if floor is not None:
         alerts.insert(0, _alert(
@@ -439,6 +439,23 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
         defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
         active={u: one(f"active:{u}", _STATE) for u in UNITS},
         ready=is_ready(said.get("ready", "")))
+
+
+def live_files_command() -> str:
+    """The live bundle's files and their sha1, one `SHA1  ./PATH` line each (sha1sum's)."""
+    return f"cd {shlex.quote(LIVE)}/ 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 -r sha1sum"
+
+
+_LIVE_LINE = re.compile(r"([0-9a-f]{40}) {2}\./([A-Za-z0-9._/-]{1,200})")
+
+
+def bundle_changes(files: dict[str, str], live_answer: str) -> list[str]:
+    """What a new bundle changes against the live one (live_files_command's answer): each file added,
+    changed or removed, as a dry run shows it; a line not of sha1sum's form is not read."""
+    live = {m.group(2): m.group(1) for line in live_answer.splitlines() if (m := _LIVE_LINE.fullmatch(line.strip()))}
+    out = [f"{p} added" for p in sorted(files) if p not in live]
+    out += [f"{p} changed" for p in sorted(files) if p in live and live[p] != hashlib.sha1(files[p].encode()).hexdigest()]
+    return out + [f"{p} removed" for p in sorted(live) if p not in files]
 
 
 def ready_command(mon: Monitoring) -> str:

@@ -18,14 +18,15 @@ import time
 from pathlib import Path
 
 from pyinfra import host
+from pyinfra.facts.server import Command
 from pyinfra.operations import python, server, systemd
 
 from adapter import run as runs
 from facts.monitoring import MonitoringFacts
 from fleet import bounds, hosts
 from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring import CONFIG, PACKAGES, UNITS, Monitoring, bundle_id, defaults_files, \
-    install_bundle_command, is_ready, ready_command
+from fleet.monitoring import CONFIG, PACKAGES, UNITS, Monitoring, bundle_changes, bundle_id, defaults_files, \
+    install_bundle_command, is_ready, live_files_command, ready_command
 from fleet.outcome import HostVerdict
 from fleet.rollout import sha1, write_command
 from tasks.common import HostLost, fail, run
@@ -66,7 +67,11 @@ def _converge(report, group_dir: Path) -> None:
                         commands=[write_command(p, defaults_files(mon)[p]) for p in changed_args]) \
         if changed_args or missing else None  # a fresh install writes Debian's own: put ours over them
     new_bundle = facts.live != bundle_id(files)
-    if new_bundle:
+    if new_bundle:  # what it changes, said before it is written (make dry shows it): one more read, on a change only
+        if facts.live:
+            said = host.get_fact(Command, live_files_command()) or ""
+            host.log_styled(f"monitoring configuration: {'; '.join(bundle_changes(files, said)) or 'no file changed'}",
+                            fg="cyan")
         server.shell(name=f"Configuration {bundle_id(files)} ({count} targets, checked with promtool and "
                           "amtool)", commands=[install])
     if missing or any(facts.active[u] != "active" for u in UNITS):

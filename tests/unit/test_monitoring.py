@@ -5,6 +5,7 @@ including a replica that restarts (a rollout's turn) inside the alert's `for:`."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from fleet.monitoring import (
     firing,
     accept_length_floor,
     bundle,
+    bundle_changes,
     bundle_id,
     dashboard_queries,
     describe_monitor,
@@ -378,3 +380,14 @@ def test_make_monitor_says_what_is_scraped_fires_and_is_silenced_and_survives_ga
         "  host=p2 until 2026-12-03T10:10:00Z by sglang-fleet: p2's turn"]
     broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "")
     assert "Prometheus' targets: could not read its answer" in broken and "Alertmanager's silences: could not" in broken
+
+
+def test_a_new_bundle_says_which_files_it_adds_changes_and_removes():
+    files = bundle(MON, TARGETS, CLASSES, {}, ["gateway"])
+    live = "\n".join(f"{hashlib.sha1(t.encode()).hexdigest()}  ./{p}" for p, t in files.items()
+                     if p != "rules/class-a6000.json")
+    live = live.replace(hashlib.sha1(files["prometheus.json"].encode()).hexdigest(), "0" * 40)
+    live += f"\n{'1' * 40}  ./rules/class-h200.json\n\x1b[31mgarbage ./../../etc/passwd"
+    assert bundle_changes(files, live) == ["rules/class-a6000.json added", "prometheus.json changed",
+                                           "rules/class-h200.json removed"]
+    assert bundle_changes(files, "") == [f"{p} added" for p in sorted(files)]

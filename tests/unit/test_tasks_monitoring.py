@@ -13,6 +13,7 @@ from answers import answer, record
 from builders import make_spec
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.server import Command
 
 from facts.monitoring import MonitoringFacts
 from fleet.monitoring import (
@@ -72,13 +73,16 @@ def converging(group_dir, facts: MonitoringHost):
                        {"pro6000": (["r1", "r2"], SPEC.model_dump(mode="json", exclude_defaults=True)),
                         "mon": (["mon"], {})})
     mon = fakes["mon"].host
-    mon.get_fact = lambda cls, **kw: {MonitoringFacts: facts}[cls]
+    mon.get_fact = lambda cls, *args, **kw: {MonitoringFacts: facts, Command: LIVE_FILES}[cls]
     with ctx_state.use(mon.state), ctx_host.use(mon):
         assert monitoring.is_monitoring(str(group_dir))
         monitoring.converge(str(group_dir))
+    converging.logged = fakes["mon"].logged  # what the task said on the host's log
     return this_run().report.hosts["mon"], lambda: bundle(
         MON, hosts.scrape_targets(mon.state.inventory, group_dir), {"pro6000": SPEC}, {"pro6000": None}, [])
 
+
+LIVE_FILES = f"{'0' * 40}  ./prometheus.json"  # the live bundle's files, as sha1sum lists them
 
 NOTHING = MonitoringHost({p: "" for p in PACKAGES}, "", {p: "" for p in DEFAULTS.values()}, {u: "" for u in UNITS})
 
@@ -128,6 +132,9 @@ def test_a_new_replica_changes_the_bundle_and_reloads_without_a_restart(group_di
     assert ops.names() == [f"Configuration {bundle_id(files)} (2 targets, checked with promtool and amtool)",
                            *(f"Reload {u} (its configuration changed)" for u in UNITS),
                            "Wait for Prometheus and Alertmanager to be ready with this configuration"]
+    changes = [line for line in converging.logged if line.startswith("monitoring configuration:")]
+    assert changes == ["monitoring configuration: alertmanager.json added; dashboards/sglang-fleet.json added; "
+                       "rules/class-pro6000.json added; prometheus.json changed"]
 
 
 def test_a_broken_monitoring_file_refuses_the_host_naming_the_field(group_dir, monkeypatch):
