@@ -443,7 +443,7 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
 
 def live_files_command() -> str:
     """The live bundle's files and their sha1, one `SHA1  ./PATH` line each (sha1sum's)."""
-    return f"cd {shlex.quote(LIVE)}/ 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 -r sha1sum"
+    return f"{{ cd {shlex.quote(LIVE)}/ && find . -type f -print0 | sort -z | xargs -0 -r sha1sum; }} 2>/dev/null; true"
 
 
 _LIVE_LINE = re.compile(r"([0-9a-f]{40}) {2}\./([A-Za-z0-9._/-]{1,200})")
