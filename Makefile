@@ -76,7 +76,7 @@ test-unit: venv host-packages
 
 # Two pytest processes at once: the lab's tests (one lab at a time, on this terminal) and the others,
 # unit and contract (their output in .test-unit.log, shown after): the lab's mostly wait on their
-# hosts (8 min of CPU in a 24 min run). Both must pass. The coverage is of the tests' own processes
+# hosts (10 min of CPU in a 28 min run). Both must pass. The coverage is of the tests' own processes
 # (unit, and the controller side of the lab's), combined; the deploys the lab tests run are pyinfra
 # processes of their own, not counted.
 COV := --cov=adapter --cov=tasks --cov=fleet --cov-report=
