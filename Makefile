@@ -23,8 +23,9 @@ venv: $(BIN)/.installed
 # configuration with promtool and amtool, taken out of Debian's packages (tools/debs.sh: downloaded once into
 # the cache, also the lab's package repository for its monitoring host).
 host-packages:
-	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && command -v shellcheck >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap shellcheck; }
+	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null && command -v shellcheck >/dev/null && \
+	  command -v dpkg-scanpackages >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap shellcheck dpkg-dev; }
 	@bash tools/debs.sh >/dev/null
 
 # The real SGLang 0.5.23 (CPU torch), cached outside the checkout, for the parser contract test.
