@@ -52,13 +52,13 @@ def scrape_targets(inventory, group_dir: Path) -> list[Scraped]:
     return out
 
 
-def monitoring_bundle(inventory, group_dir: Path, mon: Monitoring) -> dict[str, str]:
-    """The monitoring host's configuration for this inventory (fleet.monitoring.bundle): the deploy writes
-    it, make status compares it with the host's."""
+def monitoring_bundle(inventory, group_dir: Path, mon: Monitoring) -> tuple[dict[str, str], list[Scraped]]:
+    """The monitoring host's configuration for this inventory (fleet.monitoring.bundle), and the targets in it:
+    the deploy writes it, make status compares it with the host's."""
     classes = load_class_specs(group_dir)
     scraped = scrape_targets(inventory, group_dir)
     return bundle(mon, scraped, classes, floors(mon, classes, TUNING),
-                  sorted({t.labels["gateway"] for t in scraped if t.job == "smg"}))
+                  sorted({t.labels["gateway"] for t in scraped if t.job == "smg"})), scraped
 
 
 @dataclass(frozen=True)

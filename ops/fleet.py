@@ -113,7 +113,7 @@ class Fleet:
 def monitoring_status(fleet: Fleet, host, group: str, mon: Monitoring):
     """The monitoring host's row, in one round trip (facts.monitoring); its bundle compared to the one this
     inventory makes (tasks/monitoring.py writes it)."""
-    files = hosts.monitoring_bundle(fleet.state.inventory, GROUP_DIR, mon)
+    files, _ = hosts.monitoring_bundle(fleet.state.inventory, GROUP_DIR, mon)
     facts, ready, alerts = fleet.fact(host, MonitoringStatus, ready=ready_command(mon),
                                       alerts_url=mon.url(mon.prometheus_port, "/api/v1/alerts"))
     return status.judge_monitoring(host.name, group, facts, ready, alerts, bundle_id(files))

@@ -13,7 +13,6 @@ A host added to the inventory is scraped after the next deploy (this host's bund
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from adapter import run as runs
 from facts.monitoring import MonitoringFacts
 from fleet import bounds, hosts
 from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring import CONFIG, PACKAGES, UNITS, Monitoring, bundle_changes, bundle_id, defaults_files, \
+from fleet.monitoring import PACKAGES, UNITS, Monitoring, bundle_changes, bundle_id, defaults_files, \
     install_bundle_command, is_ready, live_files_command, ready_command
 from fleet.outcome import HostVerdict
 from fleet.rollout import sha1, write_command
@@ -49,9 +48,7 @@ def _converge(report, group_dir: Path) -> None:
     try:
         group = next(g for g in host.groups if g in monitoring_files(group_dir))
         mon = load_monitoring(group_dir, load_class_specs(group_dir))[group]
-        files = hosts.monitoring_bundle(host.state.inventory, group_dir, mon)
-        jobs = json.loads(files[CONFIG])["scrape_configs"]
-        count = sum(len(c["targets"]) for j in jobs if j["job_name"] in ("sglang", "smg") for c in j["static_configs"])
+        files, scraped = hosts.monitoring_bundle(host.state.inventory, group_dir, mon)
         install = install_bundle_command(files, bundle_id(files))
     except (SpecError, ValueError) as e:
         return refused(report, [f"{host.name}: monitoring: {p}" for p in getattr(e, "problems", [str(e)])])
@@ -72,7 +69,7 @@ def _converge(report, group_dir: Path) -> None:
             said = host.get_fact(Command, live_files_command()) or ""
             host.log_styled(f"monitoring configuration: {'; '.join(bundle_changes(files, said)) or 'no file changed'}",
                             fg="cyan")
-        server.shell(name=f"Configuration {bundle_id(files)} ({count} targets, checked with promtool and "
+        server.shell(name=f"Configuration {bundle_id(files)} ({len(scraped)} targets, checked with promtool and "
                           "amtool)", commands=[install])
     if missing or any(facts.active[u] != "active" for u in UNITS):
         for unit in UNITS:

@@ -67,7 +67,7 @@ class Ops:
 
 
 def converging(group_dir, facts: MonitoringHost):
-    """The monitoring host's row after converge(), and the bundle its inventory makes."""
+    """The monitoring host's row after converge(), the bundle its inventory makes, what the task logged."""
     fakes = fake_hosts({"r1": Script({}), "r2": Script({}), "mon": Script({})},
                        {"r1": {"ssh_hostname": "10.0.0.1"}, "r2": {"ssh_hostname": "10.0.0.2"}},
                        {"pro6000": (["r1", "r2"], SPEC.model_dump(mode="json", exclude_defaults=True)),
@@ -77,9 +77,9 @@ def converging(group_dir, facts: MonitoringHost):
     with ctx_state.use(mon.state), ctx_host.use(mon):
         assert monitoring.is_monitoring(str(group_dir))
         monitoring.converge(str(group_dir))
-    converging.logged = fakes["mon"].logged  # what the task said on the host's log
     return this_run().report.hosts["mon"], lambda: bundle(
-        MON, hosts.scrape_targets(mon.state.inventory, group_dir), {"pro6000": SPEC}, {"pro6000": None}, [])
+        MON, hosts.scrape_targets(mon.state.inventory, group_dir), {"pro6000": SPEC}, {"pro6000": None}, []), \
+        fakes["mon"].logged
 
 
 LIVE_FILES = f"{'0' * 40}  ./prometheus.json"  # the live bundle's files, as sha1sum lists them
@@ -94,7 +94,7 @@ def converged(files) -> MonitoringHost:
 
 def test_a_new_monitoring_host_gets_the_packages_arguments_bundle_and_a_restart(group_dir, monkeypatch):
     ops = Ops(monkeypatch)
-    row, made = converging(group_dir, NOTHING)
+    row, made, _ = converging(group_dir, NOTHING)
     files = made()
     assert ops.names() == [
         "Install prometheus, prometheus-alertmanager (apt)",
@@ -112,7 +112,7 @@ def test_a_converged_monitoring_host_is_read_in_one_command_and_left_as_it_is(gr
     ops = Ops(monkeypatch)
     files = converging(group_dir, NOTHING)[1]()  # what it would write
     ops.queued.clear()
-    row, _ = converging(group_dir, converged(files))
+    row, _, _ = converging(group_dir, converged(files))
     assert ops.names() == []  # its facts said ready: no operation, no second command
     assert row.action == "none (already as declared)" and row.verdict == "OK"
     not_ready = converged(files)
@@ -128,11 +128,11 @@ def test_a_new_replica_changes_the_bundle_and_reloads_without_a_restart(group_di
     old = converged(files)
     stale = MonitoringHost(old.installed, "0123456789abcdef", old.defaults_sha1, old.active)
     ops.queued.clear()
-    row, _ = converging(group_dir, stale)
+    row, _, logged = converging(group_dir, stale)
     assert ops.names() == [f"Configuration {bundle_id(files)} (2 targets, checked with promtool and amtool)",
                            *(f"Reload {u} (its configuration changed)" for u in UNITS),
                            "Wait for Prometheus and Alertmanager to be ready with this configuration"]
-    changes = [line for line in converging.logged if line.startswith("monitoring configuration:")]
+    changes = [line for line in logged if line.startswith("monitoring configuration:")]
     assert changes == ["monitoring configuration: alertmanager.json added; dashboards/sglang-fleet.json added; "
                        "rules/class-pro6000.json added; prometheus.json changed"]
 
@@ -140,7 +140,7 @@ def test_a_new_replica_changes_the_bundle_and_reloads_without_a_restart(group_di
 def test_a_broken_monitoring_file_refuses_the_host_naming_the_field(group_dir, monkeypatch):
     (group_dir / "mon.py").write_text('monitoring = {"scrape_interval_s": 0}\n')
     ops = Ops(monkeypatch)
-    row, _ = converging(group_dir, NOTHING)
+    row, _, _ = converging(group_dir, NOTHING)
     assert row.verdict == "REFUSED" and any("monitoring.scrape_interval_s" in r for r in row.reasons), row.reasons
     assert ops.names() == ["Refuse host (preflight failed)"]
 
