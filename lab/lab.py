@@ -519,11 +519,17 @@ def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, p
         f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
     for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
         log(f"warning: {w}")
+    _network(lab.name, rec, lab.subnet.prefixlen)
+
+
+def _network(lab_name: str, rec: dict, prefixlen: int) -> None:
+    """The host's network namespace, its veth into the bridge, its address: made afresh, as a box boots."""
+    ns, veth = rec["netns"], rec["veth"]
     run("ip", "netns", "add", ns)
     run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
     _disable_ipv6(veth)
-    run("ip", "link", "set", veth, "master", lab.name + "0", "up")
-    run("ip", "-n", ns, "addr", "add", f"{rec['ip']}/{lab.subnet.prefixlen}", "dev", "eth0")
+    run("ip", "link", "set", veth, "master", lab_name + "0", "up")
+    run("ip", "-n", ns, "addr", "add", f"{rec['ip']}/{prefixlen}", "dev", "eth0")
     run("ip", "-n", ns, "link", "set", "lo", "up")
     run("ip", "-n", ns, "link", "set", "eth0", "up")
 
@@ -550,14 +556,20 @@ def _boot(lab_name: str, rec: dict) -> None:
     argv = [
         "systemd-nspawn", "-q", "-D", str(hdir / "root"), "-M", name, "-b", "--console=passive",
         "--register=no", "--keep-unit", f"--network-namespace-path={RUN_NETNS / rec['netns']}",
-        # a monitoring host's apt installs Debian's monitoring packages from here (tools/debs.sh), read-only
-        *([f"--bind-ro={provision.debs_dir()}:{provision.LAB_DEBS}"] if rec["entry"]["role"] == "monitoring" else []),
+        # a monitoring or gateway host's apt installs Debian's packages from here (tools/debs.sh), read-only
+        *([f"--bind-ro={provision.debs_dir()}:{provision.LAB_DEBS}"] if rec["entry"]["role"] in provision.APT_ROLES
+          else []),
+        # a gateway host's keepalived moves the floating address in its own network namespace (and a handoff
+        # routes there): CAP_NET_ADMIN there, as on a real host
+        *(["--capability=CAP_NET_ADMIN"] if rec["entry"]["role"] == "gateway" else []),
     ]
     with open(hdir / "console.log", "ab") as out:
         subprocess.run(
             ["setsid", "-f", "sh", "-c", BOOT_SCRIPT, "lab-boot", str(pidfile), *argv],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True,
-            env={**os.environ, "CGROUP_PROCS": " ".join(procs)},
+            env={**os.environ, "CGROUP_PROCS": " ".join(procs),
+                 # its /proc/sys/net writable (its own namespace's): the handoff's sysctls, as on a real host
+                 **({"SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"} if rec["entry"]["role"] == "gateway" else {})},
         )
     # until the launcher has exec'd nspawn: before, its pid is a shell, which boot checks and
     # teardown would take for a host already gone
@@ -834,6 +846,40 @@ def link(name: str, up: bool) -> None:
     run("ip", "-n", host["netns"], "link", "set", "eth0", "up" if up else "down")
 
 
+def power(name: str, on: bool) -> None:
+    """Cut a host's power (off) or boot it again (on). Off: its nspawn and every process of it killed at once
+    (SIGKILL: nothing shuts down, nothing is given away), and its network namespace gone with whatever its
+    kernel held there (addresses keepalived added, routes, nftables): it answers nothing. On: a fresh
+    namespace and link, booted from its disk as it was; returns once it answers SSH."""
+    st = _read_state()
+    host = _running_host(name)
+    pid = _pid_of(host)
+    if not on:
+        if _alive_nspawn(pid, name):
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            left = _cgroup_pids(st["lab_name"], name)
+            if not left and not _alive_nspawn(pid, name):
+                break
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        if (RUN_NETNS / host["netns"]).exists():
+            run("ip", "netns", "del", host["netns"])  # its veth with it
+        shutil.rmtree(NSPAWN_RUN / "propagate" / name, ignore_errors=True)
+        return
+    if _alive_nspawn(pid, name):
+        raise LabError(f"{name} runs already: power it off first")
+    if not (RUN_NETNS / host["netns"]).exists():
+        _network(st["lab_name"], host, ipaddress.ip_network(st["subnet"]).prefixlen)
+    _boot(st["lab_name"], host)
+    _wait_ready(Lab(st["lab_name"], Path(st["lab_file"]), st["subnet"],
+                    [LabHost(host["name"], host["ip"], host["group"], host["entry"])]), quiet_ok=True)
+
+
 def throttle(name: str, kbit: int | None) -> None:
     """Slow what leaves a host to `kbit` kbit/s, or (None) take the limit away: a token bucket (tc tbf) on
     the eth0 inside the host's own network namespace, so its answers (a mirror's downloads) go out at
@@ -901,11 +947,15 @@ def main(argv: list[str] | None = None) -> int:
     p_link = sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)")
     p_link.add_argument("host")
     p_link.add_argument("state", choices=("down", "up"))
+    p_power = sub.add_parser("power", help="cut a host's power (off: killed at once, its network gone) or boot it "
+                                           "again (on)")
+    p_power.add_argument("host")
+    p_power.add_argument("state", choices=("off", "on"))
     p_throttle = sub.add_parser("throttle", help="slow what leaves a host to KBIT kbit/s (off: full speed again)")
     p_throttle.add_argument("host")
     p_throttle.add_argument("kbit", help="kbit/s, or off")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "throttle"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "power", "throttle"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
     holder = _session_holder() if args.cmd in ("up", "down") else None
@@ -926,6 +976,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "link":
             link(args.host, args.state == "up")
             print(f"{args.host}: link {args.state}")
+            return 0
+        if args.cmd == "power":
+            power(args.host, args.state == "on")
+            print(f"{args.host}: power {args.state}")
             return 0
         if args.cmd == "throttle":
             kbit = None if args.kbit == "off" else int(args.kbit) if args.kbit.isdigit() else args.kbit

@@ -331,13 +331,16 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
         extra = _provision_mirror(root, entry, ip)
     elif entry["role"] == "monitoring":
         extra = _provision_monitoring(root)
+    if entry["role"] in APT_ROLES:
+        _lab_apt(root)
     host_json = {"name": name, "group": entry.get("group"), "role": entry["role"], **extra,
                  "ssh_user": entry["ssh_user"], "ip": ip, "lab": lab_name}
     write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
     return warnings
 
 
-LAB_DEBS = "/srv/lab-debs"  # a monitoring host's apt repository: tools/debs.sh's directory, bind-mounted read-only
+LAB_DEBS = "/srv/lab-debs"  # a monitoring or gateway host's apt repository: tools/debs.sh's directory, read-only
+APT_ROLES = ("monitoring", "gateway")  # hosts the deploy installs Debian's packages on (Prometheus; keepalived)
 WEBHOOK_PORT = 9099
 WEBHOOK_LOG = "/var/lib/lab-webhook/received.jsonl"
 WEBHOOK_UNIT = f"""[Unit]
@@ -355,18 +358,21 @@ WantedBy=multi-user.target
 
 
 def debs_dir() -> Path:
-    """Debian's monitoring packages and their dependencies, downloaded once (tools/debs.sh)."""
+    """Debian's packages of the hosts without a GPU and their dependencies, downloaded once (tools/debs.sh)."""
     script = Path(__file__).resolve().parents[1] / "tools/debs.sh"
     return Path(subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True,
                                timeout=900).stdout.strip().splitlines()[-1])
 
 
-def _provision_monitoring(root: Path) -> dict[str, Any]:
-    """The lab's Debian repository as the host's only apt source (the host reaches no other), and the
-    webhook receiver Alertmanager is pointed at. Prometheus and Alertmanager come with the deploy."""
+def _lab_apt(root: Path) -> None:
+    """The lab's Debian repository as the host's only apt source: the host reaches no other."""
     write(root, "/etc/apt/sources.list", f"deb [trusted=yes] file:{LAB_DEBS} ./\n")
     for f in _inside(root, "/etc/apt/sources.list.d").glob("*"):
         f.unlink()
+
+
+def _provision_monitoring(root: Path) -> dict[str, Any]:
+    """The webhook receiver Alertmanager is pointed at. Prometheus and Alertmanager come with the deploy."""
     write(root, "/usr/local/bin/lab-webhook", (DOUBLES / "lab-webhook").read_bytes(), 0o755)
     write(root, "/etc/systemd/system/lab-webhook.service", WEBHOOK_UNIT)
     enable(root, "lab-webhook.service")

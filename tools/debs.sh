@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Debian's monitoring packages, downloaded once into the cache (outside the checkout), for two uses:
+# Debian's packages the deploy installs on hosts without a GPU, downloaded once into the cache (outside the
+# checkout), for two uses:
 #   - promtool and amtool for the tests (make test checks and unit-tests every generated rule with them),
 #     taken out of the packages with dpkg-deb, not installed: installing them here would start services;
-#   - the lab's package repository: a monitoring host of the lab installs them with apt from this
-#     directory (bind-mounted), as a real host does from its mirror.
+#   - the lab's package repository: a monitoring or gateway host of the lab installs them with apt from this
+#     directory (bind-mounted), as a real host does from its mirror (keepalived and nftables: a gateway pair).
 # The packages and everything they depend on, for this machine's Debian release; Packages indexes them.
-# Prints the directory. Rebuilt only when its `complete` mark is missing.
+# Prints the directory, named by the package list (a new list is a new directory, never an old one
+# without it). Rebuilt only when its `complete` mark is missing.
 set -euo pipefail
 
-PACKAGES=(prometheus prometheus-alertmanager prometheus-node-exporter)
+PACKAGES=(prometheus prometheus-alertmanager prometheus-node-exporter keepalived nftables)
 suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
-dir="${SGLANG_FLEET_CACHE:-$HOME/.cache/sglang-fleet}/debs/$suite"
+list=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-8)
+dir="${SGLANG_FLEET_CACHE:-$HOME/.cache/sglang-fleet}/debs/$suite-$list"
 if [[ -f "$dir/complete" ]]; then
   echo "$dir"
   exit 0
