@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gevent.lock import BoundedSemaphore
 
     from tasks.common import Begun
+    from tasks.gateway_turns import GroupTurns
     from tasks.rolling import ClassRoll, Gateway
 
 INTERRUPTED_EXIT = 130
@@ -37,7 +38,8 @@ class Run:
     begun: dict[str, Begun] = field(default_factory=dict)  # host -> its rollout begun and not ended
     lost: dict[str, str] = field(default_factory=dict)  # host -> why this run gave it up
     rolls: dict[str, ClassRoll] = field(default_factory=dict)  # gpu class -> its turns
-    gateways: dict[str, Gateway] = field(default_factory=dict)  # gateway host -> the one object that writes its file
+    gateways: dict[str, Gateway] = field(default_factory=dict)  # gateway (its hosts) -> the one object that writes its files
+    gateway_turns: dict[str, GroupTurns] = field(default_factory=dict)  # gateway group -> its hosts' restarts, in turn
     slots: dict[tuple[str, int], BoundedSemaphore] = field(default_factory=dict)  # hub endpoint -> its fetch slots
     resolved: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (endpoint, repo, branch) -> commit
     found: dict[str, object] = field(default_factory=dict)  # what is looked up once per run (the monitoring host)

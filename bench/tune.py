@@ -3,7 +3,7 @@ prints, never a timed test).
 
     .venv/bin/python bench/tune.py [--runs 2]   # make bench runs it
 
-On lab/gateway.toml (3 PRO 6000 replicas behind smg on gw-1, the SGLang double's speed model planting the
+On lab/gateway.toml (3 PRO 6000 replicas behind smg on gw-1 and gw-2, the SGLang double's speed model planting the
 best block size at 8 for concurrency 1 and at 4 for 32), converged first: `python -m ops tune` of pro6000-1
 over block sizes 4, 8, 12, 16 at concurrency 1 and 32 (max_tokens 32, one round: 8 and 32 requests), timed
 whole, and split into its candidates' deploys, their measurements and the return to the declared spec, from
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lab import lab as labmod  # noqa: E402
-from tests.lab.e2e import BIN, deploy, workdir  # noqa: E402
+from tests.lab.e2e import BIN, VRRP_ENV, deploy, floating, workdir  # noqa: E402
 
 KEY = "bench-tune-key-0123456789"
 TUNE = 'tune = {"concurrency": [1, 32], "rounds": 1, "max_tokens": 32}'
@@ -47,11 +47,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
-    os.environ["SGLANG_FLEET_GATEWAY_KEY"] = KEY
+    os.environ.update({"SGLANG_FLEET_GATEWAY_KEY": KEY, **VRRP_ENV})
     lab = labmod.up(REPO / "lab" / "gateway.toml")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cwd = workdir(Path(tmp) / "wd", pro6000=TUNE)
+            cwd = workdir(Path(tmp) / "wd", pro6000=TUNE, gateway=floating(lab.subnet))
             first = deploy(lab, cwd)
             if first.returncode:
                 raise SystemExit(f"bench: the first deploy failed:\n{first.out[-3000:]}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from fleet.floating import Floating
 from fleet.gateway import Gateway, GatewayRolling
 from fleet.monitoring import AlertBounds, Monitoring, Receiver
 from fleet.spec import (
@@ -69,6 +70,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("a process workload (an element of workloads)", ProcessWorkload),
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
     ("gateway.rolling", GatewayRolling),
+    ("gateway.floating (a gateway group of two or more hosts)", Floating),
     ("monitoring (in a monitoring file such as group_data/monitoring.py, not a class file)", Monitoring),
     ("monitoring.receivers (each)", Receiver),
     ("monitoring.alerts", AlertBounds),

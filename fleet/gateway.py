@@ -11,16 +11,18 @@ Facts about smg 1.13.0: ../shared/reference/smg-1.13.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from packaging.version import VERSION_PATTERN, Version
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet import layout
+from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
 from fleet.gate import CURL, local_address
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
     is_loopback
@@ -121,6 +123,9 @@ class Gateway(Strict):
                                          "for in-flight requests, 0..3600 s (smg's default).")
     rolling: GatewayRolling = Field(default_factory=GatewayRolling,
                                     description="How a replica of a class it routes leaves it and comes back.")
+    floating: Floating | None = Field(None, description="A floating address in front of two or more gateway hosts "
+                                      "(keepalived, VRRP; its own section below): required for a gateway group of "
+                                      "more than one host. Unset: one host, clients use its address.")
 
     @model_validator(mode="after")
     def _ports_apart(self) -> Gateway:
@@ -152,6 +157,15 @@ class Gateway(Strict):
         return layout.gateway_auth_header_file(self.unit)
 
     @property
+    def generation_file(self) -> str:
+        """What the unit, key and smg version add up to (generation()): a started smg copies it to running_file."""
+        return layout.gateway_generation_file(self.unit)
+
+    @property
+    def running_file(self) -> str:
+        return layout.gateway_running_file(self.unit)
+
+    @property
     def venv(self) -> str:
         return f"{self.install_dir}/venv"
 
@@ -162,6 +176,14 @@ class Gateway(Strict):
     def url(self, path: str) -> str:
         """The gateway's own URL, as a command on its host reaches it."""
         return f"http://{local_address(self.host)}:{self.port}{path}"
+
+
+def generation(unit_text: str, key_text: str | None, version: str) -> str:
+    """One word for what a started smg runs: its unit, its key file and its version. The unit's ExecStartPre
+    copies the declared one (generation_file) to running_file, so a run that wrote the files and was lost
+    before the restart leaves a gateway whose running generation tells it still needs one."""
+    text = "\0".join([unit_text, key_text or "", version])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def check_routes(gateways: dict[str, Gateway], classes: dict[str, ClassSpec]) -> list[str]:
@@ -253,6 +275,25 @@ def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str])
             f"{me.host} out would leave {me.served_model} with nothing to route to")
 
 
+def merged(views: dict[str, dict[str, str]]) -> dict[str, str]:
+    """One view of the replicas from each gateway's of a group ({gateway: {url: status}}), for the drain: a
+    replica is `ready` where every gateway says so; routed (a status that is not `draining`: what each says)
+    while any gateway still routes to it; `draining` where none does but one still lists it. One gateway:
+    its own view."""
+    if len(views) == 1:
+        return dict(next(iter(views.values())))
+    out = {}
+    for url in dict.fromkeys(u for view in views.values() for u in view):
+        said = {gw: view.get(url) for gw, view in views.items()}
+        if all(s == READY for s in said.values()):
+            out[url] = READY
+        elif any(s is not None and s != DRAINING for s in said.values()):
+            out[url] = ", ".join(f"{s or 'not registered'} in {gw}" for gw, s in said.items())
+        else:
+            out[url] = DRAINING
+    return out
+
+
 def routed(statuses: dict[str, str], url: str) -> bool:
     """smg may still send it new requests: it is registered and not draining."""
     return url in statuses and statuses[url] != DRAINING
@@ -284,12 +325,20 @@ def secret_args(gw: Gateway) -> list[str]:
 
 @dataclass(frozen=True)
 class GatewayHost:
-    """What the gateway host has: its Python (for which wheels), its machine, smg installed."""
+    """What the gateway host has: its Python (for which wheels), its machine, smg installed; smg's unit and
+    what its running smg started with; behind a floating address, its keepalived and interfaces."""
 
     python: str  # "3.11", '' if none
     machine: str  # uname -m
     smg: str  # installed smg version in the venv, '' if none
     problem: str = ""  # what the host answered that is not a Python version or a machine name
+    active: str = ""  # the smg unit's ActiveState
+    ready: bool = False  # smg's /readiness answered 200
+    running: str = ""  # the generation the running smg started with (its ExecStartPre's copy), '' if none
+    generation: str = ""  # the generation its files say (gateway.generation_file), '' if none
+    vrrp: Vrrp | None = None  # read where gateway.floating is declared
+    interfaces: tuple[Interface, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)  # sha1 of the floating address's files there (path -> sha1)
 
     @property
     def python_tag(self) -> str:
@@ -302,10 +351,14 @@ HOST_FIELDS = (
     ("machine", re.compile(r"[a-z0-9_]{1,16}", re.ASCII), "a machine name such as x86_64"),
     ("smg", re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}", re.ASCII), "a version such as 1.13.0"),
 )
+GENERATION = re.compile(r"[0-9a-f]{16}")
+SHA1_LINE = re.compile(r"^([0-9a-f]{40})  (/[^\n]{1,4096})$", re.M)
 
 
 def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
-    """The `@@python`, `@@machine` and `@@smg` records (facts/gateway.py)."""
+    """The records of facts/gateway.py's command: `@@python`, `@@machine`, `@@smg`, the unit's `@@active`,
+    `@@running` and `@@generation`, `@@ready`; where gateway.floating is declared `@@interfaces`, `@@files` and the
+    `@@vrrp-*` ones (fleet.floating.parse_vrrp)."""
     said = {f.key: (f.text or "").strip() for f in frames(answer)}
     values, problems = {}, []
     for key, pattern, what in HOST_FIELDS:
@@ -313,4 +366,15 @@ def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
         values[key] = text if pattern.fullmatch(text) else ""
         if text and not values[key]:
             problems.append(f"{key} {excerpt(text)} is not {what}")
-    return GatewayHost(**values, problem="; ".join(problems))
+    vrrp = parse_vrrp(said) if "vrrp-active" in said else None
+    if vrrp is not None and vrrp.problem:
+        problems.append(vrrp.problem)
+    return GatewayHost(**values, problem="; ".join(problems), active=said.get("active", "")[:32],
+                       ready=said.get("ready") == "200",
+                       running=_generation(said.get("running", "")), generation=_generation(said.get("generation", "")),
+                       vrrp=vrrp, interfaces=tuple(parse_interfaces(said.get("interfaces", ""))),
+                       files={path: sha for sha, path in SHA1_LINE.findall(said.get("files", ""))[:64]})
+
+
+def _generation(text: str) -> str:
+    return text if GENERATION.fullmatch(text) else ""

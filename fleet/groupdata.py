@@ -296,17 +296,19 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     gateways = load_gateways(group_dir, specs)
     monitors = load_monitoring(group_dir, specs)
     in_inventory = {c for c in specs if groups.get(c)}
-    # a gateway or monitoring group: one host, checked against the classes once the inventory has it
+    # a monitoring group: one host; a gateway group one, or more behind its floating address; each checked against
+    # the classes once the inventory has it
     one_host = [("monitoring", g, "one Prometheus scrapes the fleet, one Alertmanager sends its alerts",
                  lambda g=g: scrape_problems(g, specs, in_inventory)) for g in monitors]
-    one_host += [("gateway", g, "the rollout writes one discovery file and reads one /workers",
-                  lambda g=g, gw=gw: key_problems(g, gw, specs)) for g, gw in gateways.items()]
+    one_host += [("gateway", g, f"clients would not know which to use: declare gateway.floating in group_data/{g}.py, "
+                  "the address in front of them", lambda g=g, gw=gw: key_problems(g, gw, specs))
+                 for g, gw in gateways.items()]
     problems = []
     for kind, group, why, checked_against_classes in one_host:
         hosts = groups.get(group, [])
         if hosts:
             problems += checked_against_classes()
-        if len(hosts) > 1:
+        if len(hosts) > 1 and not (group in gateways and gateways[group].floating is not None):
             problems.append(f"inventory: {kind} group {group} has {len(hosts)} hosts ({', '.join(hosts)}); "
                             f"expected one: {why}")
     classes_of: dict[str, list[str]] = {}

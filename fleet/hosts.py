@@ -66,8 +66,18 @@ class Routing:
     """The gateway in the inventory that routes a class."""
 
     spec: Gateway
-    host: object  # the first host of its group (pyinfra's Host)
+    group: str  # its gateway group (group_data/<group>.py)
+    hosts: list  # every host of its group, inventory order (pyinfra's Hosts): one, or the group behind gateway.floating
     replicas: list[Replica]  # of every class it routes
+
+    @property
+    def name(self) -> str:
+        return group_name([h.name for h in self.hosts])
+
+
+def group_name(names: list[str]) -> str:
+    """A gateway group in messages: `gw-1`, `gw-1 and gw-2`, `gw-1, gw-2 and gw-3`."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def routing(inventory, gpu_class: str, group_dir: Path) -> Routing | None:
@@ -80,5 +90,5 @@ def routing(inventory, gpu_class: str, group_dir: Path) -> Routing | None:
     for group, gw in gateways.items():
         hosts = [h for h in inventory if group in h.groups]
         if gpu_class in gw.routes and hosts:
-            return Routing(gw, hosts[0], replicas(inventory, gw, group_dir))
+            return Routing(gw, group, hosts, replicas(inventory, gw, group_dir))
     return None

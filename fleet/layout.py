@@ -29,6 +29,12 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
   /etc/systemd/system/G.service, /etc/smg/G-workers.json, G.secret, G.auth
                                            a gateway unit G's unit, the workers it routes to, its
                                            API key (EnvironmentFile) and header file (0600)
+  /etc/smg/G.generation, /run/sglang-fleet/G.running
+                                           what G's files and smg add up to (fleet.gateway.generation),
+                                           and what the running smg started with (its ExecStartPre)
+  /etc/keepalived/keepalived.conf, sglang-fleet-auth.conf, /run/sglang-fleet/G.handoff, G.stopped
+                                           a gateway group's VRRP (fleet/floating.py): its config, its
+                                           password (0600), the deploy's and smg's hold on the election
 A new file is uploaded beside its live path as hidden `.NAME.sglang-fleet-new` (systemd ignores
 hidden files), so putting it live is an atomic rename on the same filesystem.
 """
@@ -120,6 +126,14 @@ def gateway_secret_file(unit: str) -> str:
 
 def gateway_auth_header_file(unit: str) -> str:
     return f"{GATEWAY_CONFIG_DIR}/{unit}.auth"
+
+
+def gateway_generation_file(unit: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}.generation"
+
+
+def gateway_running_file(unit: str) -> str:
+    return f"{LOCK_ROOT}/{unit}.running"
 
 
 def engine_dir(name: str) -> str:

@@ -8,10 +8,12 @@ into DFLASH: preflight refuses it on an engine that lacks it.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import jinja2
 
+from fleet import floating
 from fleet.gateway import KEY_VARIABLE, Gateway, launch_args, secret_args
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
@@ -134,11 +136,47 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
 
 
 def render_gateway_unit(gw: Gateway, group: str) -> str:
+    q = shlex.quote
+    stopped = q(floating.stopped_file(gw.unit)) if gw.floating is not None else ""
+    # what the started smg runs (fleet.gateway.generation), and behind a floating address keepalived's track file
+    start_pre = f"mkdir -p {q(floating.RUN_DIR)} && cp {q(gw.generation_file)} {q(gw.running_file)}" + (
+        f" && echo 0 > {stopped}" if stopped else "")
     return _env.get_template("smg.service.j2").render(
         gw=gw, group=group, command=launch_args(gw), secret_args=secret_args(gw),
         env_files=[gw.secret_file] if gw.api_key is not None else [],
         stop_timeout=_seconds(gw.shutdown_grace_period_s + 15),
+        start_pre=["/bin/sh", "-c", start_pre], stop_post=["/bin/sh", "-c", f"echo 1 > {stopped}"] if stopped else [],
     )
+
+
+def render_keepalived(gw: Gateway, group: str, host: str, members: list[str], interface: str, prefix: int) -> str:
+    """keepalived.conf of `host`, one of the gateway group's `members` (inventory order: its priority)."""
+    index = members.index(host)
+    return _env.get_template("keepalived.conf.j2").render(
+        floating=gw.floating, group=group, host=host, index=index, count=len(members),
+        instance=floating.instance(group), priority=floating.priority(index), interface=interface, prefix=prefix,
+        # keepalived runs it without a shell (its own word splitting): a plain command, no quoting
+        ready_command=f"{floating.TRACK_CURL} -s -o /dev/null --fail --max-time {floating.TRACK_INTERVAL_S} "
+                      f"{gw.url('/readiness')}",
+        track_interval=floating.TRACK_INTERVAL_S, track_fall=floating.TRACK_FALL, track_rise=floating.TRACK_RISE,
+        stopped_file=floating.stopped_file(gw.unit), handoff_file=floating.handoff_file(gw.unit),
+        auth_file=floating.AUTH_FILE, notify=floating.NOTIFY,
+    )
+
+
+def render_vrrp_auth(password: str) -> str:
+    """The 0600 file keepalived.conf includes in its authentication block (floating.password_problem checked it)."""
+    return f"# Managed by sglang-fleet: VRRP's password (0600, root only).\nauth_pass {password}\n"
+
+
+def render_keepalived_dropin() -> str:
+    return ("# Managed by sglang-fleet: the directory of keepalived's track files, there before it starts "
+            "(fleet/floating.py).\n[Service]\n" + f"ExecStartPre=/bin/mkdir -p {floating.RUN_DIR}\n")
+
+
+def render_gateway_sysctl() -> str:
+    return "# Managed by sglang-fleet: a gateway behind a floating address (fleet/floating.py).\n" + "".join(
+        f"{name} = {value}\n" for name, value in floating.SYSCTLS.items())
 
 
 def render_env(spec: ClassSpec) -> str:

@@ -113,15 +113,19 @@ def hub_token(spec: ClassSpec, environ: Mapping[str, str] = os.environ,
 
 
 def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = os.environ,
-             read_file: Callable[[Path], str] = Path.read_text) -> str:
-    """One API key, read now; SecretError naming the field, the source and the rule (never the value)."""
+             read_file: Callable[[Path], str] = Path.read_text,
+             problem: Callable[[str], str | None] = lambda v: None if API_KEY.match(v) else f"expected {KEY_RULE}",
+             what: str = "key") -> str:
+    """One secret (an API key unless `problem` says another rule), read now; SecretError naming the field,
+    the source and the rule (never the value)."""
     try:
         value = _read(source, environ, read_file)
     except LookupError as e:
         raise SecretError([f"{where}: {field_name}: {e}; expected the secret there"]) from None
-    if not API_KEY.match(value):
-        raise SecretError([f"{where}: {field_name}: the value of {source.describe()} is not a usable key: "
-                           f"expected {KEY_RULE} (the value is not shown)"])
+    broken = problem(value)
+    if broken:
+        raise SecretError([f"{where}: {field_name}: the value of {source.describe()} is not a usable {what}: "
+                           f"{broken} (the value is not shown)"])
     return value
 
 

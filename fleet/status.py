@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from fleet import guards, lock
 from fleet.engine import running_engine
 from fleet.hub import served_weights
+from fleet.floating import Vrrp, parse_vrrp
 from fleet.gateway import READY, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_serving
 from fleet.monitoring import MonitoringHost, firing, is_ready
@@ -49,6 +50,7 @@ class HostStatus:
     reasons: list[str] = field(default_factory=list)  # why the verdict: drift details, refusals, notes
     alerts: list[str] = field(default_factory=list)  # the alerts firing for this host, as Prometheus says
     firing: dict[str, list[str]] = field(default_factory=dict)  # the monitoring host's row: every host's alerts
+    floating: dict = field(default_factory=dict)  # a gateway behind a floating address: address, state, holds
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -132,8 +134,8 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
 
 
 def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], replicas: list[Replica]) -> HostStatus:
-    """The gateway host's row (facts.gateway.GatewayStatus read it): smg serving, its version, and
-    which declared replicas it routes to."""
+    """The gateway host's row (facts.gateway.GatewayStatus read it): smg serving, its version, which declared
+    replicas it routes to; behind a floating address, its keepalived's state and whether it holds the address."""
     unit = dict(line.split("=", 1) for line in read.get("unit", "").splitlines() if "=" in line)
     row = HostStatus(host, gpu_class=group, gpus="-", sglang=f"smg {read.get('installed') or 'not installed'}")
     row.unit = f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')}), {unit.get('UnitFileState') or 'no unit file'}"
@@ -155,7 +157,46 @@ def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], repl
     if unit.get("ActiveState") != "active" or row.health != 200 or len(ready) < len(replicas):
         row.verdict = UNHEALTHY
         row.reasons.insert(0, f"/readiness {row.health or 'no answer'}")
+    if gw.floating is not None:
+        _judge_floating(row, gw, parse_vrrp(read))
     return row
+
+
+def _judge_floating(row: HostStatus, gw: Gateway, v: Vrrp) -> None:
+    address = gw.floating.address
+    row.floating = {"address": address, "state": v.state or "-", "holds": v.holds}
+    why = next((text for text, yes in (
+        ("keepalived is not running", not v.active), (v.problem, bool(v.problem)),
+        ("held out of the election by a deploy's turn that did not end (the next make deploy finishes it)", v.handoff),
+        ("its smg stopped", v.stopped), ("keepalived says FAULT: its smg is not ready", v.state == "FAULT"))
+                if yes), "")
+    if why:
+        row.verdict = UNHEALTHY
+        row.reasons.append(f"floating address {address}: {why}")
+    if v.forwards_to or v.on_loopback:
+        left = [w for w, on in ((f"route to {v.forwards_to}", v.forwards_to), ("hold on the loopback", v.on_loopback))
+                if on]
+        row.reasons.append(f"floating address {address}: a handoff's {' and '.join(left)} is still there (a deploy's "
+                           "turn did not end: the next make deploy finishes it)")
+
+
+def with_floating(rows: list[HostStatus]) -> list[HostStatus]:
+    """Each gateway row of a group behind a floating address, with what the group's rows say together: which
+    holds the address, or that none does, or more than one (keepalived's on both sides of a split link)."""
+    groups: dict[tuple[str, str], list[HostStatus]] = {}
+    for r in rows:
+        if r.floating:
+            groups.setdefault((r.gpu_class, r.floating["address"]), []).append(r)
+    for (group, address), members in groups.items():
+        holders = [r.host for r in members if r.floating["holds"]]
+        for r in members:
+            r.floating["held_by"] = holders
+            if len(holders) != 1:
+                r.verdict = UNHEALTHY if r.verdict in (OK, DRIFT) else r.verdict
+                r.reasons.append(f"floating address {address}: " + (
+                    "held by no gateway of " + group + ": clients reach none" if not holders else
+                    f"held by {' and '.join(holders)} at once: each answers ARP for it (a split link?)"))
+    return rows
 
 
 def judge_monitoring(host: str, group: str, facts: MonitoringHost, ready: str, alerts: str,
@@ -223,6 +264,10 @@ def table(rows: list[HostStatus]) -> str:
         if r.drift:
             out.append(f"    drift: make deploy would {r.drift}")
         out += [f"    - {reason}" for reason in r.reasons]
+        if r.floating:
+            f = r.floating
+            out.append(f"    floating {f['address']}: {f['state']}" + (", holds it" if f["holds"] else "") + (
+                f"; held by {', '.join(f['held_by'])}" if f.get("held_by") and not f["holds"] else ""))
         if r.alerts:
             out.append(f"    firing: {', '.join(r.alerts)}")
     return "\n".join(out)

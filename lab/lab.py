@@ -509,7 +509,7 @@ def _is_mountpoint(p: Path) -> bool:
 
 def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str) -> None:
     """The host's overlay (its release's base below, its own upper dir), files and network."""
-    name, ns, veth = rec["name"], rec["netns"], rec["veth"]
+    name = rec["name"]
     hdir = HOSTS_DIR / name
     if hdir.exists():
         shutil.rmtree(hdir)

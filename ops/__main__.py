@@ -50,7 +50,8 @@ def host_status(fleet: Fleet, host) -> status.HostStatus:
         why = fleet.connect(host)
         if why:
             return status.unreachable(host.name, group, why)
-        return status.judge_gateway(host.name, group, gw, gateway_status(fleet, host, gw), hosts.replicas(fleet.state.inventory, gw, GROUP_DIR))
+        return status.judge_gateway(host.name, group, gw, gateway_status(fleet, host, gw, group),
+                                    hosts.replicas(fleet.state.inventory, gw, GROUP_DIR))
     group, spec, problems = fleet.spec_of(host)
     if spec is None:
         return status.refused(host.name, group, problems)
@@ -81,7 +82,8 @@ def contained_status(fleet: Fleet, host) -> status.HostStatus:
 def show_status(args) -> int:
     fleet = Fleet(args.inventory, args.limit)
     try:
-        rows = status.with_alerts(sorted(fleet.each(lambda h: contained_status(fleet, h)).values(), key=lambda r: r.host))
+        rows = status.with_floating(status.with_alerts(sorted(fleet.each(lambda h: contained_status(fleet, h)).values(),
+                                                              key=lambda r: r.host)))
     finally:
         fleet.close()
     if args.json:

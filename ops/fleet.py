@@ -119,7 +119,7 @@ def monitoring_status(fleet: Fleet, host, group: str, mon: Monitoring):
     return status.judge_monitoring(host.name, group, facts, ready, alerts, bundle_id(files))
 
 
-def gateway_status(fleet: Fleet, host, gw: Gateway) -> dict[str, str]:
-    """The gateway host's unit, smg's version, /readiness and /workers, in one round trip (facts.gateway)."""
-    return fleet.fact(host, GatewayStatus, unit=gw.service_unit, venv=gw.venv, readiness_url=gw.url("/readiness"),
-                      workers_url=gw.url("/workers"), auth_file=gw.auth_header_file if gw.api_key is not None else None)
+def gateway_status(fleet: Fleet, host, gw: Gateway, group: str) -> dict[str, str]:
+    """The gateway host's unit, smg's version, /readiness and /workers (and keepalived's, behind a floating
+    address), in one round trip (facts.gateway)."""
+    return fleet.fact(host, GatewayStatus, gw=gw, group=group)

@@ -31,7 +31,7 @@ import requests
 from fleet import hosts
 from fleet import tune
 from fleet.gate import url_host
-from fleet.gateway import Replica, parse_workers, peer_problem
+from fleet.gateway import Replica, merged, parse_workers, peer_problem
 from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
 from fleet.lock import owner
 from fleet.secrets import SecretError, resolve
@@ -82,8 +82,8 @@ class Tuner:
         self.url = f"http://{url_host(self.host.data.get('ssh_hostname') or self.name)}:{self.spec.service.port}"
         self.gateway, self.replicas = self._gateway()
 
-    def _gateway(self) -> tuple[object | None, list[Replica]]:
-        """The gateway host routing the class, as the deploy finds it, and the class's replicas. A gateway file
+    def _gateway(self) -> tuple[hosts.Routing | None, list[Replica]]:
+        """The gateway routing the class (its hosts), as the deploy finds it, and the class's replicas. A gateway file
         that does not validate refuses the tune (the deploy's lookup takes it for none: its run is refused already)."""
         try:
             load_gateways(GROUP_DIR, load_class_specs(GROUP_DIR))
@@ -92,8 +92,8 @@ class Tuner:
         gw = hosts.routing(self.fleet.state.inventory, self.group, GROUP_DIR)
         if gw is None:
             return None, []
-        self.gw_spec = gw.spec
-        return gw.host, [r for r in gw.replicas if r.gpu_class == self.group]
+        self.gw_spec, self.gw_group = gw.spec, gw.group
+        return gw, [r for r in gw.replicas if r.gpu_class == self.group]
 
     # --- 1. check ------------------------------------------------------------------------------------------
     def check(self) -> list[tune.Candidate]:
@@ -131,18 +131,19 @@ class Tuner:
         return row
 
     def _peer_problem(self) -> str | None:
-        gw, h = self.gw_spec, self.gateway
-        why = self.fleet.connect(h)
-        if why:
-            return f"unreachable: {why}"
-        read = gateway_status(self.fleet, h, gw)
+        views = {}
+        for h in self.gateway.hosts:  # every gateway of the group: a peer must be ready in each
+            why = self.fleet.connect(h)
+            if why:
+                return f"{h.name} unreachable: {why}"
+            read = gateway_status(self.fleet, h, self.gw_spec, self.gw_group)
+            try:
+                views[h.name] = parse_workers(read.get("workers"))
+            except Unreadable as e:
+                return f"{h.name}: {e}"
         self.fleet.close()
-        try:
-            statuses = parse_workers(read.get("workers"))
-        except Unreadable as e:
-            return str(e)
         me = next(r for r in self.replicas if r.host == self.name)
-        return peer_problem(me, self.replicas, statuses)
+        return peer_problem(me, self.replicas, merged(views))
 
     def _confirm(self, n: int) -> None:
         what = (f"{self.name} is behind no gateway: it stops serving for the tune ({n} restarts, then one more "

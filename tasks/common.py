@@ -239,17 +239,17 @@ class PeerError(Exception):
     """A command on another host of the run (a replica's gateway, the monitoring host) did not succeed."""
 
 
-def on_peer(peer, connect_lock, command: str, label: str, what: str) -> str:
+def on_peer(peer, connect_lock, command: str, label: str, what: str, bound: Bound | None = None) -> str:
     """Run `command` on `peer` from another host's greenlet: connected first where --limit left it out of
     pyinfra's connected hosts (one greenlet connects, under connect_lock); PeerError, naming `label`, if it
-    cannot be, or the command fails or finds the host lost."""
+    cannot be, or the command fails or finds the host lost. bound: a gateway command's unless given."""
     with connect_lock:
         if not peer.connected:
             peer.connect(reason=f"{label}, for another host's turn", show_errors=False)
     if not peer.connected:
         raise PeerError(f"{label}: cannot connect")
     try:
-        ok, out = run(peer, command, bounds.gateway(f"{label}: {what}"))
+        ok, out = run(peer, command, bound or bounds.gateway(f"{label}: {what}"))
     except HostLost as e:
         raise PeerError(e.why) from None
     if not ok:

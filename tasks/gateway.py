@@ -2,9 +2,14 @@
 deploy (each step changes only what differs, a second run changes nothing):
 
   install    smg's wheels, downloaded once by the controller into its cache for the host's
-             Python and machine, uploaded, installed with pip --no-index (no package index needed)
-  configure  the unit, its key (0600, never shown), the discovery file listing the replicas
-  activate   restart only if the unit, key or smg changed; wait until it answers /health
+             Python and machine, uploaded, installed with pip --no-index (no package index needed);
+             behind a floating address, Debian's keepalived and nftables (apt)
+  configure  the unit, its key (0600, never shown), the discovery file listing the replicas, the
+             generation a started smg records; keepalived's config (checked with keepalived -t), its
+             password (0600), its notify script, the sysctls of a gateway behind a floating address
+  activate   restart only where smg does not run what its files say; wait until it answers /health.
+             A group behind a floating address restarts in turns (tasks/gateway_turns.py): the
+             gateway holding the address hands it over first, so no request fails
 
 The replicas' rolling rollout (tasks/rolling.py) then reads its /workers and rewrites the
 discovery file as it takes replicas out and puts them back.
@@ -22,19 +27,20 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, python, server, systemd
-from pyinfra.operations.util import any_changed
 
 from facts.gateway import GatewayFacts
-from fleet import hosts
-from fleet import bounds
-from fleet.gateway import Gateway, GatewayHost, discovery_file, health_command
+from fleet import bounds, floating, hosts
+from fleet.floating import interface_for
+from fleet.gateway import Gateway, GatewayHost, discovery_file, generation, health_command
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
-from fleet.render import auth_header, render_gateway_secret, render_gateway_unit
+from fleet.render import auth_header, render_gateway_secret, render_gateway_sysctl, render_gateway_unit, \
+    render_keepalived, render_keepalived_dropin, render_vrrp_auth
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
 from adapter import run as runs
+from tasks import gateway_turns
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
 from tasks.install import upload
 from tasks.preflight import contained, refused
@@ -56,9 +62,21 @@ def _converge(report, group_dir: str) -> None:
     try:
         group = next(g for g in host.groups if g in gateway_files(Path(group_dir)))
         gw = load_gateways(Path(group_dir), load_class_specs(Path(group_dir)))[group]
-        key = read_key(gw.api_key, f"{group_dir}/{group}.py", "gateway.api_key") if gw.api_key else None
-        facts = host.get_fact(GatewayFacts, python=gw.python, venv=gw.venv)
+        where = f"{group_dir}/{group}.py"
+        key = read_key(gw.api_key, where, "gateway.api_key") if gw.api_key else None
+        password = read_key(gw.floating.password, where, "gateway.floating.password", problem=floating.password_problem,
+                            what="VRRP password") if gw.floating else None
+        facts = host.get_fact(GatewayFacts, gw=gw, group=group)
+        if facts.problem:
+            what = "a Python version, a machine name and keepalived's state" if gw.floating else \
+                "a Python version and a machine name"
+            raise WheelError(f"expected {what}, found {facts.problem}")
         wheels = cached_wheels(gw, facts) if facts.smg != gw.version else []  # a cold cache: fetched only if needed
+        iface = None
+        if gw.floating is not None:
+            iface, why = interface_for(gw.floating.address, list(facts.interfaces))
+            if iface is None:
+                return refused(report, [f"{host.name}: {where}: gateway.floating.address: {why}"])
     except (SpecError, SecretError) as e:
         return refused(report, e.problems)
     except WheelError as e:
@@ -69,8 +87,8 @@ def _converge(report, group_dir: str) -> None:
         files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
                    dest=gw.wheels_dir, exclude="complete", mode="644")
         installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
-    unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(render_gateway_unit(gw, group)), dest=gw.unit_file,
-                     mode="644")
+    unit_text = render_gateway_unit(gw, group)
+    unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(unit_text), dest=gw.unit_file, mode="644")
     files.directory(name="smg's configuration directory", path=os.path.dirname(gw.discovery_file), mode="755")
     key_file = header = listed = None
     if key is not None:
@@ -82,18 +100,78 @@ def _converge(report, group_dir: str) -> None:
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
         listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
                               commands=[write_command(gw.discovery_file, content)])
+    wanted = generation(unit_text, render_gateway_secret(key) if key is not None else None, gw.version)
+    if facts.generation != wanted:
+        server.shell(name=f"Generation {gw.generation_file} (what a restarted smg runs)",
+                     commands=[write_command(gw.generation_file, wanted + "\n")])
+    vrrp = _floating(gw, group, facts, iface, password) if gw.floating is not None else []
     systemd.daemon_reload(name="systemctl daemon-reload (the unit changed)", _if=unit.did_change)
-    systemd.service(name=f"Enable and start {gw.service_unit}", service=gw.service_unit, running=True, enabled=True)
+    systemd.service(name=f"Enable {gw.service_unit}", service=gw.service_unit, enabled=True)
     restart_for = [op for op in (unit, installed, key_file) if op is not None]
-    systemd.service(name=f"Restart {gw.service_unit} (its unit, key or smg changed)", service=gw.service_unit,
-                    restarted=True, _if=any_changed(*restart_for))
+    restarts = any(op.will_change for op in restart_for) or facts.running != wanted or facts.active != "active"
     changes = [what for what, op in ((f"install smg {gw.version}", installed), (f"update {gw.service_unit}", unit),
                                      ("update key", key_file), ("update auth header", header),
                                      ("update discovery file", listed)) if op is not None and op.will_change]
-    restarts = any(op.will_change for op in restart_for)
-    report.action = ", ".join(changes + (["restart"] if restarts else [])) or "none (already as declared)"
+    held = facts.vrrp is not None and (facts.vrrp.handoff or facts.vrrp.on_loopback)  # a lost run left its turn
+    report.action = ", ".join(changes + vrrp + (["restart"] if restarts else [])
+                              + (["finish a lost run's turn"] if held and not restarts else [])) \
+        or "none (already as declared)"
     report.verdict = "passed preflight"
-    python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
+    if gw.floating is None:
+        if restarts:
+            systemd.service(name=f"Restart {gw.service_unit} (it does not run what its files say)",
+                            service=gw.service_unit, restarted=True)
+        python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
+    elif restarts or held:
+        gateway_turns.enlist(host, group, first=held)
+        python.call(name=f"Restart {gw.service_unit} in its turn (the floating address handed over first)",
+                    function=gateway_turns.take_turn, gw=gw, group=group, restart=restarts)
+    elif facts.ready:
+        report.verdict = HostVerdict.OK  # read ready in the facts' one command: nothing to wait for
+    else:
+        python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
+
+
+def _floating(gw: Gateway, group: str, facts: GatewayHost, iface, password: str) -> list[str]:
+    """keepalived and what the handoff needs, converged where they differ; the changes, in the row's words."""
+    members = [h.name for h in host.state.inventory if group in h.groups]
+    config = render_keepalived(gw, group, host.name, members, iface.name, iface.network.network.prefixlen)
+    wanted = {floating.SYSCTL_FILE: render_gateway_sysctl(), floating.NOTIFY: floating.NOTIFY_PROGRAM,
+              floating.DROPIN: render_keepalived_dropin(), floating.CONFIG: config}
+    differ = {path for path, text in wanted.items() if facts.files.get(path) != sha1(text)}
+    if not facts.vrrp.installed:
+        server.shell(name=f"Install {', '.join(floating.PACKAGES)} (apt)",
+                     commands=["DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                               f"apt-get install -y -qq --no-install-recommends {' '.join(floating.PACKAGES)}"])
+    if floating.SYSCTL_FILE in differ:
+        server.shell(name=f"Sysctls {floating.SYSCTL_FILE} (ARP and redirects for the floating address)",
+                     commands=[write_command(floating.SYSCTL_FILE, wanted[floating.SYSCTL_FILE]),
+                               f"sysctl -q -p {floating.SYSCTL_FILE}"])
+    if floating.NOTIFY in differ:
+        server.shell(name=f"keepalived's notify script {floating.NOTIFY}",
+                     commands=[f"mkdir -p {os.path.dirname(floating.NOTIFY)}",
+                               write_command(floating.NOTIFY, wanted[floating.NOTIFY]), f"chmod 755 {floating.NOTIFY}"])
+    if floating.DROPIN in differ:
+        server.shell(name=f"keepalived's drop-in {floating.DROPIN} (its track files' directory first)",
+                     commands=[f"mkdir -p {os.path.dirname(floating.DROPIN)} {floating.RUN_DIR}",
+                               write_command(floating.DROPIN, wanted[floating.DROPIN]), "systemctl daemon-reload"])
+    auth = render_vrrp_auth(password)
+    if facts.files.get(floating.AUTH_FILE) != sha1(auth):
+        secret_file(name=f"VRRP password {floating.AUTH_FILE} (0600, not shown)", path=floating.AUTH_FILE, content=auth)
+        differ.add(floating.AUTH_FILE)
+    if floating.CONFIG in differ:  # checked by keepalived itself before it goes live
+        staged = staged_path(floating.CONFIG)
+        server.shell(name=f"keepalived {floating.CONFIG} (checked with keepalived -t)",
+                     commands=[write_command(staged, wanted[floating.CONFIG]), f"keepalived -t -f {staged}",
+                               f"mv -f {staged} {floating.CONFIG}"])
+    if not (facts.vrrp.active and facts.vrrp.enabled):
+        systemd.service(name=f"Enable and start {floating.UNIT}", service=floating.UNIT, running=True, enabled=True)
+    if differ & {floating.CONFIG, floating.AUTH_FILE} and facts.vrrp.active:
+        systemd.service(name=f"Reload {floating.UNIT} (its configuration changed)", service=floating.UNIT,
+                        reloaded=True)
+    return [what for what, did in ((f"install {', '.join(floating.PACKAGES)}", not facts.vrrp.installed),
+                                   ("update keepalived", bool(differ & {floating.CONFIG, floating.AUTH_FILE})),
+                                   ("update sysctls", floating.SYSCTL_FILE in differ)) if did]
 
 
 def converged(group_dir: str = "group_data") -> None:
@@ -136,8 +214,6 @@ def platforms(machine: str) -> list[str]:
 def cached_wheels(gw: Gateway, facts: GatewayHost) -> list[Path]:
     """smg, its dependencies and pip, for the host's Python and machine: downloaded once, kept in the
     controller's cache."""
-    if facts.problem:
-        raise WheelError(f"expected a Python version and a machine name, found {facts.problem}")
     if not facts.python or not facts.machine:
         raise WheelError(f"expected a Python at {gw.python} (gateway.python), found none")
     return downloaded(CACHE / "wheels" / f"smg-{gw.version}-{facts.python_tag}-{facts.machine}",

@@ -9,7 +9,7 @@ left as they are, serving, and their begun rollouts end without a change. A host
 training) stop in its own turn, just before its restart (fleet/activation.py).
 
 A class that a gateway in the inventory routes is also drained out of smg around each restart:
-fleet/rolling.py decides, Gateway here does the talking to the gateway host and the replica.
+fleet/rolling.py decides, Gateway here does the talking to the gateway (its hosts) and the replica.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from gevent.lock import BoundedSemaphore, Semaphore
 
 from fleet import activation, bounds, gate
 from fleet.gateway import Gateway as GatewaySpec
-from fleet.gateway import Replica, discovery_file, parse_workers, workers_command
-from fleet.hosts import routing
+from fleet.gateway import Replica, discovery_file, merged, parse_workers, workers_command
+from fleet.hosts import group_name, routing
 from fleet.outcome import HostVerdict
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.rollout import write_command
@@ -40,33 +40,43 @@ IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 @dataclass
 class Gateway:
-    """The gateway host of a class's rollout: its /workers and its discovery file, shared by the
-    class's replicas' turns."""
+    """The gateway of a class's rollout, its one host or every host of its group behind gateway.floating: what
+    each says of the replicas (/workers, merged: out when none routes to it, back when ready in all) and the
+    discovery file each routes by, shared by the class's replicas' turns. A gateway that cannot be read or
+    written stops the turn (GatewayError), as a lost host does."""
 
     spec: GatewaySpec
-    host: object  # pyinfra Host
+    hosts: list  # pyinfra Hosts, inventory order
     replicas: list[Replica]
     out: set[str] = field(default_factory=set)  # replicas out of the discovery file now
     file_lock: Semaphore = field(default_factory=Semaphore)
     connect_lock: Semaphore = field(default_factory=Semaphore)
 
-    def command(self, command: str, what: str) -> str:
+    @property
+    def name(self) -> str:
+        return group_name([h.name for h in self.hosts])
+
+    def command(self, host, command: str, what: str) -> str:
         try:
-            return on_peer(self.host, self.connect_lock, command, f"gateway {self.host.name}", what)
+            return on_peer(host, self.connect_lock, command, f"gateway {host.name}", what)
         except PeerError as e:
             raise GatewayError(str(e)) from None
 
     def statuses(self) -> dict[str, str]:
-        try:
-            return parse_workers(self.command(workers_command(self.spec), "GET /workers"))
-        except Unreadable as e:
-            raise GatewayError(f"gateway {self.host.name}: {e}") from None
+        views = {}
+        for h in self.hosts:
+            try:
+                views[h.name] = parse_workers(self.command(h, workers_command(self.spec), "GET /workers"))
+            except Unreadable as e:
+                raise GatewayError(f"gateway {h.name}: {e}") from None
+        return merged(views)
 
     def set_out(self, name: str, out: bool) -> None:
-        with self.file_lock:  # two replicas' turns must not write the file over each other
+        with self.file_lock:  # two replicas' turns must not write the files over each other
             (self.out.add if out else self.out.discard)(name)
-            self.command(write_command(self.spec.discovery_file, discovery_file(self.replicas, self.out)),
-                         f"writing {self.spec.discovery_file}")
+            for h in self.hosts:
+                self.command(h, write_command(self.spec.discovery_file, discovery_file(self.replicas, self.out)),
+                             f"writing {self.spec.discovery_file}")
 
 
 class ReplicaThrough:
@@ -74,7 +84,7 @@ class ReplicaThrough:
 
     def __init__(self, gateway: Gateway, host, pf, steps):
         self.gateway, self.host, self.pf, self.steps = gateway, host, pf, steps
-        self.name = gateway.host.name
+        self.name = gateway.name
 
     def statuses(self) -> dict[str, str]:
         return self.gateway.statuses()
@@ -158,15 +168,15 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
 
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
     """The gateway in the inventory that routes `gpu_class` (fleet.hosts.routing), or None. One object per
-    gateway host, whatever classes it routes: it alone writes its discovery file, so no class's turn can
+    gateway, whatever classes it routes: it alone writes its discovery files, so no class's turn can
     list another's drained replica."""
     found = routing(state.inventory, gpu_class, Path(group_dir))
     if found is None:
         return None  # no gateway in this inventory routes it: no drain around the restarts
     gateways = runs.of(state).gateways
-    if found.host.name not in gateways:
-        gateways[found.host.name] = Gateway(found.spec, found.host, found.replicas)
-    return gateways[found.host.name]
+    if found.name not in gateways:
+        gateways[found.name] = Gateway(found.spec, found.hosts, found.replicas)
+    return gateways[found.name]
 
 
 def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
@@ -236,7 +246,7 @@ def _left_out(roll: ClassRoll, host, e: BaseException) -> None:
     """The row of a replica whose rollout broke off out of its gateway says so."""
     if roll.gateway is not None:
         runs.of(host.state).report.host(host.name).reasons.append(
-            f"{host.name}: left out of gateway {roll.gateway.host.name}: its rollout broke off "
+            f"{host.name}: left out of gateway {roll.gateway.name}: its rollout broke off "
             f"({type(e).__name__}: {excerpt(str(e), 200)}); a later run that serves it puts it back")
 
 
@@ -257,7 +267,7 @@ def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
         return
     if serves(outcome):
         put_back(ReplicaThrough(roll.gateway, host, pf, steps))
-        steps.log(f"rolled back and serving: back in gateway {roll.gateway.host.name}", "yellow")
+        steps.log(f"rolled back and serving: back in gateway {roll.gateway.name}", "yellow")
 
 
 def _left(leave, roll: ClassRoll) -> activation.Outcome:

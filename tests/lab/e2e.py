@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -28,6 +29,22 @@ def workdir(tmp: Path, **overrides: str) -> Path:
         with open(tmp / "group_data" / f"{group}.py", "a") as f:
             f.write("\n" + text + "\n")
     return tmp
+
+
+# A gateway group of two hosts behind a floating address (lab/gateway.toml's gw-1 and gw-2): what group_data/gateway.py
+# gets in such a lab, the address the lab's subnet's .100, the VRRP password from this variable.
+VRRP_ENV = {"SGLANG_FLEET_VRRP_PASSWORD": "lab-vrrp"}
+FAILOVER_S = 5  # gateway.floating.failover_s: a holder silent for 3 advertisements (1 s each) and the election
+
+
+def floating_address(subnet: str) -> str:
+    return str(ipaddress.ip_network(subnet)[100])
+
+
+def floating(subnet: str) -> str:
+    """group_data/gateway.py's line for a lab (its subnet) whose gateway group has two hosts (lab/gateway.toml)."""
+    return (f'gateway = {{**gateway, "floating": {{"address": "{floating_address(subnet)}", "router_id": 51, '
+            f'"password": {{"env": "SGLANG_FLEET_VRRP_PASSWORD"}}, "failover_s": {FAILOVER_S}}}}}')
 
 
 def verify_checks() -> int:

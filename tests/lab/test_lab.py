@@ -426,7 +426,7 @@ def test_gateway_lab(lab_up):
     lab = lab_up(REPO / "lab" / "gateway.toml")
     assert [(h.name, h.ip) for h in lab.hosts] == [
         ("pro6000-1", "10.204.0.11"), ("pro6000-2", "10.204.0.12"), ("pro6000-3", "10.204.0.13"),
-        ("gw-1", "10.204.0.14"),
+        ("gw-1", "10.204.0.14"), ("gw-2", "10.204.0.15"),
     ]
     for h in lab.hosts:
         assert sh(lab, h.name, "hostname").stdout.strip() == h.name
@@ -439,8 +439,22 @@ def test_gateway_lab(lab_up):
     assert host_json(lab, "pro6000-1")["role"] == "gpu"
     assert sh(lab, "pro6000-1", "test -x /usr/bin/nvidia-smi").returncode == 0
     inv = runpy.run_path(str(lab.inventory))
-    assert [n for n, _ in inv["gateway"]] == ["gw-1"]
+    assert [n for n, _ in inv["gateway"]] == ["gw-1", "gw-2"]
     assert [n for n, _ in inv["pro6000"]] == ["pro6000-1", "pro6000-2", "pro6000-3"]
+    # what keepalived and a handoff need, as on a real host: Debian's packages from the lab's repository, the
+    # network's administration in its own namespace (an address added, a sysctl of its own)
+    assert sh(lab, "gw-2", "apt-cache policy keepalived nftables | grep -c 'file:/srv/lab-debs'").stdout.strip() == "2"
+    assert sh(lab, "gw-2", "ip addr add 10.204.0.99/32 dev lo && sysctl -qw net.ipv4.conf.eth0.forwarding=1 && "
+                           "ip addr del 10.204.0.99/32 dev lo && sysctl -qw net.ipv4.conf.eth0.forwarding=0"
+              ).returncode == 0
+    assert sh(lab, "pro6000-1", "ip addr add 10.204.0.99/32 dev lo").returncode != 0  # a GPU host: no such right
+    # a box's power cut: nothing answers, its kernel's state gone; back: booted from its disk as it was
+    sh(lab, "gw-2", "echo kept > /root/disk && ip addr add 10.204.0.98/32 dev lo")
+    labmod.power("gw-2", False)
+    assert lab.ssh("gw-2", "true", timeout=3).returncode != 0
+    labmod.power("gw-2", True)
+    assert sh(lab, "gw-2", "cat /root/disk; ip -o -4 addr show dev lo to 10.204.0.98/32").stdout.strip() == "kept"
+    assert {r["name"]: r["state"] for r in labmod.status(check_ssh=False)}["gw-2"] == "running"
 
 
 # --- down -----------------------------------------------------------------------------------

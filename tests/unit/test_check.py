@@ -363,6 +363,20 @@ def test_a_host_is_a_replica_or_a_gateway_not_both(fleet_dir):
                  "or one Prometheus, per host)")
 
 
+def test_two_gateway_hosts_need_a_floating_address_in_front_of_them(fleet_dir):
+    g = fleet_dir / "group_data"
+    (g / "pro6000.py").write_text(class_file(service='"host": "0.0.0.0"'))
+    (g / "gw.py").write_text('gateway = {"routes": ["pro6000"]}\n')
+    groups = {"pro6000": ["a"], "gw": ["g1", "g2"]}
+    (p,) = inventory_problems(fleet_dir, groups, {"a": {}, "g1": {}, "g2": {}})
+    assert p == ("inventory: gateway group gw has 2 hosts (g1, g2); expected one: clients would not know which to "
+                 "use: declare gateway.floating in group_data/gw.py, the address in front of them")
+    (g / "gw.py").write_text('gateway = {"routes": ["pro6000"], "floating": {"address": "10.0.0.100", '
+                             '"router_id": 51, "password": {"env": "VRRP_PASSWORD"}}}\n')
+    specs = check_inventory({**groups, "gw": ["g1", "g2", "g3"]}, {"a": {}, "g1": {}, "g2": {}, "g3": {}}, g)
+    assert "pro6000" in specs
+
+
 def test_inventory_problems_reported_together(fleet_dir):
     p = inventory_problems(
         fleet_dir,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -327,11 +328,15 @@ def gateway_rendered_as_declared(gw: Gateway) -> str:
     unit = render_gateway_unit(gw, "gateway")
     found = directives(unit)
     expected = sorted([("Unit", "Description"), ("Unit", "Wants"), ("Unit", "After"), ("Service", "Type"),
-                       ("Service", "ExecStart"), ("Service", "Restart"), ("Service", "RestartSec"),
-                       ("Service", "KillMode"), ("Service", "TimeoutStopSec"), ("Install", "WantedBy")]
+                       ("Service", "ExecStartPre"), ("Service", "ExecStart"), ("Service", "Restart"),
+                       ("Service", "RestartSec"), ("Service", "KillMode"), ("Service", "TimeoutStopSec"),
+                       ("Install", "WantedBy")]
                       + [("Service", "EnvironmentFile")] * (gw.api_key is not None))
     assert sorted((s, k) for s, k, _ in found) == expected, found
     value = {(s, k): v for s, k, v in found}
+    assert systemd_split(value[("Service", "ExecStartPre")], {}) == [
+        "/bin/sh", "-c", f"mkdir -p /run/sglang-fleet && cp {shlex.quote(gw.generation_file)} "
+                         f"{shlex.quote(gw.running_file)}"]
     assert value[("Unit", "Description")].replace("%%", "%") == \
         f"SGLang model gateway (smg {gw.version}) for {', '.join(gw.routes)}"
     key = ["--api-key", SECRET] if gw.api_key is not None else []

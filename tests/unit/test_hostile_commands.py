@@ -30,6 +30,7 @@ from facts.models import ModelDirs
 from facts.preflight import HostSnapshot, snapshot_args
 from facts.status import StatusSnapshot
 from fleet import engine, gate, hub, layout, lock, rollout
+from fleet.floating import UNIT, set_handoff
 from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
 from fleet.groupdata import SpecError, validate_class
 from fleet.plan import Before, FoundProcess, Held, Pending, UnitBefore
@@ -238,16 +239,15 @@ GATEWAY_FIELDS = {"install_dir": lambda v: f"/opt/{v}", "python": lambda v: f"/u
 @given(value=hostile, url=hostile)
 def test_no_gateway_value_runs_a_command(field, value, url, path):
     try:
-        gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"}, field: GATEWAY_FIELDS[field](value)})
+        gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"}, field: GATEWAY_FIELDS[field](value),
+                                     "floating": {"address": "10.0.0.100", "router_id": 1, "password": {"env": "P"}}})
     except ValueError:  # pydantic's ValidationError is one: refused, nothing to run
         assume(False)
     wheels = [Path(f"/c/pip-24.0-py3-none-any.whl"), Path(f"/c/smg-1.13.0-{value}.whl")]
     replicas = [Replica("h", "pro6000", value, f"http://{url}:1")]
-    check([install_command(gw, wheels), GatewayFacts().command(gw.python, gw.venv),
-           GatewayStatus().command(gw.service_unit, gw.venv, gw.url("/readiness"), gw.url("/workers"),
-                                   gw.auth_header_file),
-           workers_command(gw), health_command(gw),
-           rollout.write_command(gw.discovery_file, discovery_file(replicas, set()))], path, {gw.service_unit})
+    check([install_command(gw, wheels), GatewayFacts().command(gw, "gateway"), GatewayStatus().command(gw, "gateway"),
+           workers_command(gw), health_command(gw), set_handoff(gw.unit, True),
+           rollout.write_command(gw.discovery_file, discovery_file(replicas, set()))], path, {gw.service_unit, UNIT})
 
 
 def test_the_stubs_would_see_an_injection(path):

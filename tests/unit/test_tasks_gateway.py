@@ -6,7 +6,9 @@ over a fake host with a scripted clock."""
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -16,10 +18,15 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Sha1File
 
 from facts.gateway import GatewayFacts
-from fleet.gateway import GatewayHost, Replica, discovery_file, health_command
+from fleet import floating
+from fleet.floating import Interface, Vrrp
+from fleet.gateway import GatewayHost, Replica, discovery_file, generation, health_command
 from fleet.groupdata import load_class_specs, load_gateways
+from fleet.layout import staged_path
+from fleet.render import render_gateway_secret, render_gateway_sysctl, render_gateway_unit, render_keepalived, \
+    render_keepalived_dropin, render_vrrp_auth
 from fleet.rollout import sha1, write_command
-from tasks import common, gateway, preflight
+from tasks import common, gateway, gateway_turns, preflight
 
 SPEC = make_spec(service={"host": "0.0.0.0"})
 KEY = "sk-Gateway0123456789abcdef"
@@ -57,7 +64,6 @@ class Ops:
             monkeypatch.setattr(gateway, module, SimpleNamespace(**{n: self.op(f"{module}.{n}") for n in names}))
         monkeypatch.setattr(gateway, "secret_file", self.op("secret_file"))
         monkeypatch.setattr(preflight, "python", SimpleNamespace(call=self.op("refuse")))
-        monkeypatch.setattr(gateway, "any_changed", lambda *ops: [o.will_change for o in ops])
 
     def op(self, kind):
         def queue(**kwargs):
@@ -89,8 +95,9 @@ def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_rest
         "smg 1.13.0's wheels, from the controller's cache", "Install smg 1.13.0 (pip --no-index)", "Unit " + gw.unit_file,
         "smg's configuration directory", f"Key {gw.secret_file} (0600, not shown)",
         f"Header {gw.auth_header_file} (0600, not shown)",
-        f"Discovery file {gw.discovery_file} (every replica of pro6000)", "systemctl daemon-reload (the unit changed)",
-        "Enable and start smg.service", "Restart smg.service (its unit, key or smg changed)",
+        f"Discovery file {gw.discovery_file} (every replica of pro6000)",
+        f"Generation {gw.generation_file} (what a restarted smg runs)", "systemctl daemon-reload (the unit changed)",
+        "Enable smg.service", "Restart smg.service (it does not run what its files say)",
         "Wait for smg.service to answer /health"]
     assert ops.queued[1] == ("server.shell", {"name": ops.names()[1], "commands": [gateway.install_command(gw, wheels)]})
     listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
@@ -105,9 +112,27 @@ def test_a_converged_gateway_host_is_left_as_it_is(group_dir, monkeypatch):
     cached(gw)
     ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
     listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
-    row = converging(group_dir, GatewayHost("3.11", "x86_64", "1.13.0"), discovery_sha1=sha1(listed))
-    assert not any(n.startswith(("Install", "Discovery")) for n in ops.names())
+    wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    running = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True)
+    row = converging(group_dir, running, discovery_sha1=sha1(listed))
+    assert not any(n.startswith(("Install", "Discovery", "Generation", "Restart")) for n in ops.names())
     assert row.action == "none (already as declared)"
+
+
+@pytest.mark.parametrize("read, why", [
+    ({"running": "0123456789abcdef"}, "a lost run wrote its files, not its restart"),
+    ({"active": "failed"}, "smg is not running"),
+])
+def test_a_gateway_whose_smg_does_not_run_what_its_files_say_is_restarted(group_dir, monkeypatch, read, why):
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    facts = GatewayHost("3.11", "x86_64", "1.13.0", **{"active": "active", "running": wanted, "generation": wanted,
+                                                       "ready": True, **read})
+    row = converging(group_dir, facts, discovery_sha1=sha1(listed))
+    assert "Restart smg.service (it does not run what its files say)" in ops.names() and row.action == "restart", why
 
 
 @pytest.mark.parametrize("facts, reason", [
@@ -196,3 +221,91 @@ def test_the_replicas_roll_after_the_gateway_only_where_the_inventory_has_one(gr
             gateway.converged(str(group_dir))
     assert ops.names() == ["Gateway converged (replicas roll after it)"]
     assert ops.queued[0][1]["function"](None, None) is True
+
+
+# --- a gateway group behind a floating address ----------------------------------------------------------
+
+FLOATING = ('{"address": "10.0.0.100", "router_id": 51, "password": {"env": "SGLANG_FLEET_VRRP_PASSWORD"}}')
+ETH0 = (Interface("eth0", ipaddress.IPv4Interface("10.0.0.13/24")),)
+
+
+@pytest.fixture
+def floating_dir(group_dir, monkeypatch):
+    (group_dir / "gw.py").write_text('gateway = {"routes": ["pro6000"], "api_key": {"env": "SGLANG_FLEET_GATEWAY_KEY"}, '
+                                     f'"floating": {FLOATING}}}\n')
+    monkeypatch.setenv("SGLANG_FLEET_VRRP_PASSWORD", "vrrp1234")
+    return group_dir
+
+
+def test_a_new_gateway_of_a_group_gets_keepalived_and_restarts_in_its_turn(floating_dir, monkeypatch):
+    gw = load_gateways(floating_dir, load_class_specs(floating_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch)
+    row = converging(floating_dir, replace(HOST, vrrp=Vrrp(), interfaces=ETH0))
+    names = ops.names()
+    assert names[names.index(f"Generation {gw.generation_file} (what a restarted smg runs)") + 1:] == [
+        "Install keepalived, nftables (apt)",
+        f"Sysctls {floating.SYSCTL_FILE} (ARP and redirects for the floating address)",
+        f"keepalived's notify script {floating.NOTIFY}",
+        f"keepalived's drop-in {floating.DROPIN} (its track files' directory first)",
+        f"VRRP password {floating.AUTH_FILE} (0600, not shown)",
+        f"keepalived {floating.CONFIG} (checked with keepalived -t)",
+        "Enable and start keepalived.service",
+        "systemctl daemon-reload (the unit changed)", "Enable smg.service",
+        "Restart smg.service in its turn (the floating address handed over first)"]
+    config = next(kw for _, kw in ops.queued if kw["name"].startswith("keepalived /etc"))["commands"]
+    assert config[1] == f"keepalived -t -f {staged_path(floating.CONFIG)}" and "priority 200" in config[0]
+    assert "interface eth0" in config[0] and "10.0.0.100/24 dev eth0" in config[0]
+    password = next(kw for _, kw in ops.queued if kw["name"].startswith("VRRP password"))
+    assert password["content"].endswith("auth_pass vrrp1234\n")
+    assert "vrrp1234" not in " ".join(str(kw.get("commands", "")) for _, kw in ops.queued)  # never on a command line
+    turn = ops.queued[-1][1]
+    assert (turn["function"], turn["restart"], turn["group"]) == (gateway_turns.take_turn, True, "gw")
+    assert this_run().gateway_turns["gw"].order == ["smg"]
+    assert "install keepalived, nftables, update keepalived, update sysctls, restart" in row.action
+
+
+@pytest.mark.parametrize("interfaces, password, reason", [
+    ((Interface("eth0", ipaddress.IPv4Interface("10.9.0.13/24")),), "vrrp1234",
+     "group_data/gw.py: gateway.floating.address: 10.0.0.100 is in the subnet of none of its interfaces"),
+    (ETH0, "much-too-long", "gateway.floating.password: the value of environment variable SGLANG_FLEET_VRRP_PASSWORD "
+                            "is not a usable VRRP password: expected 1 to 8 printable ASCII"),
+])
+def test_a_gateway_of_a_group_that_cannot_carry_the_address_is_refused(floating_dir, monkeypatch, interfaces,
+                                                                        password, reason):
+    monkeypatch.setenv("SGLANG_FLEET_VRRP_PASSWORD", password)
+    ops = Ops(monkeypatch)
+    row = converging(floating_dir, replace(HOST, vrrp=Vrrp(), interfaces=interfaces))
+    assert row.verdict == "REFUSED" and any(reason in r for r in row.reasons), row.reasons
+    assert ops.names() == ["Refuse host (preflight failed)"] and "much-too-long" not in str(row.reasons)
+
+
+def test_a_converged_gateway_of_a_group_is_read_in_one_command_and_left_alone(floating_dir, monkeypatch):
+    gw = load_gateways(floating_dir, load_class_specs(floating_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch, unchanged={"files.put", "secret_file", "systemd.service"})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    on_disk = {floating.SYSCTL_FILE: sha1(render_gateway_sysctl()), floating.NOTIFY: sha1(floating.NOTIFY_PROGRAM),
+               floating.AUTH_FILE: sha1(render_vrrp_auth("vrrp1234")), floating.DROPIN: sha1(render_keepalived_dropin()),
+               floating.CONFIG: sha1(render_keepalived(gw, "gw", "smg", ["smg"], "eth0", 24))}
+    facts = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
+                        vrrp=Vrrp(installed=True, active=True, enabled=True, state="MASTER", holds=True),
+                        interfaces=ETH0,
+                        files=on_disk)
+    row = converging(floating_dir, facts, discovery_sha1=sha1(listed))
+    assert not [n for n in ops.names() if n.startswith(("Install", "Sysctls", "keepalived", "VRRP", "Restart",
+                                                          "Generation", "Reload", "Enable and start"))]
+    assert row.action == "none (already as declared)" and row.verdict == "OK" and not this_run().gateway_turns
+
+
+def test_a_gateway_a_lost_run_left_held_out_takes_its_turn_first(floating_dir, monkeypatch):
+    gw = load_gateways(floating_dir, load_class_specs(floating_dir))["gw"]
+    cached(gw)
+    Ops(monkeypatch, unchanged={"files.put", "secret_file"})
+    wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    facts = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
+                        vrrp=Vrrp(installed=True, active=True, state="FAULT", handoff=True, on_loopback=True),
+                        interfaces=ETH0)
+    row = converging(floating_dir, facts)
+    assert "finish a lost run's turn" in row.action and this_run().gateway_turns["gw"].first == {"smg"}

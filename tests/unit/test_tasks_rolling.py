@@ -42,11 +42,14 @@ def fleet(tmp_path, monkeypatch):
     monkeypatch.setattr(rolling, "time", Clock())
 
     def make(answers: dict) -> tuple[dict, object]:
-        names = ["r1", "smg", "r2", "x"]
+        names = ["r1", "smg", "r2", "x", *(["smg2"] if "smg2" in answers else [])]
         hosts = fake_hosts({n: answers.get(n, Script({})) for n in names},
                            {"r1": {"ssh_hostname": "10.0.0.1"}, "r2": {"ssh_hostname": "fd00::2"}},
-                           {"pro6000": (["r1", "r2"], data), "a6000": (["x"], data), "gw": (["smg"], {})})
-        hosts["smg"].host.connected = True
+                           {"pro6000": (["r1", "r2"], data), "a6000": (["x"], data),
+                            "gw": ([n for n in names if n.startswith("smg")], {})})
+        for n in names:
+            if n.startswith("smg"):
+                hosts[n].host.connected = True
         gw = load_gateways(tmp_path, load_class_specs(tmp_path))["gw"]
         return hosts, gw
     make.dir = str(tmp_path)
@@ -65,7 +68,7 @@ def test_a_class_behind_a_gateway_rolls_through_it_and_one_without_does_not(flee
     rolling.enlist(hosts["r1"].host, pf, fleet.dir)
     roll = this_run().rolls["pro6000"]
     assert roll.order == ["r1", "r2"] and roll.at_once == 1 and roll.turn_s == bounds.turn_s(SPEC, gw.rolling)
-    assert roll.gateway.host is hosts["smg"].host and roll.gateway.replicas == [R1, R2]
+    assert roll.gateway.hosts == [hosts["smg"].host] and roll.gateway.replicas == [R1, R2]
     assert rolling.gateway_of(hosts["x"].host.state, "a6000", fleet.dir) is None
 
 
@@ -81,7 +84,7 @@ def preflight_like():
 
 
 def gateway_of(hosts, gw) -> rolling.Gateway:
-    return rolling.Gateway(gw, hosts["smg"].host, [R1, R2])
+    return rolling.Gateway(gw, [hosts["smg"].host], [R1, R2])
 
 
 def test_the_gateway_is_read_and_its_discovery_file_written_by_commands_on_its_host(fleet):
@@ -94,6 +97,19 @@ def test_the_gateway_is_read_and_its_discovery_file_written_by_commands_on_its_h
         workers_command(gw), write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
         write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
     assert json.loads(discovery_file([R1, R2], {"r1"}))["workers"] == [{"id": "r2", "url": R2.url}]
+
+
+def test_a_gateway_group_is_read_as_one_and_every_gateways_file_written(fleet):
+    """Behind a floating address: out once no gateway routes to it, back once ready in all."""
+    hosts, gw = fleet({"smg": Script({"/workers": workers(R1, R2)}),
+                       "smg2": Script({"/workers": json.dumps({"workers": [{"url": R1.url, "status": "pending"},
+                                                                           {"url": R2.url, "status": "ready"}]})})})
+    g = rolling.Gateway(gw, [hosts["smg"].host, hosts["smg2"].host], [R1, R2])
+    assert g.name == "smg and smg2"
+    assert g.statuses() == {R1.url: "ready in smg, pending in smg2", R2.url: "ready"}
+    g.set_out("r1", True)
+    for h in ("smg", "smg2"):
+        assert hosts[h].commands()[-1] == write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"}))
 
 
 @pytest.mark.parametrize("answer, connects, said", [
@@ -203,7 +219,7 @@ def test_a_takeover_left_mid_change_goes_first_and_its_class_knows_its_gateway(f
     pf.plan.interrupted, pf.plan.restart = SimpleNamespace(mid_change=True), False
     rolling.enlist(hosts["r1"].host, pf, fleet.dir)
     roll = this_run().rolls["pro6000"]
-    assert roll.turns().first == ("r1",) and roll.mid_change == {"r1"} and roll.gateway.host is hosts["smg"].host
+    assert roll.turns().first == ("r1",) and roll.mid_change == {"r1"} and roll.gateway.hosts == [hosts["smg"].host]
 
 
 def test_a_takeover_behind_the_gateway_goes_at_once_out_and_back_in_once_it_serves(fleet):

@@ -1145,20 +1145,42 @@ def test_status_reads_the_hosts_row_and_closes_the_connections():
 def test_the_peer_problem_is_read_from_the_gateways_workers(here):
     gateways = load_gateways(here / "group_data", load_class_specs(here / "group_data"))
     t = object.__new__(TUNER)
-    t.gw_spec, t.gateway, t.name, t.replicas = gateways["gateway"], SimpleNamespace(name="gw1"), "r1", [ME, PEER]
+    gw1 = SimpleNamespace(name="gw1")
+    t.gw_spec, t.gateway, t.name, t.replicas = gateways["gateway"], SimpleNamespace(hosts=[gw1]), "r1", [ME, PEER]
+    t.gw_group = "gateway"
     t.fleet = FakeFleet(why="ssh: connection refused")
-    assert TUNER._peer_problem(t) == "unreachable: ssh: connection refused"
+    assert TUNER._peer_problem(t) == "gw1 unreachable: ssh: connection refused"
     t.fleet = FakeFleet(workers="<html>")
-    assert TUNER._peer_problem(t).startswith("/workers")
+    assert TUNER._peer_problem(t).startswith("gw1: /workers")
     t.fleet = FakeFleet(workers=json.dumps({"workers": [{"url": ME.url, "status": "ready"},
                                                         {"url": PEER.url, "status": "pending"}]}))
     assert TUNER._peer_problem(t).startswith("no other replica of m is ready in the gateway")
     _, host, name, kw = t.fleet.calls[1]
-    assert (host, name, kw["unit"], kw["workers_url"]) == ("gw1", "GatewayStatus", "smg.service",
-                                                           "http://127.0.0.1:8000/workers")
-    assert kw["auth_file"] == t.gw_spec.auth_header_file and t.fleet.calls[-1] == "close"
+    assert (host, name, kw) == ("gw1", "GatewayStatus", {"gw": t.gw_spec, "group": "gateway"})
+    assert t.fleet.calls[-1] == "close"
     t.fleet = FakeFleet(workers=json.dumps({"workers": [{"url": ME.url, "status": "ready"},
                                                         {"url": PEER.url, "status": "ready"}]}))
+    assert TUNER._peer_problem(t) is None
+
+
+def test_behind_a_gateway_group_the_peer_must_be_ready_in_every_gateway(here):
+    gateways = load_gateways(here / "group_data", load_class_specs(here / "group_data"))
+    t = object.__new__(TUNER)
+    t.gw_spec, t.gw_group, t.name, t.replicas = gateways["gateway"], "gateway", "r1", [ME, PEER]
+    t.gateway = SimpleNamespace(hosts=[SimpleNamespace(name="gw1"), SimpleNamespace(name="gw2")])
+    views = {"gw1": {PEER.url: "ready"}, "gw2": {PEER.url: "pending"}}
+
+    class TwoViews(FakeFleet):
+        def fact(self, host, fact, **kw):
+            self.calls.append(("fact", host.name))
+            return {"workers": json.dumps({"workers": [{"url": ME.url, "status": "ready"}] + [
+                {"url": u, "status": st} for u, st in views[host.name].items()]})}
+
+    t.fleet = TwoViews()
+    assert "pending in gw2" in TUNER._peer_problem(t)
+    assert [c for c in t.fleet.calls if c != "close"] == [("connect", "gw1"), ("fact", "gw1"), ("connect", "gw2"),
+                                                          ("fact", "gw2")]
+    views["gw2"][PEER.url] = "ready"
     assert TUNER._peer_problem(t) is None
 
 

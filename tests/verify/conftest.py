@@ -75,10 +75,27 @@ def load_targets(inventory: str) -> tuple[list[Target], list[GatewayTarget], lis
 def pytest_ignore_collect(collection_path, config):
     """The gateway's and monitoring host's checks only where the inventory has one (else pytest reports them
     skipped)."""
-    which = {"test_gateway.py": 1, "test_monitoring.py": 2}.get(collection_path.name)
+    which = {"test_gateway.py": 1, "test_monitoring.py": 2, "test_floating.py": 1}.get(collection_path.name)
     if which is not None and config.getoption("--inventory", None):
-        return not load_targets(config.getoption("--inventory"))[which]
+        found = load_targets(config.getoption("--inventory"))[which]
+        return not (floating_groups(found) if collection_path.name == "test_floating.py" else found)
     return None
+
+
+@dataclass
+class FloatingGroup:
+    group: str
+    gw: Gateway
+    members: list[GatewayTarget]  # inventory order
+
+
+def floating_groups(gateways: list[GatewayTarget]) -> list[FloatingGroup]:
+    """The gateway groups behind a floating address, each with its gateways."""
+    groups: dict[str, FloatingGroup] = {}
+    for g in gateways:
+        if g.gw.floating is not None:
+            groups.setdefault(g.group, FloatingGroup(g.group, g.gw, [])).members.append(g)
+    return list(groups.values())
 
 
 def pytest_generate_tests(metafunc):
@@ -86,6 +103,9 @@ def pytest_generate_tests(metafunc):
         if name in metafunc.fixturenames:
             targets = load_targets(metafunc.config.getoption("--inventory"))[i]
             metafunc.parametrize(name, targets, ids=[t.name for t in targets], scope="module")
+    if "floating_group" in metafunc.fixturenames:
+        groups = floating_groups(load_targets(metafunc.config.getoption("--inventory"))[1])
+        metafunc.parametrize("floating_group", groups, ids=[g.group for g in groups], scope="module")
 
 
 @pytest.fixture(scope="session")
@@ -115,3 +135,9 @@ def gw_node(gateway, fleet):
 @pytest.fixture(scope="module")
 def mon_node(monitor, fleet):
     return _connect(fleet, monitor)
+
+
+@pytest.fixture(scope="module")
+def floating_nodes(floating_group, fleet):
+    """(name, testinfra host) of each gateway of the group, inventory order."""
+    return [(m.name, _connect(fleet, m)) for m in floating_group.members]

@@ -1,0 +1,46 @@
+"""A gateway group behind a floating address (gateway.floating): keepalived runs on each gateway, exactly one
+holds the address, the address answers from every gateway of the group, and no deploy's turn was left
+unfinished there (held out of the election, a handoff's route or loopback hold)."""
+
+from __future__ import annotations
+
+import shlex
+
+from fleet import floating
+from fleet.gate import CURL
+
+
+def test_keepalived_enabled_and_running_on_each(floating_nodes):
+    down = {name: (svc.is_enabled, svc.is_running) for name, node in floating_nodes
+            for svc in [node.service(floating.UNIT.removesuffix(".service"))] if not (svc.is_enabled and svc.is_running)}
+    assert not down, f"{floating.UNIT}: expected enabled and running on each gateway, found (enabled, running) {down}"
+
+
+def test_exactly_one_gateway_holds_the_address(floating_group, floating_nodes):
+    address = floating_group.gw.floating.address
+    held = [name for name, node in floating_nodes
+            if any(dev != "lo" for dev in node.check_output(
+                f"ip -o -4 addr show to {address}/32 | awk '{{print $2}}'").split())]
+    assert len(held) == 1, f"{address}: expected held by exactly one gateway of {floating_group.group}, found {held or 'none'}"
+
+
+def test_the_address_answers_from_every_gateway(floating_group, floating_nodes):
+    gw = floating_group.gw
+    url = f"http://{gw.floating.address}:{gw.port}/readiness"
+    codes = {name: node.check_output(f"{CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {shlex.quote(url)} "
+                                     "|| true") for name, node in floating_nodes}
+    assert set(codes.values()) == {"200"}, f"{url}: expected 200 asked from each gateway, found {codes}"
+
+
+def test_no_turn_was_left_unfinished(floating_group, floating_nodes):
+    gw = floating_group.gw
+    left = {}
+    for name, node in floating_nodes:
+        held = node.check_output(f"cat {floating.handoff_file(gw.unit)} 2>/dev/null || true").strip() == "1"
+        route = node.check_output(f"ip -4 route show table {floating.ROUTES} 2>/dev/null || true").strip()
+        loop = node.check_output(f"ip -o -4 addr show dev lo to {gw.floating.address}/32").strip()
+        found = [w for w, yes in (("held out of the election", held), ("a handoff's route", route),
+                                  ("the address on its loopback", loop)) if yes]
+        if found:
+            left[name] = found
+    assert not left, f"a deploy's turn left unfinished (the next make deploy finishes it): {left}"
