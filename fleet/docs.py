@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleet.floating import Floating
-from fleet.gateway import Gateway, GatewayRolling
+from fleet.gateway import Gateway, GatewayRolling, Mesh, MeshTls
 from fleet.monitoring import AlertBounds, Monitoring, Receiver
 from fleet.spec import (
     ClassSpec,
@@ -71,6 +71,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("gateway (in a gateway file such as group_data/gateway.py, not a class file)", Gateway),
     ("gateway.rolling", GatewayRolling),
     ("gateway.floating (a gateway group of two or more hosts)", Floating),
+    ("gateway.mesh", Mesh),
+    ("gateway.mesh.tls", MeshTls),
     ("monitoring (in a monitoring file such as group_data/monitoring.py, not a class file)", Monitoring),
     ("monitoring.receivers (each)", Receiver),
     ("monitoring.alerts", AlertBounds),

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet import layout
 from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
-from fleet.gate import CURL, local_address
+from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
     is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
@@ -92,6 +92,46 @@ class GatewayRolling(Strict):
         return data
 
 
+PEM = re.compile(r"(-----BEGIN [A-Z0-9 ]{1,40}-----\n[A-Za-z0-9+/=\n]{16,65536}-----END [A-Z0-9 ]{1,40}-----\n){1,16}",
+                 re.ASCII)  # a CA's file may hold its chain
+HOST_PLACEHOLDER = "{host}"
+
+
+def pem_problem(value: str) -> str | None:
+    """Why a certificate or key read from its source is not PEM (never showing it), or None."""
+    return None if PEM.fullmatch(value.strip() + "\n") else "expected PEM blocks (-----BEGIN ...-----), found something else"
+
+
+class MeshTls(Strict):
+    """mTLS between the gateways' mesh listeners (smg's --mesh-tls-*): each listener requires a certificate
+    chaining to the CA, each dial presents its own gateway's."""
+
+    ca_cert: Source = Field(description="Where the CA certificate (PEM) the gateways' certificates chain to comes from.")
+    cert: Source = Field(description="Each gateway's certificate (PEM), its address as a SAN: a file whose path "
+                         "names `{host}`, the gateway's inventory name (~/pki/smg/{host}.crt).")
+    key: Source = Field(description="Each gateway's private key (PKCS#8 PEM): a file whose path names `{host}`, as "
+                        "cert.")
+
+    @model_validator(mode="after")
+    def _per_gateway(self) -> MeshTls:
+        for name, source in (("cert", self.cert), ("key", self.key)):
+            if source.file is None or HOST_PLACEHOLDER not in source.file:
+                raise ValueError(f"{name}: each gateway has its own: a file source whose path names {HOST_PLACEHOLDER} "
+                                 "(e.g. {'file': '~/pki/smg/{host}." + ("crt" if name == "cert" else "key") + "'})")
+        return self
+
+
+class Mesh(Strict):
+    """smg's mesh between the gateways of a group (smg 1.13.0's --enable-mesh): their routing state (the
+    cache-aware policy's trees, rate limits) shared by gossip, each gateway's peers the group's other hosts.
+    Each gateway's replicas still come from its own discovery file, which the deploy writes on every gateway."""
+
+    port: Int = Field(39527, ge=1, le=65535, description="The mesh listener's port on each gateway, 1..65535 (smg's "
+                      "default); not port or prometheus_port.")
+    tls: MeshTls | None = Field(None, description="mTLS between the gateways (its own section below). Unset: the "
+                                "mesh's gossip is plain TCP, for a network only the gateways share.")
+
+
 class Gateway(Strict):
     """SGLang's model gateway (smg), on the one host of its inventory group."""
 
@@ -123,14 +163,20 @@ class Gateway(Strict):
                                          "for in-flight requests, 0..3600 s (smg's default).")
     rolling: GatewayRolling = Field(default_factory=GatewayRolling,
                                     description="How a replica of a class it routes leaves it and comes back.")
+    mesh: Mesh | None = Field(None, description="smg's mesh between the gateways of the group (its own section "
+                              "below). Unset: each gateway keeps its routing state to itself.")
     floating: Floating | None = Field(None, description="A floating address in front of two or more gateway hosts "
                                       "(keepalived, VRRP; its own section below): required for a gateway group of "
                                       "more than one host. Unset: one host, clients use its address.")
 
     @model_validator(mode="after")
     def _ports_apart(self) -> Gateway:
-        if self.port == self.prometheus_port:
-            raise ValueError(f"port and prometheus_port both {self.port}: smg binds each, expected two ports")
+        ports = [("port", self.port), ("prometheus_port", self.prometheus_port)] + (
+            [("mesh.port", self.mesh.port)] if self.mesh is not None else [])
+        for i, (a, p) in enumerate(ports):
+            for b, q in ports[i + 1:]:
+                if p == q:
+                    raise ValueError(f"{a} and {b} both {p}: smg binds each, expected different ports")
         return self
 
     @property
@@ -302,8 +348,28 @@ def routed(statuses: dict[str, str], url: str) -> bool:
 KEY_VARIABLE = "SMG_API_KEY"  # in the 0600 secret file; systemd puts it on smg's command line
 
 
-def launch_args(gw: Gateway) -> list[str]:
-    """`smg launch` arguments, the key aside (secret_args)."""
+@dataclass(frozen=True)
+class MeshNode:
+    """One gateway of a group in smg's mesh: the address it advertises, its peers' (inventory addresses)."""
+
+    me: str
+    peers: tuple[str, ...]
+
+
+def mesh_file(gw: Gateway, which: str) -> str:
+    """The 0600 copies of the mesh's CA certificate ("ca.pem"), this gateway's certificate ("crt") and key ("key")."""
+    return layout.gateway_mesh_file(gw.unit, which)
+
+
+def launch_args(gw: Gateway, node: MeshNode | None = None) -> list[str]:
+    """`smg launch` arguments, the key aside (secret_args); with gateway.mesh, this gateway's place in it."""
+    mesh = []
+    if gw.mesh is not None and node is not None:
+        mesh = ["--enable-mesh", "--mesh-port", str(gw.mesh.port), "--mesh-advertise-host", node.me]
+        mesh += ["--mesh-peer-urls", *(f"{url_host(p)}:{gw.mesh.port}" for p in node.peers)] if node.peers else []
+        if gw.mesh.tls is not None:
+            mesh += ["--mesh-tls-ca-cert", mesh_file(gw, "ca.pem"), "--mesh-tls-cert", mesh_file(gw, "crt"),
+                     "--mesh-tls-key", mesh_file(gw, "key")]
     return [
         f"{gw.venv}/bin/smg", "launch",
         "--host", gw.host, "--port", str(gw.port),
@@ -314,6 +380,7 @@ def launch_args(gw: Gateway) -> list[str]:
         "--worker-startup-check-interval", str(gw.health_check_interval_s),
         "--prometheus-port", str(gw.prometheus_port),
         "--shutdown-grace-period-secs", str(gw.shutdown_grace_period_s),
+        *mesh,
     ]
 
 

@@ -29,6 +29,8 @@ is a function of the service unit U (a validated path component: fleet.spec.Unit
   /etc/systemd/system/G.service, /etc/smg/G-workers.json, G.secret, G.auth
                                            a gateway unit G's unit, the workers it routes to, its
                                            API key (EnvironmentFile) and header file (0600)
+  /etc/smg/G-mesh.ca.pem, G-mesh.crt, G-mesh.key
+                                           its mesh's TLS: the CA, its certificate and key (0600)
   /etc/smg/G.generation, /run/sglang-fleet/G.running
                                            what G's files and smg add up to (fleet.gateway.generation),
                                            and what the running smg started with (its ExecStartPre)
@@ -130,6 +132,10 @@ def gateway_auth_header_file(unit: str) -> str:
 
 def gateway_generation_file(unit: str) -> str:
     return f"{GATEWAY_CONFIG_DIR}/{unit}.generation"
+
+
+def gateway_mesh_file(unit: str, which: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}-mesh.{which}"
 
 
 def gateway_running_file(unit: str) -> str:

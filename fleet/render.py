@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from fleet import floating
-from fleet.gateway import KEY_VARIABLE, Gateway, launch_args, secret_args
+from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args, secret_args
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
@@ -135,14 +135,14 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
     )
 
 
-def render_gateway_unit(gw: Gateway, group: str) -> str:
+def render_gateway_unit(gw: Gateway, group: str, node: MeshNode | None = None) -> str:
     q = shlex.quote
     stopped = q(floating.stopped_file(gw.unit)) if gw.floating is not None else ""
     # what the started smg runs (fleet.gateway.generation), and behind a floating address keepalived's track file
     start_pre = f"mkdir -p {q(floating.RUN_DIR)} && cp {q(gw.generation_file)} {q(gw.running_file)}" + (
         f" && echo 0 > {stopped}" if stopped else "")
     return _env.get_template("smg.service.j2").render(
-        gw=gw, group=group, command=launch_args(gw), secret_args=secret_args(gw),
+        gw=gw, group=group, command=launch_args(gw, node), secret_args=secret_args(gw),
         env_files=[gw.secret_file] if gw.api_key is not None else [],
         stop_timeout=_seconds(gw.shutdown_grace_period_s + 15),
         start_pre=["/bin/sh", "-c", start_pre], stop_post=["/bin/sh", "-c", f"echo 1 > {stopped}"] if stopped else [],

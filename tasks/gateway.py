@@ -31,7 +31,8 @@ from pyinfra.operations import files, python, server, systemd
 from facts.gateway import GatewayFacts
 from fleet import bounds, floating, hosts
 from fleet.floating import interface_for
-from fleet.gateway import Gateway, GatewayHost, discovery_file, generation, health_command
+from fleet.gateway import HOST_PLACEHOLDER, Gateway, GatewayHost, MeshNode, discovery_file, generation, \
+    health_command, mesh_file, pem_problem
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
@@ -66,6 +67,7 @@ def _converge(report, group_dir: str) -> None:
         key = read_key(gw.api_key, where, "gateway.api_key") if gw.api_key else None
         password = read_key(gw.floating.password, where, "gateway.floating.password", problem=floating.password_problem,
                             what="VRRP password") if gw.floating else None
+        mesh_tls = _mesh_tls(gw, where)
         facts = host.get_fact(GatewayFacts, gw=gw, group=group)
         if facts.problem:
             what = "a Python version, a machine name and keepalived's state" if gw.floating else \
@@ -87,7 +89,7 @@ def _converge(report, group_dir: str) -> None:
         files.sync(name=f"smg {gw.version}'s wheels, from the controller's cache", src=str(wheels[0].parent),
                    dest=gw.wheels_dir, exclude="complete", mode="644")
         installed = server.shell(name=f"Install smg {gw.version} (pip --no-index)", commands=[install_command(gw, wheels)])
-    unit_text = render_gateway_unit(gw, group)
+    unit_text = render_gateway_unit(gw, group, _mesh_node(gw, group))
     unit = files.put(name=f"Unit {gw.unit_file}", src=StringIO(unit_text), dest=gw.unit_file, mode="644")
     files.directory(name="smg's configuration directory", path=os.path.dirname(gw.discovery_file), mode="755")
     key_file = header = listed = None
@@ -96,22 +98,26 @@ def _converge(report, group_dir: str) -> None:
                                content=render_gateway_secret(key))
         header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
                              content=auth_header(key))
+    mesh_files = [secret_file(name=f"Mesh TLS {path} (0600, not shown)", path=path, content=text)
+                  for path, text in mesh_tls.items()]
     content = discovery_file(hosts.replicas(host.state.inventory, gw, Path(group_dir)), out=set())
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
         listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
                               commands=[write_command(gw.discovery_file, content)])
-    wanted = generation(unit_text, render_gateway_secret(key) if key is not None else None, gw.version)
+    wanted = generation(unit_text, "".join([render_gateway_secret(key) if key is not None else "",
+                                            *mesh_tls.values()]), gw.version)
     if facts.generation != wanted:
         server.shell(name=f"Generation {gw.generation_file} (what a restarted smg runs)",
                      commands=[write_command(gw.generation_file, wanted + "\n")])
     vrrp = _floating(gw, group, facts, iface, password) if gw.floating is not None else []
     systemd.daemon_reload(name="systemctl daemon-reload (the unit changed)", _if=unit.did_change)
     systemd.service(name=f"Enable {gw.service_unit}", service=gw.service_unit, enabled=True)
-    restart_for = [op for op in (unit, installed, key_file) if op is not None]
+    restart_for = [op for op in (unit, installed, key_file, *mesh_files) if op is not None]
     restarts = any(op.will_change for op in restart_for) or facts.running != wanted or facts.active != "active"
     changes = [what for what, op in ((f"install smg {gw.version}", installed), (f"update {gw.service_unit}", unit),
                                      ("update key", key_file), ("update auth header", header),
                                      ("update discovery file", listed)) if op is not None and op.will_change]
+    changes += ["update mesh TLS"] if any(op.will_change for op in mesh_files) else []
     held = facts.vrrp is not None and (facts.vrrp.handoff or facts.vrrp.on_loopback)  # a lost run left its turn
     report.action = ", ".join(changes + vrrp + (["restart"] if restarts else [])
                               + (["finish a lost run's turn"] if held and not restarts else [])) \
@@ -130,6 +136,29 @@ def _converge(report, group_dir: str) -> None:
         report.verdict = HostVerdict.OK  # read ready in the facts' one command: nothing to wait for
     else:
         python.call(name=f"Wait for {gw.service_unit} to answer /health", function=_wait_health, gw=gw)
+
+
+def _mesh_node(gw: Gateway, group: str) -> MeshNode | None:
+    """This gateway in smg's mesh: its inventory address, its group's others' (gateway.mesh)."""
+    if gw.mesh is None:
+        return None
+    address = {h.name: h.data.get("ssh_hostname") or h.name for h in host.state.inventory if group in h.groups}
+    return MeshNode(address[host.name], tuple(a for name, a in address.items() if name != host.name))
+
+
+def _mesh_tls(gw: Gateway, where: str) -> dict[str, str]:
+    """The mesh's CA certificate, this gateway's certificate and key, read where the deploy runs (SecretError
+    naming the field and source, never the value): path on the host -> content."""
+    tls = gw.mesh.tls if gw.mesh is not None else None
+    if tls is None:
+        return {}
+    read = {}
+    for field, which, source in (("ca_cert", "ca.pem", tls.ca_cert), ("cert", "crt", tls.cert), ("key", "key", tls.key)):
+        mine = source if source.file is None else source.model_copy(
+            update={"file": source.file.replace(HOST_PLACEHOLDER, host.name)})
+        read[mesh_file(gw, which)] = read_key(mine, where, f"gateway.mesh.tls.{field}", problem=pem_problem,
+                                              what="certificate or key") + "\n"
+    return read
 
 
 def _floating(gw: Gateway, group: str, facts: GatewayHost, iface, password: str) -> list[str]:

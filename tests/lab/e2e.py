@@ -47,6 +47,27 @@ def floating(subnet: str) -> str:
             f'"password": {{"env": "SGLANG_FLEET_VRRP_PASSWORD"}}, "failover_s": {FAILOVER_S}}}}}')
 
 
+def mesh_pki(where: Path, gateways: dict[str, str]) -> str:
+    """A CA and each gateway's certificate (its address as a SAN) and PKCS#8 key, made with openssl in `where`;
+    group_data/gateway.py's line turning smg's mesh on with them."""
+    where.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-subj", "/CN=lab smg mesh CA", "-keyout", "ca.key", "-out", "ca.pem")
+    for name, ip in gateways.items():
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", f"{name}.key")
+        openssl("req", "-new", "-key", f"{name}.key", "-subj", f"/CN={name}", "-out", f"{name}.csr")
+        (where / f"{name}.ext").write_text(f"subjectAltName = IP:{ip}\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
+                "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+    tls = {"ca_cert": {"file": f"{where}/ca.pem"}, "cert": {"file": f"{where}/{{host}}.crt"},
+           "key": {"file": f"{where}/{{host}}.key"}}
+    return f'gateway = {{**gateway, "mesh": {{"tls": {tls!r}}}}}'
+
+
 def verify_checks() -> int:
     """How many checks `make verify` runs on one GPU host (tests/verify/test_service.py's tests)."""
     return len(re.findall(r"(?m)^def test_", (REPO / "tests/verify/test_service.py").read_text()))

@@ -23,7 +23,7 @@ from fleet.layout import LOCK_ROOT
 from lab import lab as labmod
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import (BIN, FAILOVER_S, REPO, VRRP_ENV, Run, deploy, floating, floating_address, health,
-                           in_its_readiness_wait, main_pid, records, sh, summary_row)
+                           in_its_readiness_wait, main_pid, mesh_pki, records, sh, summary_row)
 from tests.lab.e2e import workdir as _workdir
 
 LAB_FILE = REPO / "lab" / "gateway.toml"
@@ -40,15 +40,19 @@ SUBNET = "10.204.0.0/24"  # lab/gateway.toml's
 VIP = floating_address(SUBNET)
 
 
+MESH = {}  # group_data/gateway.py's line for smg's mesh with mTLS: its certificates made once, by the fixture
+
+
 def workdir(tmp: Path, gateway: str = "", **overrides: str) -> Path:
-    """The deploy with this lab's gateway pair behind its floating address, and more group_data lines."""
-    return _workdir(tmp, gateway=f"{floating(SUBNET)}\n{gateway}", **overrides)
+    """The deploy with this lab's gateway pair behind its floating address, in smg's mesh, and more group_data lines."""
+    return _workdir(tmp, gateway=f"{floating(SUBNET)}\n{MESH['line']}\n{gateway}", **overrides)
 
 
 @pytest.fixture(scope="module")
 def gw_lab(lab_manager, tmp_path_factory):
     lab = lab_manager.ensure(LAB_FILE)
     assert lab.subnet == SUBNET
+    MESH["line"] = mesh_pki(tmp_path_factory.mktemp("mesh-pki"), {g: lab.host(g).ip for g in GATEWAYS})
     base = workdir(tmp_path_factory.mktemp("gw-base"))
     run = deploy(lab, base, env=ENV)
     assert run.returncode == 0, run.out
@@ -104,8 +108,11 @@ def test_gateway_installed_and_routing(gw_lab):
         assert sh(lab, g, "systemctl is-active smg.service keepalived.service").split() == ["active", "active"]
         assert sh(lab, g, "/opt/smg/venv/bin/python -c 'import importlib.metadata as m; print(m.version(\"smg\"))'"
                   ) == "1.13.0"
-        assert sh(lab, g, "stat -c %a /etc/smg/smg.secret /etc/smg/smg.auth /etc/keepalived/sglang-fleet-auth.conf"
-                          ).split() == ["600", "600", "600"]
+        assert sh(lab, g, "stat -c %a /etc/smg/smg.secret /etc/smg/smg.auth /etc/keepalived/sglang-fleet-auth.conf "
+                          "/etc/smg/smg-mesh.key").split() == ["600", "600", "600", "600"]
+        peer = next(p for p in GATEWAYS if p != g)
+        assert f"Successfully connected to peer {lab.host(peer).ip}:39527" in sh(
+            lab, g, "journalctl -u smg -o cat --no-pager")  # smg's mesh, over mTLS
         assert KEY not in sh(lab, g, "cat /etc/systemd/system/smg.service "
                                      "/proc/$(systemctl show -p MainPID --value smg)/cmdline")
         assert VRRP_ENV["SGLANG_FLEET_VRRP_PASSWORD"] not in sh(lab, g, "cat /etc/keepalived/keepalived.conf")

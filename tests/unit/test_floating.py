@@ -375,3 +375,43 @@ def test_status_names_the_holder_and_what_keeps_a_gateway_out():
     assert "held by gw-1 and gw-2 at once" in split[0].reasons[-1]
     stopped = judge_gateway("gw-1", "gateway", gw, status_read("MASTER", True, **{"vrrp-active": "inactive"}), [])
     assert stopped.verdict == UNHEALTHY and "keepalived is not running" in stopped.reasons[0]
+
+
+# --- smg's mesh between the gateways of a group ---------------------------------------------------------------
+
+MESH_TLS = {"ca_cert": {"file": "/pki/ca.pem"}, "cert": {"file": "/pki/{host}.crt"}, "key": {"file": "/pki/{host}.key"}}
+
+
+def test_each_gateway_joins_the_mesh_of_its_group():
+    from fleet.gateway import MeshNode, launch_args
+    gw = Gateway.model_validate({"routes": ["pro6000"], "mesh": {"tls": MESH_TLS}})
+    args = launch_args(gw, MeshNode("10.0.0.11", ("10.0.0.12", "fd00::3")))
+    assert args[args.index("--enable-mesh"):] == [
+        "--enable-mesh", "--mesh-port", "39527", "--mesh-advertise-host", "10.0.0.11",
+        "--mesh-peer-urls", "10.0.0.12:39527", "[fd00::3]:39527",
+        "--mesh-tls-ca-cert", "/etc/smg/smg-mesh.ca.pem", "--mesh-tls-cert", "/etc/smg/smg-mesh.crt",
+        "--mesh-tls-key", "/etc/smg/smg-mesh.key"]
+    alone = Gateway.model_validate({"routes": ["pro6000"], "mesh": {}})
+    assert launch_args(alone, MeshNode("10.0.0.11", ()))[-5:] == [
+        "--enable-mesh", "--mesh-port", "39527", "--mesh-advertise-host", "10.0.0.11"]
+    assert "--enable-mesh" not in launch_args(Gateway.model_validate({"routes": ["pro6000"]}))
+
+
+@pytest.mark.parametrize("mesh, said", [
+    ({"port": 8000}, "port and mesh.port both 8000"),
+    ({"tls": {**MESH_TLS, "cert": {"file": "/pki/gw.crt"}}}, "cert: each gateway has its own"),
+    ({"tls": {**MESH_TLS, "key": {"env": "MESH_KEY"}}}, "key: each gateway has its own"),
+])
+def test_what_the_mesh_spec_refuses(mesh, said):
+    with pytest.raises(SpecError) as e:
+        validate_gateway("group_data/gateway.py", {"routes": ["pro6000"], "mesh": mesh})
+    assert any(said in p for p in e.value.problems), e.value.problems
+
+
+def test_a_pem_block_and_what_is_not_one():
+    from fleet.gateway import pem_problem
+    block = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX2p0\n-----END CERTIFICATE-----\n"
+    assert pem_problem(block) is None and pem_problem(block.strip()) is None
+    assert pem_problem(block + block) is None  # a CA's chain
+    for bad in ("", "not a cert", block.replace("-----END", "----END"), block + "; rm -rf /"):
+        assert pem_problem(bad) == "expected PEM blocks (-----BEGIN ...-----), found something else", bad

@@ -914,7 +914,7 @@ def test_only_the_secret_fields_of_the_spec_are_masked_by_name():
 
     names = {n for _, model in SECTIONS for n in model.model_fields} | set(SPEC_KEYS)
     assert {n for n in names if may_hold_a_secret(n)} == {"api_key", "admin_api_key", "secret_environment",
-                                                          "password"}  # gateway.floating's VRRP password
+                                                          "password", "key"}  # VRRP's password, the mesh's TLS key
 
 
 @pytest.mark.parametrize("where, field", [

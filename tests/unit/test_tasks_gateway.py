@@ -309,3 +309,45 @@ def test_a_gateway_a_lost_run_left_held_out_takes_its_turn_first(floating_dir, m
                         interfaces=ETH0)
     row = converging(floating_dir, facts)
     assert "finish a lost run's turn" in row.action and this_run().gateway_turns["gw"].first == {"smg"}
+
+
+# --- smg's mesh: each gateway's own certificate, read where the deploy runs ------------------------------------
+
+PEM_TEXT = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX2p0\n-----END CERTIFICATE-----"
+
+
+def mesh_dir(group_dir, tmp_path, hosts=("smg",)):
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    (pki / "ca.pem").write_text(PEM_TEXT + "\n")
+    for h in hosts:
+        (pki / f"{h}.crt").write_text(PEM_TEXT + "\n")
+        (pki / f"{h}.key").write_text(PEM_TEXT.replace("CERTIFICATE", "PRIVATE KEY") + "\n")
+    tls = {"ca_cert": {"file": f"{pki}/ca.pem"}, "cert": {"file": f"{pki}/{{host}}.crt"},
+           "key": {"file": f"{pki}/{{host}}.key"}}
+    (group_dir / "gw.py").write_text('gateway = {"routes": ["pro6000"], "api_key": {"env": "SGLANG_FLEET_GATEWAY_KEY"}, '
+                                     f'"mesh": {{"tls": {tls!r}}}}}\n')
+    return pki
+
+
+def test_a_gateway_in_the_mesh_gets_its_own_certificate_and_restarts_for_a_new_one(group_dir, tmp_path, monkeypatch):
+    mesh_dir(group_dir, tmp_path)
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
+    row = converging(group_dir, GatewayHost("3.11", "x86_64", "1.13.0", active="active", ready=True))
+    tls = {kw["path"]: kw["content"] for kind, kw in ops.queued if kw["name"].startswith("Mesh TLS")}
+    assert tls == {"/etc/smg/smg-mesh.ca.pem": PEM_TEXT + "\n", "/etc/smg/smg-mesh.crt": PEM_TEXT + "\n",
+                   "/etc/smg/smg-mesh.key": PEM_TEXT.replace("CERTIFICATE", "PRIVATE KEY") + "\n"}
+    unit = next(kw for kind, kw in ops.queued if kind == "files.put")["src"].getvalue()
+    assert "--enable-mesh --mesh-port 39527 --mesh-advertise-host smg --mesh-tls-ca-cert" in unit
+    assert PEM_TEXT not in str([kw.get("commands") for _, kw in ops.queued])  # only ever uploaded, never a command
+    assert "restart" in row.action  # its running smg never started with these
+
+
+def test_a_gateways_missing_certificate_refuses_it_naming_the_file(group_dir, tmp_path, monkeypatch):
+    pki = mesh_dir(group_dir, tmp_path, hosts=())
+    ops = Ops(monkeypatch)
+    row = converging(group_dir)
+    assert row.verdict == "REFUSED" and ops.names() == ["Refuse host (preflight failed)"]
+    assert any(f"gateway.mesh.tls.cert: file {pki}/smg.crt cannot be read" in r for r in row.reasons), row.reasons
