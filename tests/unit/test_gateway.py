@@ -226,7 +226,7 @@ def test_no_drain_wait_is_still_a_rolling_setting():
 def test_the_gateways_two_ports_differ(tmp_path):
     (p,) = _gateway_problems(tmp_path, '{"routes": ["pro6000"], "port": 9000, "prometheus_port": 9000}')
     assert p.startswith(f"{tmp_path}/group_data/gw.py: gateway = ")
-    assert "port and prometheus_port both 9000: smg binds each, expected two ports" in p
+    assert "port and prometheus_port both 9000: smg binds each, expected different ports" in p
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1", "localhost", "LOCALHOST",
