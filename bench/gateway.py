@@ -10,8 +10,8 @@ floating address:
   - an smg change (its policy) rolled one gateway at a time, the address handed over: failed requests, time;
   - failover, --runs times each: the holder's smg killed -9, its link dropped, its box powered off. For each:
     how long until the other gateway held the address (keepalived's own record of the moment), the client's
-    gap (the fault to the first token of a request that started after it), the requests lost and those that
-    were in flight at the fault, and how long the failed gateway took to rejoin.
+    gap (the fault to the first token of a probe request, started after it, given up after 1 s), the requests
+    of the load lost and those that were in flight at the fault, and how long the failed gateway took to rejoin.
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ def holder(lab, vip: str) -> str:
 
 def failover(lab, url: str, vip: str, what: str) -> dict:
     """One fault of the holder under load; what it cost."""
-    with Load(url, MODEL, KEY, concurrency=8, max_tokens=48, timeout_s=15) as load:
+    # the load, and a probe: short requests given up after 1 s, so that one stuck on the dead gateway (whose
+    # client waits on a stream that will never come) holds no probe back from the new one
+    with Load(url, MODEL, KEY, concurrency=8, max_tokens=48, timeout_s=15) as load, \
+            Load(url, MODEL, KEY, concurrency=4, max_tokens=2, timeout_s=1) as probe:
         time.sleep(3)
         failed = holder(lab, vip)
         other = next(g for g in GATEWAYS if g != failed)
@@ -91,7 +94,8 @@ def failover(lab, url: str, vip: str, what: str) -> dict:
         rejoined = vrrp(lab, failed)[1] - back
         time.sleep(2)
     r = load.report.requests
-    first = min((q.first_token for q in r if q.ok and q.started > end and q.first_token), default=None)
+    first = min((q.first_token for q in probe.report.requests if q.ok and q.started > end and q.first_token),
+                default=None)
     return {"moved": moved, "gap": (first - start) if first else None, "rejoined": rejoined,
             "lost": sum(not q.ok for q in r), "in_flight": sum(q.started < end and q.ended > start for q in r),
             "total": len(r)}
