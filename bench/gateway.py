@@ -30,12 +30,12 @@ sys.path.insert(0, str(REPO))
 from fleet import floating as floating_lib  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 from ops.loadgen import Load, WorkersSampler, min_ready  # noqa: E402
-from tests.lab.e2e import FAILOVER_S, VRRP_ENV, deploy, floating, floating_address, sh, workdir  # noqa: E402
+from tests.lab.e2e import (FAILOVER_S, GATEWAY_FAULTS, VRRP_ENV, deploy, floating, floating_address,  # noqa: E402
+                           gateway_fault, sh, workdir)
 
 KEY = "bench-gateway-key-0123456789"
 MODEL = "qwen3.6-27b"
 GATEWAYS = ["gw-1", "gw-2"]
-FAULTS = ("smg killed -9", "link dropped", "box powered off")
 
 
 def ms(seconds: float | None) -> str:
@@ -75,21 +75,13 @@ def failover(lab, url: str, vip: str, what: str) -> dict:
         failed = holder(lab, vip)
         other = next(g for g in GATEWAYS if g != failed)
         t, start = time.time(), time.monotonic()
-        if what == "smg killed -9":
-            sh(lab, failed, "kill -9 $(systemctl show -p MainPID --value smg.service)")
-        elif what == "link dropped":
-            labmod.link(failed, False)
-        else:
-            labmod.power(failed, False)
+        gateway_fault(lab, failed, what, on=True)
         end = time.monotonic()
         until(lambda: vrrp(lab, other)[0] == "MASTER" and vrrp(lab, other)[1] > t, 3 * FAILOVER_S)
         moved = vrrp(lab, other)[1] - t
         time.sleep(3)
         back = time.time()
-        if what == "link dropped":
-            labmod.link(failed, True)
-        elif what == "box powered off":
-            labmod.power(failed, True)
+        gateway_fault(lab, failed, what, on=False)
         until(lambda: vrrp(lab, failed)[0] == "BACKUP" and vrrp(lab, failed)[1] > back, 60)
         rejoined = vrrp(lab, failed)[1] - back
         time.sleep(2)
@@ -148,7 +140,7 @@ def main() -> int:
                   f"{run.returncode}); requests: {load.report.total}, failed: {load.report.failed}")
         print(f"failover under load (concurrency 8; gateway.floating.failover_s {FAILOVER_S}, advertisements 1 s), "
               f"{args.runs} runs each:")
-        for what in FAULTS:
+        for what in GATEWAY_FAULTS:
             runs = [failover(lab, url, vip, what) for _ in range(args.runs)]
             print(f"  {what}: address moved in {spread([r['moved'] for r in runs])}; client gap "
                   f"{spread([r['gap'] for r in runs if r['gap'] is not None])}; lost "

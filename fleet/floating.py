@@ -11,7 +11,8 @@ A planned move keeps the requests in flight (fleet/programs/handoff.sh): before 
 for Y, X keeps it on its loopback (answering no ARP) and Y routes the packets of connections it does not
 know (TCP without SYN, new to its conntrack) to X, so X's streams end there while every new connection
 lands on Y; once X restarted and drained, the route and the loopback address go. Plain data in,
-verdicts out: tasks/gateway.py does the talking. Facts about keepalived 2.2.7: its keepalived.conf(5).
+verdicts out: tasks/gateway.py and tasks/gateway_turns.py do the talking. Facts about keepalived 2.2.7: its
+keepalived.conf(5).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ TRACK_CURL = "/usr/bin/curl"  # keepalived's enable_script_security wants the sc
 SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.arp_announce": "2",
            "net.ipv4.conf.all.send_redirects": "0", "net.ipv4.conf.default.send_redirects": "0"}
 VRRP_PASSWORD = re.compile(r"[!-~]{1,8}")  # VRRPv2's simple password: 8 bytes, what keepalived.conf can quote
-PASSWORD_RULE = "1 to 8 printable ASCII characters without spaces, quotes, # or ! (VRRP's password)"
+PASSWORD_RULE = "1 to 8 printable ASCII characters without spaces, quotes, backslashes, # or ! (VRRP's password)"
 
 
 def _ipv4(v: str) -> str:
@@ -77,13 +78,13 @@ class Floating(Strict):
     router_id: Int = Field(ge=1, le=255, description="VRRP's virtual router id, 1..255: unique among the VRRP "
                            "routers of that subnet (two groups with one id fight over each other's address).")
     password: Source = Field(description="Where VRRP's password comes from (a secret source): "
-                         f"{PASSWORD_RULE}. It keeps a stray router on the subnet from taking the address; it is "
-                         "not encryption.")
+                             f"{PASSWORD_RULE}. It keeps a stray router on the subnet from taking the address; it is "
+                             "not encryption.")
     advert_interval_s: Int = Field(1, ge=1, le=255, description="Seconds between the holder's VRRP advertisements, "
                                    "1..255: a holder silent for 3 of them (its box or link lost) is replaced.")
     failover_s: Number = Field(5, ge=1, le=600, description="The bound the address moves within when its holder "
                                "fails, 1..600 s: at least 3 x advert_interval_s + 1 (VRRP's master-down interval); a "
-                               "crashed smg gives it away at once. make verify and the lab hold the group to it.")
+                               "crashed smg gives it away at once. The lab's failover test holds the pair to it.")
     preempt: Bool = Field(False, description="The preferred gateway takes the address back once it is ready again "
                           "(after preempt_delay_s). False (keepalived's nopreempt): the address stays where it is, "
                           "one move per failure; true moves it twice, cutting the requests in flight on the other "

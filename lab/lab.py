@@ -724,18 +724,7 @@ def _stop(lab_name: str, name: str, pid: int | None) -> None:
         time.sleep(0.05)
     else:
         log(f"{name}: no halt after {STOP_TIMEOUT_S} s; SIGKILL")
-        if _alive_nspawn(pid, name):
-            os.kill(pid, signal.SIGKILL)
-        for _ in range(100):
-            left = _cgroup_pids(lab_name, name)  # only the lab's own processes live here
-            if not left:
-                break
-            for p in left:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
+        _kill(lab_name, name, pid)
     # The nspawn is a zombie until PID 1 reaps it (setsid -f orphaned it): give it a moment
     # so that "down" really leaves no process behind.
     if pid:
@@ -743,6 +732,22 @@ def _stop(lab_name: str, name: str, pid: int | None) -> None:
             if _gone(pid) or not _is_zombie(pid):
                 break
             time.sleep(0.05)
+
+
+def _kill(lab_name: str, name: str, pid: int | None) -> None:
+    """SIGKILL the host's nspawn and every process in its cgroups (only the lab's own processes live there)."""
+    if _alive_nspawn(pid, name):
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        left = _cgroup_pids(lab_name, name)
+        if not left and not _alive_nspawn(pid, name):
+            break
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -855,18 +860,7 @@ def power(name: str, on: bool) -> None:
     host = _running_host(name)
     pid = _pid_of(host)
     if not on:
-        if _alive_nspawn(pid, name):
-            os.kill(pid, signal.SIGKILL)
-        for _ in range(100):
-            left = _cgroup_pids(st["lab_name"], name)
-            if not left and not _alive_nspawn(pid, name):
-                break
-            for p in left:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
+        _kill(st["lab_name"], name, pid)
         if (RUN_NETNS / host["netns"]).exists():
             run("ip", "netns", "del", host["netns"])  # its veth with it
         shutil.rmtree(NSPAWN_RUN / "propagate" / name, ignore_errors=True)

@@ -47,6 +47,22 @@ def floating(subnet: str) -> str:
             f'"password": {{"env": "SGLANG_FLEET_VRRP_PASSWORD"}}, "failover_s": {FAILOVER_S}}}}}')
 
 
+GATEWAY_FAULTS = ("smg killed -9", "link dropped", "box powered off")
+
+
+def gateway_fault(lab, gateway: str, what: str, on: bool) -> None:
+    """One of GATEWAY_FAULTS on a gateway host (on), or its end (off): a killed smg is started again by systemd
+    (Restart=on-failure), a link comes back, a box boots."""
+    from lab import lab as labmod
+    if what == "smg killed -9":
+        if on:
+            sh(lab, gateway, "kill -9 $(systemctl show -p MainPID --value smg.service)")
+    elif what == "link dropped":
+        labmod.link(gateway, not on)
+    else:
+        labmod.power(gateway, not on)
+
+
 def mesh_pki(where: Path, gateways: dict[str, str]) -> str:
     """A CA and each gateway's certificate (its address as a SAN) and PKCS#8 key, made with openssl in `where`;
     group_data/gateway.py's line turning smg's mesh on with them."""

@@ -22,8 +22,8 @@ from fleet import floating as floating_lib
 from fleet.layout import LOCK_ROOT
 from lab import lab as labmod
 from ops.loadgen import Load, WorkersSampler, min_ready
-from tests.lab.e2e import (BIN, FAILOVER_S, REPO, VRRP_ENV, Run, deploy, floating, floating_address, health,
-                           in_its_readiness_wait, main_pid, mesh_pki, records, sh, summary_row)
+from tests.lab.e2e import (BIN, FAILOVER_S, GATEWAY_FAULTS, REPO, VRRP_ENV, Run, deploy, floating, floating_address,
+                           gateway_fault, health, in_its_readiness_wait, main_pid, mesh_pki, records, sh, summary_row)
 from tests.lab.e2e import workdir as _workdir
 
 LAB_FILE = REPO / "lab" / "gateway.toml"
@@ -547,25 +547,17 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
     moved = {}
     with Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48, timeout_s=15) as load:
         time.sleep(2)
-        for what in ("smg killed -9", "link dropped", "box powered off"):
+        for what in GATEWAY_FAULTS:
             failed, = holders(lab)
             other = next(g for g in GATEWAYS if g != failed)
             t, start = time.time(), time.monotonic()
-            if what == "smg killed -9":
-                sh(lab, failed, "kill -9 $(systemctl show -p MainPID --value smg.service)")
-            elif what == "link dropped":
-                labmod.link(failed, False)
-            else:
-                labmod.power(failed, False)
+            gateway_fault(lab, failed, what, on=True)
             faults.append((what, start, time.monotonic()))
             moved[what] = _moved(lab, other, t)
             time.sleep(2)  # new requests through the other gateway
             back = time.time()
-            if what == "link dropped":
-                labmod.link(failed, True)
-            elif what == "box powered off":
-                labmod.power(failed, True)
-            _rejoined(lab, failed, back)  # a killed smg is started again by systemd (Restart=on-failure)
+            gateway_fault(lab, failed, what, on=False)
+            _rejoined(lab, failed, back)
             time.sleep(2)
         rejoined = time.monotonic()
         time.sleep(3)
