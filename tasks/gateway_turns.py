@@ -72,9 +72,13 @@ def take_turn(state, host, gw: Gateway, group: str, restart: bool) -> bool:
     report = runs.of(state).report.host(host.name)
     mine = turns.order.index(host.name)
     try:
+        deadline = time.monotonic() + turn_s(gw) * mine  # a backstop: every command of a turn has its bound
         for earlier in turns.order[:mine]:
-            if not turns.ended[earlier].wait(timeout=turn_s(gw) * (mine + 1)):
-                turns.stopped = turns.stopped or f"{earlier}'s turn did not end within its bound"
+            while not turns.ended[earlier].wait(timeout=POLL_S) and not turns.stopped:
+                if earlier in {h.name for h in state.failed_hosts}:  # failed before its turn came
+                    turns.stopped = f"{earlier} failed before its turn"
+                elif time.monotonic() > deadline:
+                    turns.stopped = f"{earlier}'s turn did not end within its bound"
         if turns.stopped:
             report.verdict = HostVerdict.NOT_ROLLED
             report.reasons.append(f"{host.name}: not restarted: the roll of gateway group {group} stopped "

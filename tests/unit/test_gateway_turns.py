@@ -69,6 +69,21 @@ def test_a_failed_turn_stops_the_groups_roll(monkeypatch):
                               "the next deploy rolls it"]
 
 
+def test_a_gateway_failed_before_its_turn_stops_the_roll_at_once(monkeypatch):
+    hosts = group()
+    monkeypatch.setattr(gateway_turns, "gateway_turn", lambda *a: pytest.fail("no turn may run"))
+    state = hosts["gw-1"].host.state
+    for n in ("gw-1", "gw-2"):
+        gateway_turns.enlist(hosts[n].host, "gateway", first=False)
+    state.failed_hosts.add(hosts["gw-1"].host)  # an operation before its turn failed: its turn never runs
+    job = gevent.spawn(gateway_turns.take_turn, state, hosts["gw-2"].host, GW, "gateway", True)
+    job.join(timeout=5)
+    assert job.value is True
+    assert this_run().report.hosts["gw-2"].reasons == [
+        "gw-2: not restarted: the roll of gateway group gateway stopped (gw-1 failed before its turn); the next "
+        "deploy rolls it"]
+
+
 def record(key: str, text: str) -> str:
     import base64
     return f"{MARK}{key}=\n{base64.b64encode(text.encode()).decode()}\n"
