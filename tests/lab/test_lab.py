@@ -451,7 +451,9 @@ def test_gateway_lab(lab_up):
     assert [n for n, _ in inv["pro6000"]] == ["pro6000-1", "pro6000-2", "pro6000-3"]
     # what keepalived and a handoff need, as on a real host: Debian's packages from the lab's repository, the
     # network's administration in its own namespace (an address added, a sysctl of its own)
-    assert sh(lab, "gw-2", "apt-cache policy keepalived nftables | grep -c 'file:/srv/lab-debs'").stdout.strip() == "2"
+    # (a freshly booted host has no package lists yet: the deploy's apt-get update reads them from there)
+    assert sh(lab, "gw-2", "apt-get update -qq && apt-cache policy keepalived nftables | grep -c 'file:/srv/lab-debs'"
+              ).stdout.strip() == "2"
     assert sh(lab, "gw-2", "ip addr add 10.204.0.99/32 dev lo && sysctl -qw net.ipv4.conf.eth0.forwarding=1 && "
                            "ip addr del 10.204.0.99/32 dev lo && sysctl -qw net.ipv4.conf.eth0.forwarding=0"
               ).returncode == 0
