@@ -46,7 +46,7 @@ PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}; ", f"
 PROGRAMS = ("systemctl", "journalctl", "curl", "nvidia-smi", "sha1sum", "stat", "cat", "cut", "sed", "tr", "head",
             "base64", "mktemp", "rm", "timeout", "env", "grep", "mkdir", "mv", "ls", "tail", "xargs", "flock",
             "install", "cp", "chown", "chmod", "rmdir", "sort", "date", "sleep", "basename", "uname", "awk",
-            "kill", "df")  # kill too: a stub, so the workloads' stop never signals a process of this machine
+            "kill", "df", "python3")  # kill too: a stub, so the workloads' stop never signals a process of this machine
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=12,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                           HealthCheck.function_scoped_fixture])
@@ -238,8 +238,12 @@ GATEWAY_FIELDS = {"install_dir": lambda v: f"/opt/{v}", "python": lambda v: f"/u
 @PROFILE
 @given(value=hostile, url=hostile)
 def test_no_gateway_value_runs_a_command(field, value, url, path):
+    python = path / "python3"  # a stub: the install's venv is never made on this machine (in /opt/<value>)
+    python.write_text(f"#!/bin/sh\nNAME=python3\n{LOG}\n")
+    python.chmod(0o755)
     try:
-        gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"}, field: GATEWAY_FIELDS[field](value),
+        gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"}, "python": str(python),
+                                     field: GATEWAY_FIELDS[field](value),
                                      "floating": {"address": "10.0.0.100", "router_id": 1, "password": {"env": "P"}}})
     except ValueError:  # pydantic's ValidationError is one: refused, nothing to run
         assume(False)
