@@ -131,13 +131,15 @@ def main() -> int:
             print(f"  fewest replicas ready in the gateways during the rollout: {min_ready(during)} "
                   f"({len(during)} samples of GET /workers)")
             smg = workdir(Path(tmp) / "smg", gateway=f'{pair}\ngateway["policy"] = "least_load"')
-            with Load(url, MODEL, KEY, concurrency=args.concurrency, max_tokens=48) as load:
+            # a client resending what a kept-alive connection closed unanswered, as the OpenAI SDK does: smg's exit
+            with Load(url, MODEL, KEY, concurrency=args.concurrency, max_tokens=48, resend_unanswered=True) as load:
                 time.sleep(2)
                 started = time.monotonic()
                 run = deploy(lab, smg)
                 ended = time.monotonic()
             print(f"smg change rolled one gateway at a time under load: {ended - started:.1f}s (exit "
-                  f"{run.returncode}); requests: {load.report.total}, failed: {load.report.failed}")
+                  f"{run.returncode}); requests: {load.report.total}, failed: {load.report.failed}, sent again "
+                  f"(closed unanswered by smg's exit): {load.report.retried}")
         print(f"failover under load (concurrency 8; gateway.floating.failover_s {FAILOVER_S}, advertisements 1 s), "
               f"{args.runs} runs each:")
         for what in GATEWAY_FAULTS:

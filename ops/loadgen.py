@@ -8,6 +8,7 @@ status code alone is not enough: every stream is read to its end and checked.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -32,6 +33,7 @@ class Request:
     error: str = ""
     tokens: int = 0  # output tokens: the stream's usage, else its chunks with text
     first_token: float | None = None  # when the first of them came
+    retried: bool = False  # sent again once: its connection was closed before any byte of an answer
 
     @property
     def latency_s(self) -> float:
@@ -49,6 +51,10 @@ class LoadReport:
     @property
     def failed(self) -> int:
         return sum(not r.ok for r in self.requests)
+
+    @property
+    def retried(self) -> int:
+        return sum(r.retried for r in self.requests)
 
     def failures(self, limit: int = 5) -> list[str]:
         """The first `limit` distinct error texts, in the order they first happened."""
@@ -71,7 +77,8 @@ class LoadReport:
             s = self.latency_percentile(p)
             return "n/a" if s is None else f"{s * 1000:.0f} ms"
 
-        return f"{self.total} requests, {self.failed} failed, p50 {ms(50)}, p99 {ms(99)}"
+        retried = f", {self.retried} sent again" if self.retried else ""
+        return f"{self.total} requests, {self.failed} failed{retried}, p50 {ms(50)}, p99 {ms(99)}"
 
 
 def _session(api_key: str | None) -> requests.Session:
@@ -166,12 +173,18 @@ class Load:
 
     A failed request is followed by a pause of failure_pause_s, so that a target that refuses
     at once does not turn each thread into a busy loop flooding the report.
+
+    resend_unanswered: a request whose connection the server closed before any byte of an answer
+    (http.client's RemoteDisconnected: a keep-alive connection closed under it) is sent again, once, on a
+    new connection, as the OpenAI SDK's retries do; the report counts them. smg 1.13 closes its kept-alive
+    connections when it exits without announcing it (no `Connection: close`), so a client that sends on one
+    at that moment meets this whatever a roll does. Anything else (refused, reset, a cut stream) stays a failure.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, concurrency: int = 8,
                  max_tokens: int = 32, prompt: str = "Count to ten.", timeout_s: float = 120.0,
                  failure_pause_s: float = 0.05, prompts: list[str] | None = None, requests: int | None = None,
-                 usage: bool = False):
+                 usage: bool = False, resend_unanswered: bool = False):
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.body = {"model": model, "max_tokens": max_tokens, "stream": True,
                      **({"stream_options": {"include_usage": True}} if usage else {})}
@@ -183,6 +196,7 @@ class Load:
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.failure_pause_s = failure_pause_s
+        self.resend_unanswered = resend_unanswered
         self.report: LoadReport | None = None
         self._done: list[Request] = []
         self._lock = threading.Lock()
@@ -240,6 +254,15 @@ class Load:
 
     def _send(self, session: requests.Session, prompt: str) -> Request:
         started = time.monotonic()
+        stream, unanswered = self._attempt(session, prompt, started)
+        retried = unanswered and self.resend_unanswered
+        if retried:
+            stream, _ = self._attempt(session, prompt, started)
+        return Request(started, time.monotonic(), not stream.error, stream.error, stream.tokens, stream.first_token,
+                       retried)
+
+    def _attempt(self, session: requests.Session, prompt: str, started: float) -> tuple[Stream, bool]:
+        """The request sent once; and whether the server closed its connection before any byte of an answer."""
         body = {**self.body, "messages": [{"role": "user", "content": prompt}]}
         stream = Stream()
         try:
@@ -250,7 +273,19 @@ class Load:
                     stream = _read_stream(resp, started + self.timeout_s)
         except requests.RequestException as e:  # refused, reset, timed out, cut mid-chunk
             stream.error = f"transport: {type(e).__name__}: {e}"
-        return Request(started, time.monotonic(), not stream.error, stream.error, stream.tokens, stream.first_token)
+            return stream, _unanswered(e)
+        return stream, False
+
+
+def _unanswered(e: BaseException) -> bool:
+    """requests' error wraps urllib3's, which wraps http.client's RemoteDisconnected in its args."""
+    seen: list[BaseException] = [e]
+    while seen:
+        err = seen.pop()
+        if isinstance(err, http.client.RemoteDisconnected):
+            return True
+        seen += [a for a in err.args if isinstance(a, BaseException)]
+    return False
 
 
 @dataclass

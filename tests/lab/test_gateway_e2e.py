@@ -451,6 +451,13 @@ def _turns(out: str) -> list[tuple[str, str]]:
     return said
 
 
+# The client of these tests sends a request again, once, where a kept-alive connection was closed before any byte
+# of an answer, as the OpenAI SDK does: smg 1.13 closes its connections when it exits without a `Connection: close`
+# first, so a client sending on one at that moment meets it however the roll drains (ops/loadgen.py). A restart
+# closes each of the 8 connections at most once; refused, reset or cut requests still fail these tests.
+RESENT_AT_MOST = 8 * len(GATEWAYS)
+
+
 def _generations(lab) -> dict[str, tuple[str, str]]:
     return {g: (sh(lab, g, "cat /etc/smg/smg.generation"), sh(lab, g, "cat /run/sglang-fleet/smg.running"))
             for g in GATEWAYS}
@@ -462,12 +469,13 @@ def test_an_smg_change_rolls_the_gateways_one_at_a_time_and_fails_no_request(gw_
     held = holders(lab)[0]
     cwd = workdir(tmp_path, gateway='gateway["policy"] = "least_load"')
     with WorkersSampler(_url(lab), KEY, interval_s=0.2) as sampler, \
-            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+            Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48, resend_unanswered=True) as load:
         time.sleep(2)
         run = deploy(lab, cwd, env=ENV)
         time.sleep(1)
     assert run.returncode == 0, run.out
     assert load.report.failed == 0 and load.report.total > 40, (load.report.summary(), load.report.failures())
+    assert load.report.retried <= RESENT_AT_MOST, load.report.summary()
     # behind the address, always a gateway routing the replicas (smg's own probes may flap one under load)
     assert min_ready(sampler.samples) >= 2, [s for s in sampler.samples if s.ready < 2][:5]
     # one at a time in inventory order; the holder handed the address over before its restart
@@ -490,7 +498,7 @@ def test_a_run_lost_in_a_gateways_turn_is_finished_by_the_next(gw_lab, tmp_path)
     rolls the rest. Through both runs, not one request fails."""
     lab = gw_lab
     cwd = workdir(tmp_path, gateway='gateway["health_check_interval_s"] = 3')  # a change whatever came before
-    with Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48) as load:
+    with Load(_url(lab), MODEL, KEY, concurrency=8, max_tokens=48, resend_unanswered=True) as load:
         time.sleep(2)
         first = Run(lab, cwd, [], env=ENV)
         deadline = time.monotonic() + 120
@@ -511,6 +519,7 @@ def test_a_run_lost_in_a_gateways_turn_is_finished_by_the_next(gw_lab, tmp_path)
         "restart" in summary_row(second.out, handed), second.out
     assert _turns(second.out)[0][0] == handed, second.out  # the lost run's turn first
     assert load.report.failed == 0, (load.report.summary(), load.report.failures())
+    assert load.report.retried <= RESENT_AT_MOST, load.report.summary()
     for g in GATEWAYS:
         assert "--health-check-interval-secs 3" in sh(lab, g, "cat /etc/systemd/system/smg.service")
         new, running = _generations(lab)[g]

@@ -76,13 +76,16 @@ class Handler(BaseHTTPRequestHandler):
                 fake.in_flight -= 1
 
     def chat(self, fake):
+        if fake.chat == "hangup" or (fake.chat == "hangup_odd" and len(fake.chats) % 2):
+            self.close_connection = True  # closed before any byte of an answer, as smg closes a kept-alive one
+            return
         if fake.chat == "503":
             return self.answer(503, b"no workers available\n")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for i, data in enumerate(STREAMS["good" if fake.chat == "slow" else fake.chat]):
+        for i, data in enumerate(STREAMS["good" if fake.chat in ("slow", "hangup_odd") else fake.chat]):
             if data is None:
                 self.close_connection = True  # no last chunk: the body is cut
                 return
@@ -167,10 +170,27 @@ def test_sse_comments_fields_crlf_multiline_data_and_split_chunks_parse(fake):
     ("not_json", "stream data is not JSON: hello"),
 ])
 def test_failed_requests_say_what_happened(fake, chat, error):
-    report = run(fake(chat=chat).url)
-    assert report.failed == report.total >= 2
+    f = fake(chat=chat)
+    report = run(f.url, resend_unanswered=True)  # each of these had an answer begun, or none at all: none sent again
+    assert report.failed == report.total >= 2 and report.retried == 0 and len(f.chats) == report.total
     assert all(r.error.startswith(error) for r in report.requests), report.failures()
     assert report.summary().endswith("failed, p50 n/a, p99 n/a")
+
+
+def test_a_connection_closed_before_any_answer_is_a_failure_or_where_asked_sent_again_once(fake):
+    f = fake(chat="hangup_odd")
+    report = run(f.url, n=3)
+    assert report.failed == report.total - len([r for r in report.requests if r.ok]) > 0
+    assert report.failures() == ["transport: ConnectionError: ('Connection aborted.', "
+                                 "RemoteDisconnected('Remote end closed connection without response'))"]
+    f = fake(chat="hangup_odd")
+    report = run(f.url, n=3, resend_unanswered=True)
+    assert report.failed == 0 and report.retried == report.total >= 3 and len(f.chats) == 2 * report.total
+    assert re.fullmatch(rf"{report.total} requests, 0 failed, {report.total} sent again, p50 \d+ ms, p99 \d+ ms",
+                        report.summary())
+    f = fake(chat="hangup")
+    report = run(f.url, n=2, resend_unanswered=True)  # once only
+    assert report.failed == report.retried == report.total >= 2 and len(f.chats) == 2 * report.total
 
 
 def test_a_refused_connection_fails_as_transport(fake):
