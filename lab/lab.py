@@ -226,6 +226,18 @@ def _link_exists(name: str) -> bool:
     return run("ip", "link", "show", "dev", name, check=False).returncode == 0
 
 
+def _remove_link(name: str) -> None:
+    """Delete a link and see it gone (a netns deleted takes its veth end with it a moment later); a warning
+    naming it where it stays: the next up would refuse its subnet."""
+    why = ""
+    for _ in range(50):
+        if not _link_exists(name):
+            return
+        why = run("ip", "link", "del", name, check=False).stderr.strip()
+        time.sleep(0.1)
+    log(f"warning: {name} still there after `ip link del`: {why}")
+
+
 def _disable_ipv6(dev: str) -> None:
     p = Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
     if p.exists():
@@ -792,8 +804,7 @@ def _down_locked(st: dict[str, Any]) -> None:
             log(f"warning: {root} still mounted")
         if (RUN_NETNS / h["netns"]).exists():
             run("ip", "netns", "del", h["netns"], check=False)
-        if _link_exists(h["veth"]):
-            run("ip", "link", "del", h["veth"], check=False)
+        _remove_link(h["veth"])
         for r in _cgroup_roots():
             _rmdir_tree(r / lab_name / h["name"])
         shutil.rmtree(NSPAWN_RUN / "propagate" / h["name"], ignore_errors=True)
@@ -801,8 +812,7 @@ def _down_locked(st: dict[str, Any]) -> None:
             shutil.rmtree(HOSTS_DIR / h["name"], ignore_errors=True)
     for r in _cgroup_roots():
         _rmdir_tree(r / lab_name)
-    if _link_exists(st["bridge"]):
-        run("ip", "link", "del", st["bridge"], check=False)
+    _remove_link(st["bridge"])
     created = st.get("created", {})
     if created.get("nspawn_run"):
         for d in (NSPAWN_RUN / "propagate", NSPAWN_RUN / "incoming", NSPAWN_RUN / "locks", NSPAWN_RUN):
