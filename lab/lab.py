@@ -872,7 +872,8 @@ def power(name: str, on: bool) -> None:
     if not on:
         _kill(st["lab_name"], name, pid)
         if (RUN_NETNS / host["netns"]).exists():
-            run("ip", "netns", "del", host["netns"])  # its veth with it
+            run("ip", "netns", "del", host["netns"])  # its veth with it, a moment later:
+        _remove_link(host["veth"])  # gone before it returns, so that a power on at once can make it again
         shutil.rmtree(NSPAWN_RUN / "propagate" / name, ignore_errors=True)
         return
     if _alive_nspawn(pid, name):
