@@ -480,8 +480,7 @@ def test_an_smg_change_rolls_the_gateways_one_at_a_time_and_fails_no_request(gw_
     assert min_ready(sampler.samples) >= 2, [s for s in sampler.samples if s.ready < 2][:5]
     # one at a time in inventory order; the holder handed the address over before its restart
     assert [g for g, what in _turns(run.out) if what == "restarts smg.service"] == GATEWAYS, run.out
-    assert ("gw-1", "hands the floating address") in _turns(run.out) or ("gw-2", "hands the floating address") in \
-        _turns(run.out)
+    assert (held, "hands the floating address") in _turns(run.out), run.out
     assert f"handed the floating address {VIP} to" in run.out
     for g in GATEWAYS:
         assert main_pid(lab, g, "smg.service") != before[g]
@@ -489,7 +488,16 @@ def test_an_smg_change_rolls_the_gateways_one_at_a_time_and_fails_no_request(gw_
         new, running = _generations(lab)[g]
         assert new == running != ""
     assert_clean(lab)
-    assert holders(lab) == [held]  # handed over in its turn, handed back in the other's (inventory order)
+    assert holders(lab) == [_holder_after_a_roll(held)], run.out
+
+
+def _holder_after_a_roll(held: str) -> str:
+    """nopreempt: each holder hands the address to the other gateway in its own turn, and it stays there. Which
+    gateway held it before the roll is keepalived's choice (which came up first, earlier tests' faults)."""
+    for g in GATEWAYS:
+        if g == held:
+            held = next(other for other in GATEWAYS if other != g)
+    return held
 
 
 def test_a_run_lost_in_a_gateways_turn_is_finished_by_the_next(gw_lab, tmp_path):
