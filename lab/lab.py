@@ -538,7 +538,10 @@ def _network(lab_name: str, rec: dict, prefixlen: int) -> None:
     """The host's network namespace, its veth into the bridge, its address: made afresh, as a box boots."""
     ns, veth = rec["netns"], rec["veth"]
     run("ip", "netns", "add", ns)
-    run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    # the box's NIC keeps its address across power cycles, as a real one: a new one each boot left every neighbour
+    # sending to the old one until its ARP entry failed (SSH back after ~30 s instead of ~1 s)
+    mac = "02:00:" + ":".join(f"{int(o):02x}" for o in rec["ip"].split("."))
+    run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "address", mac, "netns", ns)
     _disable_ipv6(veth)
     run("ip", "link", "set", veth, "master", lab_name + "0", "up")
     run("ip", "-n", ns, "addr", "add", f"{rec['ip']}/{prefixlen}", "dev", "eth0")
@@ -747,18 +750,29 @@ def _stop(lab_name: str, name: str, pid: int | None) -> None:
 
 
 def _kill(lab_name: str, name: str, pid: int | None) -> None:
-    """SIGKILL the host's nspawn and every process in its cgroups (only the lab's own processes live there)."""
-    if _alive_nspawn(pid, name):
-        os.kill(pid, signal.SIGKILL)
-    for _ in range(100):
-        left = _cgroup_pids(lab_name, name)
-        if not left and not _alive_nspawn(pid, name):
-            break
-        for p in left:
+    """SIGKILL the host's nspawn and every process in its cgroups (only the lab's own processes live there),
+    all stopped first (SIGSTOP, until no new one appears): killed one by one, a process still running would
+    see the others die and act on it as no power cut lets it (the host's systemd running smg's ExecStopPost,
+    keepalived then giving its address away at once)."""
+    def signal_all(sig: int) -> bool:
+        procs = _cgroup_pids(lab_name, name) + ([pid] if pid and _alive_nspawn(pid, name) else [])
+        for p in procs:
             try:
-                os.kill(p, signal.SIGKILL)
+                os.kill(p, sig)
             except ProcessLookupError:
                 pass
+        return bool(procs)
+
+    seen: set[int] = set()
+    for _ in range(20):  # a process forked while the others were being stopped: stop it too
+        signal_all(signal.SIGSTOP)
+        now = set(_cgroup_pids(lab_name, name))
+        if now <= seen:
+            break
+        seen |= now
+    for _ in range(100):
+        if not signal_all(signal.SIGKILL):
+            break
         time.sleep(0.05)
 
 

@@ -459,11 +459,15 @@ def test_gateway_lab(lab_up):
               ).returncode == 0
     assert sh(lab, "pro6000-1", "ip addr add 10.204.0.99/32 dev lo").returncode != 0  # a GPU host: no such right
     # a box's power cut: nothing answers, its kernel's state gone; back: booted from its disk as it was
+    # its NIC keeps its MAC address: the neighbours' ARP entries stay good and it answers at once when back
     sh(lab, "gw-2", "echo kept > /root/disk && ip addr add 10.204.0.98/32 dev lo")
+    nic = sh(lab, "gw-2", "cat /sys/class/net/eth0/address").stdout
     labmod.power("gw-2", False)
     assert lab.ssh("gw-2", "true", timeout=3).returncode != 0
     labmod.power("gw-2", True)
     assert sh(lab, "gw-2", "cat /root/disk; ip -o -4 addr show dev lo to 10.204.0.98/32").stdout.strip() == "kept"
+    assert sh(lab, "gw-2", "cat /sys/class/net/eth0/address").stdout == nic
+    assert sh(lab, "gw-1", "timeout 2 bash -c '</dev/tcp/10.204.0.15/22'").returncode == 0  # its peer reaches it
     assert {r["name"]: r["state"] for r in labmod.status(check_ssh=False)}["gw-2"] == "running"
 
 
