@@ -275,10 +275,18 @@ def class_rules(mon: Monitoring, gpu_class: str, spec: ClassSpec, floor: float |
 def gateway_rules(mon: Monitoring, group: str) -> dict:
     a = mon.alerts
     sel = f'job="smg",gateway="{group}"'
+    # A group of two or more behind a floating address still serves while one smg answers: only that is a page.
+    # The down one is a warning then (one more failure is the outage); a group of one pages at once.
     return {"groups": [{"name": f"sglang-fleet-gateway-{group}", "rules": [
-        _alert("SmgDown", f"up{{{sel}}} == 0", a.gateway_down_for_s, "page",
-               f"gateway {group} ({{{{ $labels.host }}}}): smg's /metrics does not answer",
+        _alert("SmgDown", f"up{{{sel}}} == 0 unless on (gateway) up{{{sel}}} == 1", a.gateway_down_for_s, "page",
+               f"gateway {group} ({{{{ $labels.host }}}}): smg's /metrics does not answer, nor on any other host "
+               "of the group",
                "every class it routes is offline: on the host, systemctl status smg.service, journalctl -u smg.service"),
+        _alert("SmgRedundancyLost", f"up{{{sel}}} == 0 and on (gateway) up{{{sel}}} == 1", a.gateway_down_for_s,
+               "warning", f"gateway {group} ({{{{ $labels.host }}}}): smg's /metrics does not answer; the others of "
+               "the group serve",
+               "one more failure takes every class it routes offline: on the host, systemctl status smg.service "
+               "keepalived.service; make status names the floating address's holder"),
         _alert("SmgWorkerUnhealthy", f"smg_worker_health{{{sel}}} == 0", a.worker_unhealthy_for_s, "warning",
                f"gateway {group}: smg calls {{{{ $labels.worker }}}} unhealthy",
                "the replica fails smg's health probe: make status; its /health from the gateway host"),

@@ -200,6 +200,7 @@ def test_alertmanager_sends_every_alert_to_every_receiver(tools, tmp_path):
 
 P = 'job="sglang",gpu_class="pro6000",host="pro6000-1"'
 G = 'job="smg",gateway="gateway",host="gw-1"'
+G2 = 'job="smg",gateway="gateway",host="gw-2"'
 
 
 def series(name: str, values: str) -> dict:
@@ -270,10 +271,30 @@ CASES = {
         "SGLangServesOtherThanDeclared", "10m", []),
     "the gateway down": ([series(f"up{{{G}}}", "0x40")], "SmgDown", "5m", fires(
         "SmgDown", {"job": "smg", "gateway": "gateway", "host": "gw-1", "severity": "page"},
-        {"summary": "gateway gateway (gw-1): smg's /metrics does not answer",
+        {"summary": "gateway gateway (gw-1): smg's /metrics does not answer, nor on any other host of the group",
          "runbook": "every class it routes is offline: on the host, systemctl status smg.service, journalctl -u "
                     "smg.service"})),
     "the gateway restarting (down 30 s)": ([series(f"up{{{G}}}", "1x10 0x2 1x30")], "SmgDown", "10m", []),
+    "one gateway of a pair down: no page": (
+        [series(f"up{{{G}}}", "0x40"), series(f"up{{{G2}}}", "1x40")], "SmgDown", "5m", []),
+    "one gateway of a pair down: a warning naming it": (
+        [series(f"up{{{G}}}", "0x40"), series(f"up{{{G2}}}", "1x40")], "SmgRedundancyLost", "5m", fires(
+            "SmgRedundancyLost", {"job": "smg", "gateway": "gateway", "host": "gw-1", "severity": "warning"},
+            {"summary": "gateway gateway (gw-1): smg's /metrics does not answer; the others of the group serve",
+             "runbook": "one more failure takes every class it routes offline: on the host, systemctl status "
+                        "smg.service keepalived.service; make status names the floating address's holder"})),
+    "both gateways of a pair down: both page": (
+        [series(f"up{{{G}}}", "0x40"), series(f"up{{{G2}}}", "1x4 0x40")], "SmgDown", "5m",
+        fires("SmgDown", {"job": "smg", "gateway": "gateway", "host": "gw-1", "severity": "page"},
+              {"summary": "gateway gateway (gw-1): smg's /metrics does not answer, nor on any other host of the group",
+               "runbook": "every class it routes is offline: on the host, systemctl status smg.service, journalctl "
+                          "-u smg.service"})
+        + fires("SmgDown", {"job": "smg", "gateway": "gateway", "host": "gw-2", "severity": "page"},
+                {"summary": "gateway gateway (gw-2): smg's /metrics does not answer, nor on any other host of the "
+                            "group",
+                 "runbook": "every class it routes is offline: on the host, systemctl status smg.service, journalctl "
+                            "-u smg.service"})),
+    "a gateway alone down: no redundancy to lose": ([series(f"up{{{G}}}", "0x40")], "SmgRedundancyLost", "5m", []),
     "a replica unhealthy in smg": (
         [series(f'smg_worker_health{{{G},worker="http://10.0.0.1:30000"}}', "0x40")], "SmgWorkerUnhealthy", "5m",
         fires("SmgWorkerUnhealthy", {"job": "smg", "gateway": "gateway", "host": "gw-1",
