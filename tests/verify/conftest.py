@@ -103,6 +103,10 @@ def pytest_generate_tests(metafunc):
         if name in metafunc.fixturenames:
             targets = load_targets(metafunc.config.getoption("--inventory"))[i]
             metafunc.parametrize(name, targets, ids=[t.name for t in targets], scope="module")
+    if "mesh_gateway" in metafunc.fixturenames:
+        meshed = [g for g in load_targets(metafunc.config.getoption("--inventory"))[1]
+                  if g.gw.mesh is not None and g.gw.mesh.tls is not None]
+        metafunc.parametrize("mesh_gateway", meshed, ids=[g.name for g in meshed], scope="module")
     if "floating_group" in metafunc.fixturenames:
         groups = floating_groups(load_targets(metafunc.config.getoption("--inventory"))[1])
         metafunc.parametrize("floating_group", groups, ids=[g.group for g in groups], scope="module")
@@ -135,6 +139,11 @@ def gw_node(gateway, fleet):
 @pytest.fixture(scope="module")
 def mon_node(monitor, fleet):
     return _connect(fleet, monitor)
+
+
+@pytest.fixture(scope="module")
+def mesh_node(mesh_gateway, fleet):
+    return _connect(fleet, mesh_gateway)
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,16 @@
 """A gateway group behind a floating address (gateway.floating): keepalived runs on each gateway, exactly one
 holds the address, the address answers from every gateway of the group, and no deploy's turn was left
-unfinished there (held out of the election, a handoff's route or loopback hold)."""
+unfinished there (held out of the election, a handoff's route or loopback hold). With smg's mesh over mTLS,
+each gateway's certificate is valid now, chains to the mesh's CA, names its address and goes with its key."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from fleet import floating
 from fleet.gate import CURL
+from fleet.gateway import mesh_file
 
 
 def test_keepalived_enabled_and_running_on_each(floating_nodes):
@@ -44,3 +47,20 @@ def test_no_turn_was_left_unfinished(floating_group, floating_nodes):
         if found:
             left[name] = found
     assert not left, f"a deploy's turn left unfinished (the next make deploy finishes it): {left}"
+
+
+def test_the_mesh_certificate_chains_to_its_ca_names_its_address_and_goes_with_its_key(mesh_gateway, mesh_node):
+    """What smg's mesh listener and dials need of the files the deploy wrote (the key never leaves the host: only
+    its public half is compared)."""
+    gw, address = mesh_gateway.gw, mesh_gateway.host.data.get("ssh_hostname") or mesh_gateway.name
+    ca, crt, key = (shlex.quote(mesh_file(gw, which)) for which in ("ca.pem", "crt", "key"))
+    checks = {
+        "chains to the mesh's CA": f"openssl verify -CAfile {ca} {crt}",
+        "valid now (not expired)": f"openssl x509 -noout -checkend 0 -in {crt}",
+        f"names {address} (subjectAltName)": f"openssl x509 -noout -ext subjectAltName -in {crt} | "
+                                             "grep -Eq " + shlex.quote(f"(IP Address|DNS):{re.escape(address)}(,|$)"),
+        "goes with its key": f'[ "$(openssl x509 -noout -pubkey -in {crt})" = "$(openssl pkey -pubout -in {key})" ]',
+    }
+    failed = {what: (r.stdout + r.stderr).strip()[-200:] for what, command in checks.items()
+              for r in [mesh_node.run(command)] if r.rc != 0}
+    assert not failed, f"{mesh_gateway.name}: {mesh_file(gw, 'crt')}: expected {', '.join(checks)}; not: {failed}"
