@@ -4,13 +4,14 @@ of both gateways, while a client streams chat completions to the floating addres
 one request fails. The tests run in order on one lab (lab/gateway.toml): baseline, make tune, a clean rollout,
 a unit left at KillMode=control-group (the load generator sees the failures that makes), a canary whose new
 spec crashes; then the gateways themselves: an smg change rolled one gateway at a time, a run killed in a
-gateway's turn, and failover (smg killed, a link dropped, a box powered off).
+gateway's turn, failover (smg killed, a link dropped, a box powered off), and preemption back to gw-1 once ready.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fleet import floating as floating_lib
-from fleet.layout import LOCK_ROOT
+from fleet.layout import LOCK_ROOT, gateway_mesh_file
 from lab import lab as labmod
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import (BIN, FAILOVER_S, GATEWAY_FAULTS, REPO, VRRP_ENV, Run, deploy, floating, floating_address,
@@ -286,6 +287,21 @@ def test_verify_checks_the_gateway(gw_lab):
     for check in ("test_keepalived_enabled_and_running_on_each", "test_exactly_one_gateway_holds_the_address",
                   "test_the_address_answers_from_every_gateway", "test_no_turn_was_left_unfinished"):
         assert f"test_floating.py::{check}[gateway] PASSED" in p.stdout, p.stdout
+    mesh_check = "test_the_mesh_certificate_chains_to_its_ca_names_its_address_and_goes_with_its_key"
+    for g in GATEWAYS:
+        assert f"test_floating.py::{mesh_check}[{g}] PASSED" in p.stdout, p.stdout
+    # a mesh key that is not its certificate's is named (smg read the right one at its start: it serves on)
+    key = gateway_mesh_file("smg", "key")
+    sh(lab, "gw-2", f"cp -p {key} {key}.kept && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
+                    f"-out {key}")
+    try:
+        p = _verify(lab, "-k", "mesh_certificate")
+        assert p.returncode == 1 and f"{mesh_check}[gw-1] PASSED" in p.stdout, p.stdout
+        assert f"gw-2: {gateway_mesh_file('smg', 'crt')}: expected" in p.stdout and "'goes with its key'" in p.stdout, \
+            p.stdout
+        assert "BEGIN PRIVATE KEY" not in p.stdout + p.stderr
+    finally:
+        sh(lab, "gw-2", f"mv -f {key}.kept {key}")
     # a replica the gateway does not route to is named
     listed = sh(lab, "gw-1", "cat /etc/smg/smg-workers.json")
     workers = json.loads(listed)
@@ -587,4 +603,40 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
     assert all(r.ok for r in report.requests if r.started > rejoined)  # back, and nothing fails
     after = [r for r in report.requests if r.ok and r.started > faults[-1][2]]
     assert after, report.summary()  # new requests went through the other gateway
+    assert_clean(lab)
+
+
+PREEMPT_DELAY_S = 2
+
+
+def test_preempt_takes_the_address_back_only_once_ready(gw_lab, tmp_path):
+    """gateway.floating.preempt: the preferred gateway (gw-1, first in inventory order) holds the address; its smg
+    killed -9, the address moves to gw-2; systemd starts smg again, and gw-1 takes the address back only once its
+    smg answers /readiness and preempt_delay_s have passed."""
+    lab = gw_lab
+    cwd = workdir(tmp_path, gateway='gateway["floating"] = {**gateway["floating"], "preempt": True, '
+                                    f'"preempt_delay_s": {PREEMPT_DELAY_S}}}')
+    run = deploy(lab, cwd, env=ENV)
+    assert run.returncode == 0, run.out
+    assert "update keepalived" in summary_row(run.out, "gw-1"), run.out
+    assert f"preempt_delay {PREEMPT_DELAY_S}" in sh(lab, "gw-1", "cat /etc/keepalived/keepalived.conf")
+    _wait("gw-1 holding the address (preempt)", lambda: holders(lab) == ["gw-1"], 3 * FAILOVER_S)
+    readiness = ("while :; do printf '%s %s\\n' \"$(date +%s.%N)\" \"$(curl -s -o /dev/null -w '%{http_code}' "
+                 "--max-time 1 http://127.0.0.1:8000/readiness)\"; sleep 0.1; done")
+    pid = sh(lab, "gw-1", f"setsid sh -c {shlex.quote(readiness)} > /tmp/readiness 2>&1 < /dev/null & echo $!")
+    try:
+        killed = time.time()
+        gateway_fault(lab, "gw-1", "smg killed -9", on=True)
+        assert _moved(lab, "gw-2", killed) <= FAILOVER_S
+        _wait("gw-1 back as MASTER", lambda: vrrp(lab, "gw-1")[0] == "MASTER" and vrrp(lab, "gw-1")[1] > killed, 60)
+    finally:
+        sh(lab, "gw-1", f"kill {int(pid)}")
+    took_back = vrrp(lab, "gw-1")[1]
+    samples = [(float(t), code) for t, code in (line.split() for line in sh(lab, "gw-1", "cat /tmp/readiness")
+                                                 .splitlines() if len(line.split()) == 2)]
+    down = [t for t, code in samples if killed < t and code != "200"]
+    assert down, samples[-20:]  # smg was seen not ready after the kill
+    ready = min(t for t, code in samples if t > down[0] and code == "200")
+    assert took_back >= ready + PREEMPT_DELAY_S - 0.5, (took_back - ready, samples[-20:])
+    assert holders(lab) == ["gw-1"]
     assert_clean(lab)
