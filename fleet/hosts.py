@@ -13,6 +13,11 @@ from fleet.groupdata import SpecError, class_files, gateway_files, load_class_sp
 from fleet.monitoring import TUNING, Monitoring, Scraped, bundle, floors, gateway_target, replica_target
 
 
+def address(host) -> str:
+    """Where pyinfra connects to the host (its ssh_hostname, else its inventory name): where the others reach it."""
+    return host.data.get("ssh_hostname") or host.name
+
+
 def gpu_classes(host, group_dir: Path) -> list[str]:
     """The host's groups that are GPU classes (group_data/<class>.py): exactly one, for a GPU host."""
     return [g for g in host.groups if g in class_files(group_dir)]
@@ -32,8 +37,8 @@ def replicas(inventory, gw: Gateway, group_dir: Path) -> list[Replica]:
         if cls is None:
             continue
         spec = validate_host(f"{group_dir}/{cls}.py", h.data.dict())
-        address = url_host(h.data.get("ssh_hostname") or h.name)
-        out.append(Replica(h.name, cls, spec.service.served_model_name, f"http://{address}:{spec.service.port}"))
+        url = f"http://{url_host(address(h))}:{spec.service.port}"
+        out.append(Replica(h.name, cls, spec.service.served_model_name, url))
     return out
 
 
@@ -44,11 +49,10 @@ def scrape_targets(inventory, group_dir: Path) -> list[Scraped]:
     gateways = load_gateways(group_dir, classes)
     out = []
     for h in inventory:
-        address = h.data.get("ssh_hostname") or h.name
         for cls in gpu_classes(h, group_dir):
-            out.append(replica_target(h.name, address, cls, validate_host(f"{group_dir}/{cls}.py", h.data.dict())))
+            out.append(replica_target(h.name, address(h), cls, validate_host(f"{group_dir}/{cls}.py", h.data.dict())))
         if group := gateway_group(h, group_dir):
-            out.append(gateway_target(h.name, address, group, gateways[group].prometheus_port))
+            out.append(gateway_target(h.name, address(h), group, gateways[group].prometheus_port))
     return out
 
 

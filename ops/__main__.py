@@ -154,8 +154,8 @@ def show_monitor(args) -> int:
                           silences_url=mon.url(mon.alertmanager_port, "/api/v2/silences"))
     finally:
         fleet.close()
-    address = host.data.get("ssh_hostname") or host.name
-    link = f"http://{url_host(address)}:{mon.prometheus_port}/alerts (Alertmanager :{mon.alertmanager_port})"
+    link = (f"http://{url_host(hosts.address(host))}:{mon.prometheus_port}/alerts "
+            f"(Alertmanager :{mon.alertmanager_port})")
     print(describe_monitor(host.name, link, read.get("targets", ""), read.get("alerts", ""), read.get("silences", "")))
     return 0
 

@@ -142,7 +142,7 @@ def _mesh_node(gw: Gateway, group: str) -> MeshNode | None:
     """This gateway in smg's mesh: its inventory address, its group's others' (gateway.mesh)."""
     if gw.mesh is None:
         return None
-    address = {h.name: h.data.get("ssh_hostname") or h.name for h in host.state.inventory if group in h.groups}
+    address = {h.name: hosts.address(h) for h in host.state.inventory if group in h.groups}
     return MeshNode(address[host.name], tuple(a for name, a in address.items() if name != host.name))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from fleet import floating
+from fleet import floating, hosts
 from fleet.gate import CURL
 from fleet.gateway import mesh_file
 
@@ -52,7 +52,7 @@ def test_no_turn_was_left_unfinished(floating_group, floating_nodes):
 def test_the_mesh_certificate_chains_to_its_ca_names_its_address_and_goes_with_its_key(mesh_gateway, mesh_node):
     """What smg's mesh listener and dials need of the files the deploy wrote (the key never leaves the host: only
     its public half is compared)."""
-    gw, address = mesh_gateway.gw, mesh_gateway.host.data.get("ssh_hostname") or mesh_gateway.name
+    gw, address = mesh_gateway.gw, hosts.address(mesh_gateway.host)
     ca, crt, key = (shlex.quote(mesh_file(gw, which)) for which in ("ca.pem", "crt", "key"))
     checks = {
         "chains to the mesh's CA": f"openssl verify -CAfile {ca} {crt}",
