@@ -232,7 +232,15 @@ def test_every_connection_gets_a_keepalive_and_a_kernel_timeout_of_its_class(tmp
 
 
 def test_a_connector_without_ssh_gets_nothing():
-    Keepalive.host_connect(None, SimpleNamespace(connector=SimpleNamespace()))  # @local: no client, nothing to set
+    asked = []
+
+    class Local:  # @local: no client; its class (groups, data) is not even looked up
+        connector = SimpleNamespace()
+        groups = property(lambda self: asked.append("groups"))
+        data = property(lambda self: asked.append("data"))
+
+    Keepalive.host_connect(None, Local())
+    assert asked == []
 
 
 @pytest.mark.parametrize("footer", ["from tasks.inventory import checked\n\nchecked(globals())\n", ""])

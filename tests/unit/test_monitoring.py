@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -176,7 +177,10 @@ def test_the_bundle_is_named_by_what_it_holds():
 def test_promtool_and_amtool_accept_everything_generated(tools, written):
     out = promtool(tools, "check", "config", "prometheus.json", cwd=written)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 rules found" in out.stdout or "SUCCESS" in out.stdout
+    # the config and each of its three rule files, read and counted
+    assert "SUCCESS: 3 rule files found" in out.stdout and "prometheus.json is valid" in out.stdout, out.stdout
+    for name in ("class-a6000", "class-pro6000", "gateway-gateway"):
+        assert re.search(rf"Checking rules/{name}\.json\n  SUCCESS: [1-9][0-9]* rules found", out.stdout), out.stdout
     out = promtool(tools, "check", "rules", *sorted(str(p) for p in (written / "rules").iterdir()))
     assert out.returncode == 0, out.stdout + out.stderr
     out = subprocess.run([str(tools / "amtool"), "check-config", str(written / "alertmanager.json")],

@@ -509,7 +509,8 @@ def test_the_stop_disables_services_and_stops_scopes_each_with_its_verb(host):
 def test_a_scope_that_ended_before_its_stop_is_stopped(host):
     # systemctl stop of a scope gone meanwhile fails ("not loaded"); it is not active: fine
     host._stand_in("systemctl", f'echo "$*" >> {host.log}; case "$1" in stop) exit 5;; *) exit 3;; esac')
-    host.run(stop_workloads_command([], ["gone.scope"]))
+    assert host.run(stop_workloads_command([], ["gone.scope"])).returncode == 0
+    assert host.systemctl() == ["stop -- gone.scope", "is-active --quiet -- gone.scope"]
 
 
 def test_a_service_that_will_not_stop_fails_the_command(host):

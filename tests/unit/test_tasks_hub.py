@@ -428,11 +428,12 @@ def with_token(spec: ClassSpec = NEW):
                                                                                TOKEN), pf.plan, pf.stamp)
 
 
-def nowhere_but_the_upload(fake, row=None):
-    """The token's value is on no command sent, in no log line and no reason: only in the file uploaded."""
+def nowhere_but_the_upload(fake, *rows):
+    """The token's value is on no command sent, in no log line and no reason of the `rows` given: only in the file
+    uploaded."""
     assert not [c.command for c in fake.calls if TOKEN in c.command]
     assert not [line for line in fake.logged if TOKEN in line]
-    assert row is None or not [r for r in row.reasons if TOKEN in r]
+    assert not [r for row in rows for r in row.reasons if TOKEN in r]
     assert [dest for dest, content in fake.uploads.items() if TOKEN in content] == [TOKEN_FILE]
 
 

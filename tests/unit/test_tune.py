@@ -1557,7 +1557,11 @@ def test_small_formatters():
 
 def test_apply_change_output_is_still_a_valid_class_file():
     text = (REPO / "group_data/pro6000.py").read_text()
-    ast.parse(tune.apply_change(text, {"block_size": 4}))
+    changed = tune.apply_change(text, {"block_size": 4})
+    ast.parse(changed)
+    declared: dict = {}
+    exec(compile(changed, "pro6000.py", "exec"), declared)  # a class file is Python: run as group_data runs it
+    assert declared["speculative"]["block_size"] == 4 and changed != text
 
 
 def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys):
