@@ -122,6 +122,15 @@ class Monitoring(Strict):
             raise ValueError(f"receivers: a name used twice in {names}; expected each once")
         return self
 
+    def delivery_bound_s(self, for_s: float, windowed: bool = False) -> float:
+        """The latest an alert's first notification leaves Alertmanager after its condition begins: a scrape and
+        its timeout to see it, (for an alert over a rate: the rate window to fill with it, and the evaluation of the
+        recording rule it reads), an evaluation to start its `for:`, the `for:`, the evaluation that fires it, and
+        Alertmanager's group_wait. docs/operations.md says it; the lab's alert tests hold the deploy to it."""
+        scrape = self.scrape_interval_s + min(self.scrape_interval_s, 10)  # Prometheus' scrape_timeout (bundle())
+        rate = self.rate_window_s + self.evaluation_interval_s if windowed else 0
+        return scrape + rate + 2 * self.evaluation_interval_s + for_s + self.group_wait_s
+
     def url(self, port: int, path: str) -> str:
         """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it."""
         return f"http://{url_host(local_address(self.host))}:{port}{path}"

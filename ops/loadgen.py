@@ -200,6 +200,7 @@ class Load:
         self.report: LoadReport | None = None
         self._done: list[Request] = []
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -208,6 +209,13 @@ class Load:
         """Requests finished so far, for callers waiting for some traffic to have passed."""
         with self._lock:
             return len(self._done)
+
+    def wait_completed(self, n: int, timeout: float) -> None:
+        """Until `n` requests have finished (ok or not): traffic that passed, whatever the machine's speed.
+        TimeoutError after `timeout` s, saying how many did."""
+        with self._progress:
+            if not self._progress.wait_for(lambda: len(self._done) >= n, timeout):
+                raise TimeoutError(f"load: {len(self._done)} of {n} requests finished within {timeout:g} s")
 
     def start(self) -> None:
         if self._threads:
@@ -247,6 +255,7 @@ class Load:
                 request = self._send(session, prompt)
                 with self._lock:
                     self._done.append(request)
+                    self._progress.notify_all()
                     if len(self._done) == self.limit:
                         self.finished.set()
                 if not request.ok:
@@ -315,8 +324,15 @@ class WorkersSampler:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.samples: list[WorkersSample] = []
+        self._read = threading.Condition()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def wait_samples(self, n: int, timeout: float) -> None:
+        """Until `n` samples have been read (a failed read is one). TimeoutError after `timeout` s."""
+        with self._read:
+            if not self._read.wait_for(lambda: len(self.samples) >= n, timeout):
+                raise TimeoutError(f"/workers: {len(self.samples)} of {n} samples read within {timeout:g} s")
 
     def start(self) -> None:
         if self._thread:
@@ -340,7 +356,10 @@ class WorkersSampler:
     def _run(self) -> None:
         with _session(self.api_key) as session:
             while True:
-                self.samples.append(self._sample(session))
+                sample = self._sample(session)
+                with self._read:
+                    self.samples.append(sample)
+                    self._read.notify_all()
                 if self._stopping.wait(self.interval_s):
                     return
 

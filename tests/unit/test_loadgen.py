@@ -302,3 +302,28 @@ def test_workers_sampler_reports_an_unexpected_answer(fake):
     with WorkersSampler(f.url, interval_s=0.01) as sampler:
         wait_for(lambda: len(sampler.samples) >= 1)
     assert sampler.samples[0].error.startswith("unexpected answer (/workers: expected")
+
+
+def test_a_caller_waits_for_traffic_that_passed_not_for_a_time(fake):
+    f = fake()
+    with Load(f.url, "m", concurrency=2) as load:
+        load.wait_completed(5, timeout=30)
+        assert load.completed >= 5
+        load.wait_completed(load.completed + 3, timeout=30)
+    assert load.report.total >= 8 and load.report.failed == 0
+    stalled = Load(closed_url(), "m", concurrency=1, requests=2)
+    with stalled:
+        stalled.finished.wait(30)
+        with pytest.raises(TimeoutError, match=r"load: 2 of 3 requests finished within 0.2 s"):
+            stalled.wait_completed(3, timeout=0.2)  # no more will come: said, not waited on for good
+
+
+def test_a_sampler_is_waited_on_for_its_reads(fake):
+    f = fake(key="k", workers=[(200, {"workers": [worker(W1, "ready")], "total": 1})])
+    with WorkersSampler(f.url, api_key="k", interval_s=0.01) as sampler:
+        sampler.wait_samples(3, timeout=30)
+        assert len(sampler.samples) >= 3
+    assert min_ready(sampler.samples) == 1
+    idle = WorkersSampler(f.url, api_key="k", interval_s=0.01)  # never started: nothing read
+    with pytest.raises(TimeoutError, match=r"/workers: 0 of 1 samples read within 0.1 s"):
+        idle.wait_samples(1, timeout=0.1)

@@ -416,3 +416,12 @@ def test_a_new_bundle_says_which_files_it_adds_changes_and_removes():
     assert bundle_changes(files, live) == ["rules/class-a6000.json added", "prometheus.json changed",
                                            "rules/class-h200.json removed"]
     assert bundle_changes(files, "") == [f"{p} added" for p in sorted(files)]
+
+
+def test_the_delivery_bound_adds_up_what_an_alert_waits_for():
+    mon = Monitoring(scrape_interval_s=15, evaluation_interval_s=10, rate_window_s=300, group_wait_s=30)
+    # a scrape and its timeout (10 s at most), two evaluations, the for:, group_wait; a rate's window and its rule
+    assert mon.delivery_bound_s(120) == 15 + 10 + 2 * 10 + 120 + 30
+    assert mon.delivery_bound_s(120, windowed=True) == 15 + 10 + 300 + 10 + 2 * 10 + 120 + 30
+    lab = Monitoring(scrape_interval_s=1, evaluation_interval_s=1, rate_window_s=5, group_wait_s=1)
+    assert lab.delivery_bound_s(2) == 1 + 1 + 2 + 2 + 1

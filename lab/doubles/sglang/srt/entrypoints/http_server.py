@@ -6,8 +6,8 @@ GPU memory and make the tokens. A scheduler that dies makes this process kill it
 Start-up (see docs/ARCHITECTURE.md and the reference sheet):
 1. GPU memory: each scheduler's pid gets /run/lab-gpu/<pid>.json (the lab's stand-in for
    CUDA memory) for its GPU, at mem_fraction_static of it.
-2. Loading: the HTTP port stays CLOSED for host.json's load_seconds. load "crash" dies
-   partway (TP0 prints the traceback and SIGQUITs this process, whose handler kills the
+2. Loading: the HTTP port stays CLOSED for host.json's load_seconds (the spec's LAB_SGLANG_LOAD_SECONDS where
+   its environment has one). load "crash" dies partway (TP0 prints the traceback and SIGQUITs this process, whose handler kills the
    tree with SIGKILL, itself last, as the real kill_process_tree does), "hang" never opens
    the port, "ok" serves. A launch whose argv equals host.json's preinstalled_argv
    always loads fine, unless the package's build (sglang/_build.json) sets load. GPUs
@@ -1166,9 +1166,10 @@ def launch_server(server_args) -> None:
     host = _lab.host_config()
     gpu_count = int(host.get("gpu_count", 1))
     gpu_mib = int(host.get("gpu_memory_mib", 81920))
-    # LAB_SGLANG_LOAD in the unit's environment: a spec (not a host) whose load ends so, for tests
+    # LAB_SGLANG_LOAD (_SECONDS) in the unit's environment: a spec (not a host) whose load ends so (takes that
+    # long), for tests: hosts alike serve specs that load alike, or not
     load = os.environ.get("LAB_SGLANG_LOAD") or str(host.get("load", "ok"))
-    load_seconds = float(host.get("load_seconds", 0) or 0)
+    load_seconds = float(os.environ.get("LAB_SGLANG_LOAD_SECONDS") or host.get("load_seconds", 0) or 0)
     pre = host.get("preinstalled_argv")
     preinstalled = pre is not None and sys.argv[1:] == list(pre)
     if preinstalled and "load" not in _lab.build():
