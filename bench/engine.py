@@ -75,10 +75,10 @@ def main() -> int:
             print(f"no-op converge with the engine declared: {wall:.2f}s, "
                   f"{len(re.findall(rf'Running command on {HOST}:', out))} SSH command(s) on {HOST}")
         finally:
-            labmod.down()
+            labmod.down(lab.name)
     return 0
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("benchengin"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

@@ -149,10 +149,10 @@ def main() -> int:
                   f"{[r['lost'] for r in runs]} of in flight {[r['in_flight'] for r in runs]} "
                   f"({sum(r['total'] for r in runs)} requests); rejoined in {spread([r['rejoined'] for r in runs])}")
     finally:
-        labmod.down()
+        labmod.down(lab.name)
     return 0
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("sglgw"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

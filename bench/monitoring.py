@@ -69,8 +69,9 @@ def main() -> None:
         for h in sorted(per_host):
             print(f"  {h}: {statistics.median(per_host[h]):.0f} SSH commands")
     finally:
-        labmod.down()
+        labmod.down(lab.name)
 
 
 if __name__ == "__main__":
-    main()
+    with labmod.claimed("sglmon"):  # a test process using this lab waits, and we for it
+        main()

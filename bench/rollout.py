@@ -157,5 +157,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("sgllab"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

@@ -68,10 +68,10 @@ def main() -> int:
                 print(f"  best block size found: {best} "
                       f"({'as planted' if found == PLANTED else 'NOT as planted: ' + json.dumps(PLANTED)})")
     finally:
-        labmod.down()
+        labmod.down(lab.name)
     return 0
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("sglgw"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

@@ -59,10 +59,10 @@ def main() -> int:
             print(f"no-op converge of the class: {wall:.2f}s, SSH commands per host: "
                   + ", ".join(f"{h} {n}" for h, n in commands.items()))
         finally:
-            labmod.down()
+            labmod.down(lab.name)
     return 0
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("benchturn"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

@@ -92,10 +92,10 @@ def main() -> int:
                   f"had the fetch come after the stop; the old server's stop {statistics.median(stops):.1f}s + the new "
                   f"one's load {statistics.median(loads):.1f}s")
         finally:
-            labmod.down()
+            labmod.down(lab.name)
     return 0
 
 
 if __name__ == "__main__":
-    with labmod.Session():  # as a test session: one lab at a time on this machine
+    with labmod.claimed("benchhub"):  # a test process using one of these labs waits, and we for it
         sys.exit(main())

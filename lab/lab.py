@@ -2,16 +2,17 @@
 network namespace on a private bridge, described by a TOML lab file.
 
     .venv/bin/python -m lab.lab up [--lab lab/default.toml]
-    .venv/bin/python -m lab.lab status
-    .venv/bin/python -m lab.lab link HOST down|up     # a link that drops silently, and its return
-    .venv/bin/python -m lab.lab throttle HOST KBIT|off  # a slow link out of a host (the mirror's, for a slow fetch)
-    .venv/bin/python -m lab.lab down
+    .venv/bin/python -m lab.lab status [--lab FILE]
+    .venv/bin/python -m lab.lab link HOST down|up [--lab FILE]     # a link that drops silently, and its return
+    .venv/bin/python -m lab.lab throttle HOST KBIT|off [--lab FILE]  # a slow link out of a host (a mirror's)
+    .venv/bin/python -m lab.lab down [--lab FILE | --all]
 
-State lives in .lab/ (git-ignored): the lab file used (lab.toml + state.json), one dir a
-host (overlay upper/work/root, nspawn.pid, console.log), the SSH key (id_ed25519) and
-inventory.py for pyinfra. Only one lab runs at a time: `up` with another lab file than
-the running one refuses (run `down` first); `up` of the running one just checks it and
-rewrites the inventory. Traffic goes only to the lab's own addresses.
+Labs of different names run side by side: each has its own state directory, .lab/<name>/ (git-ignored):
+the lab file used (lab.toml + state.json), one dir a host (overlay upper/work/root, nspawn.pid,
+console.log), its inventory.py for pyinfra and its lock. The SSH key (.lab/id_ed25519) is every lab's;
+.lab/inventory.py links to the inventory of the lab brought up last. `up` of another lab file under a
+running lab's name refuses (run `down` first); `up` of the running one just checks it and rewrites the
+inventory. Traffic goes only to the labs' own addresses.
 
 Facts this follows were measured on this kind of machine: shared/reference/lab-hosts.md.
 """
@@ -30,6 +31,7 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,19 +40,16 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lab import base, hf, labfile, mirror, provision, wheels  # noqa: E402
+from lab import base, hf, inotify, labfile, mirror, provision, reset, wheels  # noqa: E402
 from lab.labfile import LabFileError  # noqa: E402
 from tasks.common import WheelError  # noqa: E402
 
-STATE = REPO / ".lab"
+STATE = REPO / ".lab"  # every lab's state directory, by its name, and the key they share
 DEFAULT_LAB = REPO / "lab" / "default.toml"
 GROUP_DATA = REPO / "group_data"
 KEY = STATE / "id_ed25519"
-INVENTORY = STATE / "inventory.py"
-STATE_FILE = STATE / "state.json"
-LOCK = STATE / ".lock"
-SESSION_LOCK = STATE / ".session"  # held by a pytest session for its whole run (tests/lab/conftest.py)
-HOSTS_DIR = STATE / "hosts"
+INVENTORY = STATE / "inventory.py"  # a link to the inventory of the lab brought up last
+NET_LOCK = STATE / ".net.lock"  # held while a lab checks its subnet and makes its bridge: two ups never both pass
 CGROUP = Path("/sys/fs/cgroup")
 NSPAWN_RUN = Path("/run/systemd/nspawn")
 RUN_NETNS = Path("/run/netns")
@@ -96,28 +95,71 @@ def ssh(ip: str, *command: str, timeout: float = 15) -> subprocess.CompletedProc
 
 
 def _check_lab_address(ip: str) -> None:
-    st = _read_state()
-    if not st or ipaddress.ip_address(ip) not in ipaddress.ip_network(st["subnet"]):
+    if not any(ipaddress.ip_address(ip) in ipaddress.ip_network(st["subnet"]) for st in _states()):
         raise LabError(f"{ip} is not a lab address")
 
 
-def _read_state() -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Where:
+    """Where lab `name` keeps its state: .lab/<name>/, its own, so that labs of other names run beside it."""
+    name: str
+
+    @property
+    def dir(self) -> Path:
+        return STATE / self.name
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def inventory(self) -> Path:
+        return self.dir / "inventory.py"
+
+    @property
+    def hosts(self) -> Path:
+        return self.dir / "hosts"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / ".lock"
+
+    @property
+    def session(self) -> Path:  # held by the test process using the lab for its whole run (tests/lab/conftest.py)
+        return self.dir / ".session"
+
+
+def machine(lab_name: str, host: str) -> str:
+    """A host's nspawn machine name: hosts of two labs may share a name, their machines may not (nspawn keeps
+    /run/systemd/nspawn/propagate/<machine>)."""
+    return f"{lab_name}-{host}"
+
+
+def _read_state(name: str) -> dict[str, Any] | None:
     try:
-        return json.loads(STATE_FILE.read_text())
+        return json.loads(Where(name).state_file.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
+def _states() -> list[dict[str, Any]]:
+    """The state of every lab up (or half up, or half down) on this checkout, by name."""
+    if not STATE.is_dir():
+        return []
+    return [st for d in sorted(STATE.iterdir()) if d.is_dir() and (st := _read_state(d.name))]
+
+
 def _write_state(st: dict[str, Any]) -> None:
-    STATE.mkdir(exist_ok=True)
-    tmp = STATE_FILE.with_suffix(".tmp")
+    where = Where(st["lab_name"])
+    where.dir.mkdir(parents=True, exist_ok=True)
+    tmp = where.state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(st, indent=2) + "\n")
-    tmp.rename(STATE_FILE)
+    tmp.rename(where.state_file)
 
 
 def _pid_of(host: dict[str, Any]) -> int | None:
     try:
-        return int((HOSTS_DIR / host["name"] / "nspawn.pid").read_text().strip())
+        return int((Path(host["dir"]) / "nspawn.pid").read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
 
@@ -144,9 +186,11 @@ def _cgroup_roots() -> list[Path]:
 
 
 def _key() -> str:
+    """Every lab's SSH key, made by the first `up` (two labs' ups at once make one)."""
     STATE.mkdir(exist_ok=True)
-    if not KEY.exists():
-        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(KEY))
+    with base.flock(STATE / ".key.lock"):
+        if not KEY.exists():
+            run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-fleet-lab", "-f", str(KEY))
     return KEY.with_suffix(".pub").read_text()
 
 
@@ -253,6 +297,12 @@ class LabHost:
     group: str | None  # None: a mirror host
     entry: dict[str, Any]
     pid: int | None = None
+    lab: str = ""  # the name of its lab
+
+    @property
+    def rec(self) -> dict[str, Any]:
+        """What _pid_of and _alive_nspawn read of it, as the lab's state records a host."""
+        return {"name": self.name, "machine": machine(self.lab, self.name), "dir": str(Where(self.lab).hosts / self.name)}
 
 
 @dataclass
@@ -261,11 +311,26 @@ class Lab:
     lab_file: Path
     subnet: str
     hosts: list[LabHost] = field(default_factory=list)
-    inventory: Path = INVENTORY
     key: Path = KEY
+
+    @property
+    def inventory(self) -> Path:
+        return Where(self.name).inventory
 
     def host(self, name: str) -> LabHost:
         return next(h for h in self.hosts if h.name == name)
+
+    def link(self, name: str, up: bool) -> float:
+        """Drop host `name`'s link silently (up=False) or bring it back: see link()."""
+        return link(name, up, self.name)
+
+    def power(self, name: str, on: bool) -> float:
+        """Cut host `name`'s power (on=False) or boot it again: see power()."""
+        return power(name, on, self.name)
+
+    def reset(self, *names: str) -> dict[str, list[str]]:
+        """These GPU hosts (none named: every one) back as they booted, without a boot: reset_hosts()."""
+        return reset_hosts(self.name, list(names) or None)
 
     def ssh(self, name: str, *command: str, timeout: float = 15) -> subprocess.CompletedProcess:
         return ssh(self.host(name).ip, *command, timeout=timeout)
@@ -296,7 +361,7 @@ class Lab:
 
     def throttle(self, name: str = "mirror-1", kbit: int | None = None) -> None:
         """Slow what leaves host `name` to `kbit` kbit/s (None: full speed again): see throttle()."""
-        throttle(name, kbit)
+        throttle(name, kbit, self.name)
 
 
 def _index_url(ip: str) -> str:
@@ -310,8 +375,13 @@ def _hf_endpoint(ip: str) -> str:
 def _lab_from_state(st: dict[str, Any]) -> Lab:
     return Lab(
         name=st["lab_name"], lab_file=Path(st["lab_file"]), subnet=st["subnet"],
-        hosts=[LabHost(h["name"], h["ip"], h["group"], h["entry"], _pid_of(h)) for h in st["hosts"]],
+        hosts=[_with_pid(LabHost(h["name"], h["ip"], h["group"], h["entry"], lab=st["lab_name"])) for h in st["hosts"]],
     )
+
+
+def _with_pid(host: LabHost) -> LabHost:
+    host.pid = _pid_of(host.rec)
+    return host
 
 
 def _sha(path: Path) -> str:
@@ -350,29 +420,42 @@ def write_inventory(st: dict[str, Any]) -> Path:
         "checked(globals())",
         "",
     ]
-    tmp = INVENTORY.with_suffix(".tmp")
+    where = Where(st["lab_name"])
+    where.dir.mkdir(parents=True, exist_ok=True)
+    tmp = where.inventory.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
+    tmp.rename(where.inventory)
+    return where.inventory
+
+
+def _point_last_inventory(where: Where) -> None:
+    """.lab/inventory.py: the inventory of the lab brought up last (the README's `make deploy INVENTORY=...`)."""
+    tmp = INVENTORY.with_name(f".inventory-{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(where.inventory.relative_to(STATE))
     tmp.rename(INVENTORY)
-    return INVENTORY
 
 
-def _lock():
-    STATE.mkdir(exist_ok=True)
-    return base.flock(LOCK)
+def _lock(name: str):
+    Where(name).dir.mkdir(parents=True, exist_ok=True)
+    return base.flock(Where(name).lock)
 
 
 class Session:
-    """An exclusive claim on the lab for a whole test session: a second pytest session on
-    this checkout waits for it, and the CLI's up/down refuse while it is held."""
+    """An exclusive claim on lab `name` for a whole test run (or a bench): another test process wanting that
+    lab waits for it, and the CLI's up/down of that lab refuse while it is held. Labs of other names are
+    not held: they run beside it."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.fh = None
 
     def acquire(self, wait_s: float = 1800) -> None:
         import fcntl
 
-        STATE.mkdir(exist_ok=True)
-        self.fh = open(SESSION_LOCK, "a+")
+        where = Where(self.name)
+        where.dir.mkdir(parents=True, exist_ok=True)
+        self.fh = open(where.session, "a+")
         deadline = time.monotonic() + wait_s
         told = False
         while True:
@@ -381,10 +464,11 @@ class Session:
                 break
             except BlockingIOError:
                 if not told:
-                    log(f"waiting for the lab session of pid {_session_holder() or '?'} to end")
+                    log(f"waiting for the session of pid {_session_holder(self.name) or '?'} on lab "
+                        f"{self.name!r} to end")
                     told = True
                 if time.monotonic() > deadline:
-                    raise LabError("another test session holds the lab") from None
+                    raise LabError(f"another test session holds lab {self.name!r}") from None
                 time.sleep(1)
         self.fh.seek(0)
         self.fh.truncate()
@@ -404,13 +488,26 @@ class Session:
         self.release()
 
 
-def _session_holder() -> int | None:
-    """PID of the test session holding the lab, if one does."""
+@contextmanager
+def claimed(*names: str):
+    """Sessions on labs `names` for the whole block (a bench's run): a test process wanting one waits."""
+    sessions = [Session(name) for name in names]
+    try:
+        for session in sessions:
+            session.acquire()
+        yield
+    finally:
+        for session in sessions:
+            session.release()
+
+
+def _session_holder(name: str) -> int | None:
+    """PID of the test session holding lab `name`, if one does."""
     import fcntl
 
-    if not SESSION_LOCK.exists():
+    if not Where(name).session.exists():
         return None
-    with open(SESSION_LOCK, "a+") as fh:
+    with open(Where(name).session, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -422,26 +519,29 @@ def _session_holder() -> int | None:
 
 
 def up(lab_file: Path | str = DEFAULT_LAB) -> Lab:
-    """Bring the lab in `lab_file` up (or find it up already). Returns the running Lab."""
+    """Bring the lab in `lab_file` up (or find it up already). Returns the running Lab. A lab of another name
+    may run meanwhile: each keeps its own state (.lab/<name>/), network and machines."""
     lab_file = Path(lab_file).resolve()
-    with _lock():
-        lab = load_lab(lab_file)
-        st = _read_state()
+    lab = load_lab(lab_file)
+    where = Where(lab.name)
+    with _lock(lab.name):
+        st = _read_state(lab.name)
         if st:
             if st["lab_file"] != str(lab_file) or st["lab_sha256"] != _sha(lab_file):
                 what = "another lab file" if st["lab_file"] != str(lab_file) else "an older version of this file"
                 raise LabError(
                     f"lab {st['lab_name']!r} is up from {st['lab_file']} ({what}); run "
-                    "`python -m lab.lab down` first"
+                    f"`python -m lab.lab down --lab {st['lab_file']}` first"
                 )
-            dead = [h["name"] for h in st["hosts"] if not _alive_nspawn(_pid_of(h), h["name"])]
+            dead = [h["name"] for h in st["hosts"] if not _alive_nspawn(_pid_of(h), h["machine"])]
             if not dead:
                 running = _lab_from_state(st)
                 _wait_ready(running, quiet_ok=True)
                 _wait_index(running, quiet_ok=True)
                 write_inventory(st)
+                _point_last_inventory(where)
                 log(f"lab {st['lab_name']!r} already up ({len(st['hosts'])} hosts); inventory rewritten: "
-                    f"{INVENTORY.relative_to(REPO)}")
+                    f"{where.inventory.relative_to(REPO)}")
                 return running
             log(f"hosts {', '.join(dead)} are not running: tearing the lab down and starting again")
             _down_locked(st)
@@ -450,18 +550,19 @@ def up(lab_file: Path | str = DEFAULT_LAB) -> Lab:
 
 def _up_locked(lab: labfile.LabFile) -> Lab:
     t0 = time.monotonic()
+    where = Where(lab.name)
     bridge = _bridge(lab.name)
-    check_subnet(lab.subnet)
     leftovers = [n for n in [bridge] + [_veth(lab.name, i) for i in range(len(lab.hosts))] if _link_exists(n)]
     leftovers += [str(RUN_NETNS / _netns(lab.name, i)) for i in range(len(lab.hosts))
                   if (RUN_NETNS / _netns(lab.name, i)).exists()]
     if leftovers:
-        raise LabError(f"found {', '.join(leftovers)} but no lab state in {STATE}: remove them by hand "
-                       "(another lab with the same [lab] name?)")
-    mounted = [str(HOSTS_DIR / h.name / "root") for h in lab.hosts if _is_mountpoint(HOSTS_DIR / h.name / "root")]
+        raise LabError(f"found {', '.join(leftovers)} but no lab state in {where.dir}: remove them by hand "
+                       "(a lab of the same [lab] name from another checkout?)")
+    mounted = [str(where.hosts / h.name / "root") for h in lab.hosts if _is_mountpoint(where.hosts / h.name / "root")]
     if mounted:
-        raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {STATE} (an earlier down "
+        raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {where.dir} (an earlier down "
                        "could not unmount it): `umount` it by hand, then up again")
+    inotify.ensure(len(lab.hosts) + sum(len(st["hosts"]) for st in _states() if st["lab_name"] != lab.name), log)
     specs, group_data, _ = _groups()
     # only the releases this lab's hosts name are built (a first trixie host costs about a minute)
     bases = {suite: base.ensure_base(suite) for suite in sorted({h.entry["debian"] for h in lab.hosts})}
@@ -482,16 +583,19 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         },
         "hosts": [],
     }
-    shutil.copyfile(lab.path, STATE / "lab.toml")
+    shutil.copyfile(lab.path, where.dir / "lab.toml")
     _write_state(st)
     try:
-        run("ip", "link", "add", bridge, "type", "bridge")
-        _disable_ipv6(bridge)
-        run("ip", "addr", "add", f"{lab.gateway}/{lab.subnet.prefixlen}", "dev", bridge)
-        run("ip", "link", "set", bridge, "up")
+        with base.flock(NET_LOCK):  # another lab's up checks its subnet against this bridge, not before it
+            check_subnet(lab.subnet)
+            run("ip", "link", "add", bridge, "type", "bridge")
+            _disable_ipv6(bridge)
+            run("ip", "addr", "add", f"{lab.gateway}/{lab.subnet.prefixlen}", "dev", bridge)
+            run("ip", "link", "set", bridge, "up")
         for i, h in enumerate(lab.hosts):
-            rec = {"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry,
-                   "netns": _netns(lab.name, i), "veth": _veth(lab.name, i), "base": str(bases[h.entry["debian"]])}
+            rec = {"name": h.name, "ip": h.ip, "group": h.group, "entry": h.entry, "machine": machine(lab.name, h.name),
+                   "dir": str(where.hosts / h.name), "netns": _netns(lab.name, i), "veth": _veth(lab.name, i),
+                   "base": str(bases[h.entry["debian"]])}
             st["hosts"].append(rec)
             _write_state(st)
             # a gateway host's group is no GPU class, a mirror host has none: no spec, no class data
@@ -502,13 +606,15 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
         recs = {rec["name"]: rec for rec in st["hosts"]}
         _wait_ready(running, boot_again=lambda name: _boot(lab.name, recs[name]))
         _wait_index(running)
+        _record_booted(running)
     except BaseException:
         log("up failed: tearing down what was made")
-        _down_locked(_read_state() or st)
+        _down_locked(_read_state(lab.name) or st)
         raise
     write_inventory(st)
+    _point_last_inventory(where)
     log(f"lab {lab.name!r} up: {len(lab.hosts)} hosts in {time.monotonic() - t0:.1f} s; "
-        f"inventory: {INVENTORY.relative_to(REPO)}")
+        f"inventory: {where.inventory.relative_to(REPO)}")
     return _lab_from_state(st)
 
 
@@ -521,16 +627,17 @@ def _is_mountpoint(p: Path) -> bool:
 
 def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str) -> None:
     """The host's overlay (its release's base below, its own upper dir), files and network."""
-    name = rec["name"]
-    hdir = HOSTS_DIR / name
+    hdir = Path(rec["dir"])
     if hdir.exists():
         shutil.rmtree(hdir)
     for d in ("upper", "work", "root"):
         (hdir / d).mkdir(parents=True)
-    run("mount", "-t", "overlay", f"lab-{name}", "-o",
+    run("mount", "-t", "overlay", f"lab-{rec['machine']}", "-o",
         f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
     for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
         log(f"warning: {w}")
+    if rec["entry"]["role"] == "gpu":  # a reset puts the host back as provisioned (lab/reset.py)
+        reset.keep_provisioned(hdir)
     _network(lab.name, rec, lab.subnet.prefixlen)
 
 
@@ -560,7 +667,7 @@ exec "$@"
 def _boot(lab_name: str, rec: dict) -> None:
     """Start one host's nspawn, detached (setsid), stdin /dev/null, in its own cgroups."""
     name = rec["name"]
-    hdir = HOSTS_DIR / name
+    hdir = Path(rec["dir"])
     procs = []
     for r in _cgroup_roots():
         d = r / lab_name / name
@@ -569,7 +676,8 @@ def _boot(lab_name: str, rec: dict) -> None:
     pidfile = hdir / "nspawn.pid"
     pidfile.unlink(missing_ok=True)
     argv = [
-        "systemd-nspawn", "-q", "-D", str(hdir / "root"), "-M", name, "-b", "--console=passive",
+        "systemd-nspawn", "-q", "-D", str(hdir / "root"), "-M", rec["machine"], f"--hostname={name}", "-b",
+        "--console=passive",
         "--register=no", "--keep-unit", f"--network-namespace-path={RUN_NETNS / rec['netns']}",
         # a monitoring or gateway host's apt installs Debian's packages from here (tools/debs.sh), read-only
         *([f"--bind-ro={provision.debs_dir()}:{provision.LAB_DEBS}"] if rec["entry"]["role"] in provision.APT_ROLES
@@ -590,7 +698,7 @@ def _boot(lab_name: str, rec: dict) -> None:
     # teardown would take for a host already gone
     for _ in range(250):
         text = pidfile.read_text().strip() if pidfile.exists() else ""
-        if text and _alive_nspawn(int(text), name):
+        if text and _alive_nspawn(int(text), rec["machine"]):
             return
         time.sleep(0.02)
     raise LabError(f"{name}: nspawn did not start within 5 s (see {hdir / 'console.log'})")
@@ -605,8 +713,8 @@ def _wait_ready(lab: Lab, quiet_ok: bool = False, boot_again=None) -> None:
     def one(h: LabHost) -> str:
         deadline, again = t0 + BOOT_TIMEOUT_S, boot_again
         while True:
-            if not _alive_nspawn(_pid_of({"name": h.name}), h.name):
-                tail = (HOSTS_DIR / h.name / "console.log").read_text(errors="replace")[-2000:]
+            if not _alive_nspawn(_pid_of(h.rec), h.rec["machine"]):
+                tail = (Path(h.rec["dir"]) / "console.log").read_text(errors="replace")[-2000:]
                 if again is None:
                     raise LabError(f"{h.name}: systemd-nspawn exited during boot; console:\n{tail}")
                 last = [line for line in tail.splitlines() if line.strip()][-3:]
@@ -696,17 +804,80 @@ def _until(h: LabHost, what: str, url: str, ask, unit: str, timeout_s: float) ->
         time.sleep(0.2)
 
 
+# --- reset ----------------------------------------------------------------------------------
+
+def _record_booted(lab: Lab) -> None:
+    """Each GPU host's units active once it has booted (what a reset starts from)."""
+    def one(h: LabHost) -> None:
+        p = ssh(h.ip, reset.booted_units_command(), timeout=30)
+        if p.returncode:
+            raise LabError(f"{h.name}: its units could not be listed: {p.stderr.strip()}")
+        (Path(h.rec["dir"]) / reset.BOOTED_UNITS).write_text(p.stdout)
+
+    hosts = [h for h in lab.hosts if h.entry["role"] == "gpu"]
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        list(pool.map(one, hosts))
+
+
+def reset_hosts(name: str, hosts: list[str] | None = None) -> dict[str, list[str]]:
+    """Put the GPU hosts of lab `name` (all, or those named) back as they booted, without booting them again
+    (lab/reset.py): what a deploy or a test started stopped, the disk as provisioned, the lab's own units started
+    again. Returns, per host, the files it put back."""
+    st = _read_state(name)
+    if not st:
+        raise LabError(f"lab {name!r} is not up")
+    recs = [h for h in st["hosts"] if h["entry"]["role"] == "gpu" and (hosts is None or h["name"] in hosts)]
+    unknown = sorted(set(hosts or []) - {h["name"] for h in recs})
+    if unknown:
+        raise LabError(f"lab {name!r} has no GPU host {', '.join(unknown)} to reset (a gateway, monitoring or mirror "
+                       "host is not reset: bring its lab down and up)")
+
+    def one(h: dict) -> list[str]:
+        hdir = Path(h["dir"])
+        booted = (hdir / reset.BOOTED_UNITS).read_text().split()
+        p = ssh(h["ip"], reset.stop_command(booted), timeout=120)
+        if p.returncode:
+            raise LabError(f"{h['name']}: reset: stopping what runs failed (exit {p.returncode}): "
+                           f"{(p.stderr or p.stdout).strip()[-2000:]}")
+        changed = reset.restore_files(hdir, Path(h["base"]))
+        p = ssh(h["ip"], reset.START_COMMAND, timeout=180)
+        if p.returncode or p.stdout.split()[-1:] not in (["running"], ["degraded"]):
+            raise LabError(f"{h['name']}: reset: starting its units again failed (exit {p.returncode}): "
+                           f"{(p.stderr or p.stdout).strip()[-2000:]}")
+        return changed
+
+    t0 = time.monotonic()
+    with _lock(name), ThreadPoolExecutor(max_workers=min(16, max(1, len(recs)))) as pool:
+        done = dict(zip([h["name"] for h in recs], pool.map(one, recs)))
+    log(f"lab {name!r}: {len(done)} hosts reset in {time.monotonic() - t0:.1f} s")
+    return done
+
+
 # --- down ---------------------------------------------------------------------------------
 
-def down() -> bool:
-    """Tear the lab down, leaving nothing behind. Harmless when nothing is up."""
-    with _lock():
-        st = _read_state()
-        if not st:
+def down(name: str | None = None) -> bool:
+    """Tear lab `name` down (None: the one lab up), leaving nothing behind. Harmless when it is not up; labs
+    of other names go on."""
+    if name is None:
+        up_now = [st["lab_name"] for st in _states()]
+        if not up_now:
             log("no lab is up")
+            return False
+        if len(up_now) > 1:
+            raise LabError(f"labs {', '.join(up_now)} are up: name the one to take down (--lab FILE, or --all)")
+        name = up_now[0]
+    with _lock(name):
+        st = _read_state(name)
+        if not st:
+            log(f"lab {name!r} is not up")
             return False
         _down_locked(st)
         return True
+
+
+def lab_name(lab_file: Path | str) -> str:
+    """The [lab] name a lab file declares (the name of its state directory)."""
+    return labfile.parse_name(Path(lab_file))
 
 
 def _cgroup_pids(lab_name: str, name: str) -> list[int]:
@@ -728,18 +899,19 @@ def _gone(pid: int) -> bool:
     return not Path(f"/proc/{pid}").exists()
 
 
-def _stop(lab_name: str, name: str, pid: int | None) -> None:
+def _stop(lab_name: str, host: dict) -> None:
     """SIGTERM the host's nspawn (it halts the container), SIGKILL after STOP_TIMEOUT_S."""
-    if _alive_nspawn(pid, name):
+    name, pid = host["name"], _pid_of(host)
+    if _alive_nspawn(pid, host["machine"]):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        if not _alive_nspawn(pid, name) and not _cgroup_pids(lab_name, name):
+        if not _alive_nspawn(pid, host["machine"]) and not _cgroup_pids(lab_name, name):
             break
         time.sleep(0.05)
     else:
         log(f"{name}: no halt after {STOP_TIMEOUT_S} s; SIGKILL")
-        _kill(lab_name, name, pid)
+        _kill(lab_name, host)
     # The nspawn is a zombie until PID 1 reaps it (setsid -f orphaned it): give it a moment
     # so that "down" really leaves no process behind.
     if pid:
@@ -749,13 +921,15 @@ def _stop(lab_name: str, name: str, pid: int | None) -> None:
             time.sleep(0.05)
 
 
-def _kill(lab_name: str, name: str, pid: int | None) -> None:
+def _kill(lab_name: str, host: dict) -> float:
     """SIGKILL the host's nspawn and every process in its cgroups (only the lab's own processes live there),
     all stopped first (SIGSTOP, until no new one appears): killed one by one, a process still running would
     see the others die and act on it as no power cut lets it (the host's systemd running smg's ExecStopPost,
     keepalived then giving its address away at once)."""
+    name, pid = host["name"], _pid_of(host)
+
     def signal_all(sig: int) -> bool:
-        procs = _cgroup_pids(lab_name, name) + ([pid] if pid and _alive_nspawn(pid, name) else [])
+        procs = _cgroup_pids(lab_name, name) + ([pid] if pid and _alive_nspawn(pid, host["machine"]) else [])
         for p in procs:
             try:
                 os.kill(p, sig)
@@ -770,10 +944,12 @@ def _kill(lab_name: str, name: str, pid: int | None) -> None:
         if now <= seen:
             break
         seen |= now
+    stopped = time.time()  # from here nothing of the box acts: the power went
     for _ in range(100):
         if not signal_all(signal.SIGKILL):
             break
         time.sleep(0.05)
+    return stopped
 
 
 def _is_zombie(pid: int) -> bool:
@@ -803,12 +979,13 @@ def _rmdir_tree(d: Path) -> None:
 def _down_locked(st: dict[str, Any]) -> None:
     t0 = time.monotonic()
     lab_name = st["lab_name"]
+    where = Where(lab_name)
     hosts = st.get("hosts", [])
     # stop all hosts together: each halts in ~2 s
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        list(pool.map(lambda h: _stop(lab_name, h["name"], _pid_of(h)), hosts))
+        list(pool.map(lambda h: _stop(lab_name, h), hosts))
     for h in hosts:
-        root = HOSTS_DIR / h["name"] / "root"
+        root = Path(h["dir"]) / "root"
         for _ in range(50):
             if not _is_mountpoint(root):
                 break
@@ -821,9 +998,9 @@ def _down_locked(st: dict[str, Any]) -> None:
         _remove_link(h["veth"])
         for r in _cgroup_roots():
             _rmdir_tree(r / lab_name / h["name"])
-        shutil.rmtree(NSPAWN_RUN / "propagate" / h["name"], ignore_errors=True)
+        shutil.rmtree(NSPAWN_RUN / "propagate" / h["machine"], ignore_errors=True)
         if not _is_mountpoint(root):
-            shutil.rmtree(HOSTS_DIR / h["name"], ignore_errors=True)
+            shutil.rmtree(h["dir"], ignore_errors=True)
     for r in _cgroup_roots():
         _rmdir_tree(r / lab_name)
     _remove_link(st["bridge"])
@@ -845,65 +1022,75 @@ def _down_locked(st: dict[str, Any]) -> None:
             except OSError:
                 pass
     try:
-        HOSTS_DIR.rmdir()
+        where.hosts.rmdir()
     except OSError:
         pass
-    for p in (STATE_FILE, INVENTORY, STATE / "lab.toml"):
+    if INVENTORY.is_symlink() and INVENTORY.resolve() == where.inventory.resolve():
+        INVENTORY.unlink()
+    for p in (where.state_file, where.inventory, where.dir / "lab.toml"):
         p.unlink(missing_ok=True)
     log(f"lab {lab_name!r} down ({len(hosts)} hosts) in {time.monotonic() - t0:.1f} s")
 
 
 # --- a host's link -------------------------------------------------------------------------
 
-def _running_host(name: str) -> dict:
-    """Host `name` of the lab that is up, as its state records it (LabError if none)."""
-    st = _read_state()
-    if not st:
-        raise LabError("no lab is up")
-    host = next((h for h in st["hosts"] if h["name"] == name), None)
-    if host is None:
-        raise LabError(f"no host {name!r} in lab {st['lab_name']!r} (hosts: {', '.join(h['name'] for h in st['hosts'])})")
-    return host
+def _running_host(name: str, lab: str | None = None) -> tuple[dict, dict]:
+    """(its lab's state, host `name` as that state records it) of a lab that is up: lab `lab`, or the one lab
+    up that has such a host (LabError if none, or if two labs have one: then the lab must be named)."""
+    states = [st for st in _states() if lab is None or st["lab_name"] == lab]
+    if not states:
+        raise LabError(f"lab {lab!r} is not up" if lab else "no lab is up")
+    found = [(st, h) for st in states for h in st["hosts"] if h["name"] == name]
+    if len(found) > 1:
+        raise LabError(f"host {name!r} is in labs {', '.join(st['lab_name'] for st, _ in found)}: name its lab "
+                       "(--lab FILE)")
+    if not found:
+        where = "; ".join(f"lab {st['lab_name']!r}: {', '.join(h['name'] for h in st['hosts'])}" for st in states)
+        raise LabError(f"no host {name!r} in {'lab ' + repr(lab) if lab else 'any lab up'} (hosts: {where})")
+    return found[0]
 
 
-def link(name: str, up: bool) -> None:
+def link(name: str, up: bool, lab: str | None = None) -> float:
     """Drop a host's link (or bring it back) inside its own network namespace: its eth0 down. Nothing
     answers, and nothing refuses either (no reset, no ICMP): a link that drops silently, a switch or
     a VPN. Its sshd and whatever it runs go on; the connections come back with the link if their
-    ends have not given up."""
-    host = _running_host(name)
+    ends have not given up. `lab`: its lab's name, where hosts of two labs up share its name. Returns when
+    the link went (or came): time.time() once the kernel did it."""
+    _, host = _running_host(name, lab)
     run("ip", "-n", host["netns"], "link", "set", "eth0", "up" if up else "down")
+    return time.time()
 
 
-def power(name: str, on: bool) -> None:
+def power(name: str, on: bool, lab: str | None = None) -> float:
     """Cut a host's power (off) or boot it again (on). Off: its nspawn and every process of it killed at once
     (SIGKILL: nothing shuts down, nothing is given away), and its network namespace gone with whatever its
     kernel held there (addresses keepalived added, routes, nftables): it answers nothing. On: a fresh
-    namespace and link, booted from its disk as it was; returns once it answers SSH."""
-    st = _read_state()
-    host = _running_host(name)
-    pid = _pid_of(host)
+    namespace and link, booted from its disk as it was; returns once it answers SSH. Returns when the power
+    went (time.time() once every process of the box was stopped), or when the box answered again."""
+    st, host = _running_host(name, lab)
     if not on:
-        _kill(st["lab_name"], name, pid)
+        went = _kill(st["lab_name"], host)
         if (RUN_NETNS / host["netns"]).exists():
             run("ip", "netns", "del", host["netns"])  # its veth with it, a moment later:
         _remove_link(host["veth"])  # gone before it returns, so that a power on at once can make it again
-        shutil.rmtree(NSPAWN_RUN / "propagate" / name, ignore_errors=True)
-        return
-    if _alive_nspawn(pid, name):
+        shutil.rmtree(NSPAWN_RUN / "propagate" / host["machine"], ignore_errors=True)
+        return went
+    if _alive_nspawn(_pid_of(host), host["machine"]):
         raise LabError(f"{name} runs already: power it off first")
     if not (RUN_NETNS / host["netns"]).exists():
         _network(st["lab_name"], host, ipaddress.ip_network(st["subnet"]).prefixlen)
     _boot(st["lab_name"], host)
     _wait_ready(Lab(st["lab_name"], Path(st["lab_file"]), st["subnet"],
-                    [LabHost(host["name"], host["ip"], host["group"], host["entry"])]), quiet_ok=True)
+                    [LabHost(host["name"], host["ip"], host["group"], host["entry"], lab=st["lab_name"])]),
+                quiet_ok=True)
+    return time.time()
 
 
-def throttle(name: str, kbit: int | None) -> None:
+def throttle(name: str, kbit: int | None, lab: str | None = None) -> None:
     """Slow what leaves a host to `kbit` kbit/s, or (None) take the limit away: a token bucket (tc tbf) on
     the eth0 inside the host's own network namespace, so its answers (a mirror's downloads) go out at
     that rate while what it is sent is not slowed. Packets wait in the queue; none is refused."""
-    host = _running_host(name)
+    _, host = _running_host(name, lab)
     if kbit is None:
         p = run("tc", "-n", host["netns"], "qdisc", "del", "dev", "eth0", "root", check=False)
         if p.returncode and "No such file" not in p.stderr and "Cannot delete qdisc with handle of zero" not in p.stderr:
@@ -918,94 +1105,121 @@ def throttle(name: str, kbit: int | None) -> None:
 
 # --- status -------------------------------------------------------------------------------
 
-def status(check_ssh: bool = True) -> list[dict[str, Any]]:
-    """One row a host: name, ip, group, state (running/stopped), ssh (ok/no/-)."""
-    st = _read_state()
-    if not st:
-        return []
-    rows = []
+def status(name: str | None = None, check_ssh: bool = True) -> list[dict[str, Any]]:
+    """One row a host of lab `name` (None: of every lab up): lab, name, ip, group, state (running/stopped),
+    ssh (ok/no/-)."""
+    hosts = [(st["lab_name"], h) for st in _states() if name is None or st["lab_name"] == name for h in st["hosts"]]
 
-    def one(h):
-        alive = _alive_nspawn(_pid_of(h), h["name"])
+    def one(lab_and_host):
+        lab, h = lab_and_host
+        alive = _alive_nspawn(_pid_of(h), h["machine"])
         ok = "-"
         if alive and check_ssh:
             ok = "ok" if ssh(h["ip"], "true", timeout=8).returncode == 0 else "no"
-        return {"name": h["name"], "ip": h["ip"], "group": h["group"],
+        return {"lab": lab, "name": h["name"], "ip": h["ip"], "group": h["group"],
                 "state": "running" if alive else "stopped", "ssh": ok, "pid": _pid_of(h)}
 
-    with ThreadPoolExecutor(max_workers=max(1, len(st["hosts"]))) as pool:
-        rows = list(pool.map(one, st["hosts"]))
-    return rows
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        return list(pool.map(one, hosts))
 
 
-def _print_status() -> int:
-    st = _read_state()
-    if not st:
-        print("no lab is up")
+def _print_status(name: str | None = None) -> int:
+    states = [st for st in _states() if name is None or st["lab_name"] == name]
+    if not states:
+        print("no lab is up" if name is None else f"lab {name!r} is not up")
         return 1
-    rows = status()
-    print(f"lab {st['lab_name']!r} from {st['lab_file']} (subnet {st['subnet']}, bridge {st['bridge']})")
-    cols = ("name", "ip", "group", "state", "ssh")
-    rows = [{**r, "group": r["group"] or "-"} for r in rows]  # a mirror host has none
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)))
-    for r in rows:
-        print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)))
-    return 0 if all(r["state"] == "running" and r["ssh"] == "ok" for r in rows) else 1
+    ok = True
+    for st in states:
+        rows = status(st["lab_name"])
+        print(f"lab {st['lab_name']!r} from {st['lab_file']} (subnet {st['subnet']}, bridge {st['bridge']}, "
+              f"inventory {Where(st['lab_name']).inventory.relative_to(REPO)})")
+        cols = ("name", "ip", "group", "state", "ssh")
+        rows = [{**r, "group": r["group"] or "-"} for r in rows]  # a mirror host has none
+        widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+        print("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)))
+        for r in rows:
+            print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)))
+        ok &= all(r["state"] == "running" and r["ssh"] == "ok" for r in rows)
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.lab", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p_up = sub.add_parser("up", help="boot the lab's hosts (or check the running lab)")
-    p_up.add_argument("--lab", type=Path, default=DEFAULT_LAB, help="lab file (default: lab/default.toml)")
-    sub.add_parser("down", help="stop every host and remove everything the lab made")
-    sub.add_parser("status", help="hosts, addresses, groups, running, ssh")
-    p_check = sub.add_parser("check", help="validate a lab file only")
-    p_check.add_argument("--lab", type=Path, default=DEFAULT_LAB)
-    p_link = sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)")
+
+    def which(p, default=None, about="the lab of that file (its [lab] name)"):
+        p.add_argument("--lab", type=Path, default=default, help=about)
+        return p
+
+    which(sub.add_parser("up", help="boot the lab's hosts (or check the running lab)"), DEFAULT_LAB,
+          "lab file (default: lab/default.toml)")
+    p_down = which(sub.add_parser("down", help="stop every host of a lab and remove everything it made"),
+                   about="the lab of that file (default: the one lab up)")
+    p_down.add_argument("--all", action="store_true", help="every lab up")
+    which(sub.add_parser("status", help="hosts, addresses, groups, running, ssh"),
+          about="the lab of that file (default: every lab up)")
+    which(sub.add_parser("inventory", help="the path of a lab's pyinfra inventory"), DEFAULT_LAB)
+    which(sub.add_parser("check", help="validate a lab file only"), DEFAULT_LAB)
+    p_link = which(sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)"))
     p_link.add_argument("host")
     p_link.add_argument("state", choices=("down", "up"))
-    p_power = sub.add_parser("power", help="cut a host's power (off: killed at once, its network gone) or boot it "
-                                           "again (on)")
+    p_power = which(sub.add_parser("power", help="cut a host's power (off: killed at once, its network gone) or "
+                                                 "boot it again (on)"))
     p_power.add_argument("host")
     p_power.add_argument("state", choices=("off", "on"))
-    p_throttle = sub.add_parser("throttle", help="slow what leaves a host to KBIT kbit/s (off: full speed again)")
+    p_throttle = which(sub.add_parser("throttle", help="slow what leaves a host to KBIT kbit/s (off: full speed "
+                                                       "again)"))
     p_throttle.add_argument("host")
     p_throttle.add_argument("kbit", help="kbit/s, or off")
+    p_reset = which(sub.add_parser("reset", help="put GPU hosts back as they booted, without booting them again "
+                                                 "(what a deploy wrote and started gone, the lab's own units started)"),
+                    DEFAULT_LAB)
+    p_reset.add_argument("hosts", nargs="*", help="these GPU hosts (default: all its GPU hosts)")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "power", "throttle"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "power", "throttle", "reset"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
-    holder = _session_holder() if args.cmd in ("up", "down") else None
-    if holder:
-        print(f"lab: a test session (pid {holder}) is using the lab; wait for it to end", file=sys.stderr)
-        return 1
     try:
+        name = lab_name(args.lab) if args.lab is not None and args.cmd != "check" else None
+        if args.cmd in ("up", "down"):
+            names = [name] if name else [st["lab_name"] for st in _states()] if args.cmd == "down" else []
+            held = [(n, pid) for n in names if (pid := _session_holder(n))]
+            if held:
+                print("lab: " + "; ".join(f"a test session (pid {pid}) is using lab {n!r}" for n, pid in held)
+                      + ": wait for it to end", file=sys.stderr)
+                return 1
         if args.cmd == "up":
             up(args.lab)
-            return _print_status()
+            return _print_status(name)
         if args.cmd == "down":
-            down()
+            for n in [st["lab_name"] for st in _states()] if args.all else [name]:
+                down(n)
+            return 0
+        if args.cmd == "inventory":
+            print(Where(name).inventory)
             return 0
         if args.cmd == "check":
             lab = load_lab(args.lab)
             print(f"{args.lab}: ok ({len(lab.hosts)} hosts)")
             return 0
         if args.cmd == "link":
-            link(args.host, args.state == "up")
+            link(args.host, args.state == "up", name)
             print(f"{args.host}: link {args.state}")
             return 0
         if args.cmd == "power":
-            power(args.host, args.state == "on")
+            power(args.host, args.state == "on", name)
             print(f"{args.host}: power {args.state}")
+            return 0
+        if args.cmd == "reset":
+            for host, changed in reset_hosts(name, args.hosts or None).items():
+                print(f"{host}: reset ({len(changed)} files put back)")
             return 0
         if args.cmd == "throttle":
             kbit = None if args.kbit == "off" else int(args.kbit) if args.kbit.isdigit() else args.kbit
-            throttle(args.host, kbit)
+            throttle(args.host, kbit, name)
             print(f"{args.host}: {'full speed' if kbit is None else f'{kbit} kbit/s out'}")
             return 0
-        return _print_status()
+        return _print_status(name)
     except LabFileError as e:
         print("lab: the lab file is not valid:", file=sys.stderr)
         for p in e.problems:

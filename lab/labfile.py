@@ -206,6 +206,22 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
 LAB_KEYS = {"name", "subnet"}
 
 
+def parse_name(path: Path) -> str:
+    """The [lab] name a lab file declares (the default where it names none), read without validating the rest:
+    a file edited since its lab went up still names the lab to take down."""
+    try:
+        lab = tomllib.loads(Path(path).read_text()).get("lab", {})
+    except FileNotFoundError:
+        raise LabFileError([f"{path}: no such lab file"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise LabFileError([f"{path}: not valid TOML: {e}"]) from None
+    name = lab.get("name", DEFAULT_LAB_NAME) if isinstance(lab, dict) else None
+    if not isinstance(name, str) or not LAB_NAME.match(name):
+        raise LabFileError([f"{path}: [lab] name = {name!r}: allowed: a lowercase letter, then letters/digits, at "
+                            "most 10"])
+    return name
+
+
 def parse(path: Path, groups: list[str], gateway_groups: list[str]) -> LabFile:
     """Parse `path`; `groups` are the GPU class groups group_data/ declares, `gateway_groups` its
     gateway groups (a gateway host's group)."""

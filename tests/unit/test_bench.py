@@ -36,8 +36,9 @@ def test_every_bench_imports_and_make_bench_runs_it():
         assert f"bench/{path.name}" in (ROOT / "Makefile").read_text()
 
 
-@pytest.mark.parametrize("name, text, hosts", [("status", lambda m: m.big_lab(16), 16), ("turns", lambda m: m.LAB, 3),
-                                               ("engine", lambda m: m.LAB, 2), ("weights", lambda m: m.LAB, 2)])
+@pytest.mark.parametrize("name, text, hosts", [
+    ("status", lambda m: (ROOT / "lab" / "fleet48.toml").read_text(), 48), ("turns", lambda m: m.LAB, 3),
+    ("engine", lambda m: m.LAB, 2), ("weights", lambda m: m.LAB, 2)])
 def test_the_benches_labs_are_valid_lab_files(name, text, hosts, tmp_path):
     path = tmp_path / f"{name}.toml"
     path.write_text(text(load(ROOT / "bench" / f"{name}.py")))

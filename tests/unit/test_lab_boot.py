@@ -12,12 +12,13 @@ from lab import lab as labmod
 
 @pytest.fixture
 def host(tmp_path, monkeypatch):
-    monkeypatch.setattr(labmod, "HOSTS_DIR", tmp_path)
-    (tmp_path / "h1").mkdir()
-    (tmp_path / "h1" / "console.log").write_text("Spawning container h1\n\nFailed to mount /run: Device busy\n")
+    monkeypatch.setattr(labmod, "STATE", tmp_path)
+    (tmp_path / "t" / "hosts" / "h1").mkdir(parents=True)
+    (tmp_path / "t" / "hosts" / "h1" / "console.log").write_text(
+        "Spawning container h1\n\nFailed to mount /run: Device busy\n")
     monkeypatch.setattr(labmod, "ssh", lambda ip, *cmd, timeout=15: subprocess.CompletedProcess(
         [], 0, "running\n" if "is-system-running" in cmd else "", ""))
-    return labmod.Lab("t", tmp_path / "t.toml", "10.0.0.0/24", [labmod.LabHost("h1", "10.0.0.2", "g", {})])
+    return labmod.Lab("t", tmp_path / "t.toml", "10.0.0.0/24", [labmod.LabHost("h1", "10.0.0.2", "g", {}, lab="t")])
 
 
 def _nspawn_alive_after(monkeypatch, boots: list[str], dead_until: int) -> None:

@@ -228,8 +228,10 @@ def _state(tmp_path: Path) -> dict:
 
 
 def test_the_inventory_leaves_the_mirror_host_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(labmod, "INVENTORY", tmp_path / "inventory.py")
-    text = labmod.write_inventory(_state(tmp_path)).read_text()
+    monkeypatch.setattr(labmod, "STATE", tmp_path / ".lab")
+    written = labmod.write_inventory(_state(tmp_path))
+    assert written == tmp_path / ".lab" / "sglmir" / "inventory.py"  # the lab's own: another lab's runs beside it
+    text = written.read_text()
     assert "('pro6000-1', {'ssh_hostname': '10.209.0.12'" in text and "('gw-1', {'ssh_hostname': '10.209.0.13'" in text
     assert "mirror" not in text and "10.209.0.11" not in text and "None = [" not in text
 
@@ -261,7 +263,7 @@ def test_throttle_is_a_token_bucket_on_the_hosts_own_eth0(tmp_path, monkeypatch)
     for i, h in enumerate(st["hosts"]):
         h["netns"] = f"sglmir-h{i}"
     ran = []
-    monkeypatch.setattr(labmod, "_read_state", lambda: st)
+    monkeypatch.setattr(labmod, "_states", lambda: [st])
     monkeypatch.setattr(labmod, "run", lambda *argv, check=True: ran.append(argv) or subprocess.CompletedProcess(
         argv, 2 if "del" in argv else 0, "", "Error: Cannot delete qdisc with handle of zero."))
     lab = labmod._lab_from_state(st)
