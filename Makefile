@@ -9,7 +9,7 @@ INVENTORY ?= inventory.py
 LAB ?= lab/default.toml
 export SGLANG_FLEET_CACHE ?= $(HOME)/.cache/sglang-fleet
 
-.PHONY: venv host-packages sglang-venv check dry deploy verify status monitor history rollback tune test test-unit demo lab-up lab-down lab-status bench
+.PHONY: venv host-packages sglang-venv check dry deploy verify status monitor history rollback tune test test-unit test-busy demo lab-up lab-down lab-status bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -75,35 +75,50 @@ tune: venv
 test-unit: venv host-packages
 	$(BIN)/pytest -q tests/unit
 
-# Two pytest processes at once: the lab's tests (one lab at a time, on this terminal) and the others,
-# unit and contract (their output in .test-unit.log, shown after): the lab's mostly wait on their
-# hosts (10 min of CPU in a 28 min run). Both must pass. The coverage is of the tests' own processes
-# (unit, and the controller side of the lab's), combined; the deploys the lab tests run are pyinfra
-# processes of their own, not counted.
+# The unit and contract tests (their output in .test-unit.log, shown after) beside the lab's, which run in
+# LAB_WORKERS pytest-xdist workers, a group of modules at a time each (tests/lab/conftest.py's MODULES: each module's
+# group and labs, no lab in two groups): the lab's tests mostly wait on their hosts. Both must pass. The coverage is of the
+# tests' own processes (unit, and the controller side of the lab's), combined; the deploys the lab tests run are
+# pyinfra processes of their own, not counted.
+LAB_WORKERS ?= 3
 COV := --cov=adapter --cov=tasks --cov=fleet --cov-report=
+LAB_TESTS := $(BIN)/pytest -q -n $(LAB_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 --junitxml=.test-lab.xml
 test: venv host-packages sglang-venv
 	@rm -f .coverage .coverage.unit .coverage.lab
 	@COVERAGE_FILE=.coverage.unit $(BIN)/pytest -q --durations=10 $(COV) tests/unit tests/contract tests/verify \
 	  > .test-unit.log 2>&1 & unit=$$!; \
-	COVERAGE_FILE=.coverage.lab $(BIN)/pytest -q --durations=20 $(COV) tests/lab; lab=$$?; \
+	COVERAGE_FILE=.coverage.lab $(LAB_TESTS) $(COV) tests/lab; lab=$$?; \
 	wait $$unit; unit=$$?; echo "--- unit and contract tests (.test-unit.log):"; cat .test-unit.log; \
 	$(BIN)/coverage combine -q .coverage.unit .coverage.lab && $(BIN)/coverage report --include='tasks/*,fleet/*' | tail -n 3; \
 	echo "lab tests: exit $$lab; unit and contract tests: exit $$unit"; [ $$lab = 0 ] && [ $$unit = 0 ]
 
+# The lab's tests with every core kept busy for the whole run (Debian's stress-ng, one CPU hog per core): what a
+# loaded CI machine does to them, seen before CI sees it. They must pass here too.
+test-busy: venv host-packages sglang-venv
+	@command -v stress-ng >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng; }
+	@stress-ng --cpu $$(nproc) --timeout 3h --quiet & hog=$$!; \
+	echo "test-busy: stress-ng (pid $$hog) keeps $$(nproc) cores busy"; \
+	$(LAB_TESTS) tests/lab; lab=$$?; kill $$hog; wait $$hog 2>/dev/null; \
+	echo "lab tests beside a CPU hog: exit $$lab"; [ $$lab = 0 ]
+
+# Labs of different names run side by side, each with its own state (.lab/<name>/) and inventory
+# (.lab/<name>/inventory.py; .lab/inventory.py is the last one brought up). LAB names one; without it, lab-down
+# takes down the one lab up (and names them if there are several) and lab-status shows every lab up.
+LAB_GIVEN = $(if $(filter command line environment,$(origin LAB)),--lab $(LAB))
 lab-up: venv host-packages
 	$(BIN)/python -m lab.lab up --lab $(LAB)
 
 lab-down: venv
-	$(BIN)/python -m lab.lab down
+	$(BIN)/python -m lab.lab down $(LAB_GIVEN)
 
 lab-status: venv
-	$(BIN)/python -m lab.lab status
+	$(BIN)/python -m lab.lab status $(LAB_GIVEN)
 
 demo: venv host-packages
 	$(BIN)/python -m lab.lab up --lab $(LAB)
-	$(BIN)/pyinfra -y .lab/inventory.py deploy.py
-	$(MAKE) --no-print-directory verify INVENTORY=.lab/inventory.py
-	@echo "The lab stays up for you to look around (make lab-status); make lab-down removes it."
+	$(BIN)/pyinfra -y $$($(BIN)/python -m lab.lab inventory --lab $(LAB)) deploy.py
+	$(MAKE) --no-print-directory verify INVENTORY=$$($(BIN)/python -m lab.lab inventory --lab $(LAB))
+	@echo "The lab stays up for you to look around (make lab-status); make lab-down LAB=$(LAB) removes it."
 
 bench: venv host-packages
 	$(BIN)/python bench/rollout.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import os
@@ -31,6 +32,16 @@ def workdir(tmp: Path, **overrides: str) -> Path:
     return tmp
 
 
+# The same hosts for tests/lab/test_turns_e2e.py and test_lost_link_e2e.py: three PRO 6000 boxes serving the old NEXTN
+# spec beside their training jobs (a spec's load time is its own: LAB_SGLANG_LOAD_SECONDS in its environment).
+PRO3_HOSTS = ("pro-1", "pro-2", "pro-3")
+PRO3_LAB = ('[lab]\nname = "pro3lab"\nsubnet = "10.221.0.0/24"\n' + "".join(
+    f'\n[[hosts]]\nname = "{h}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
+    'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\nworkloads = ["dflash-train"]\n'
+    'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n'
+    for h in PRO3_HOSTS))
+
+
 # A gateway group of two hosts behind a floating address (lab/gateway.toml's gw-1 and gw-2): what group_data/gateway.py
 # gets in such a lab, the address the lab's subnet's .100, the VRRP password from this variable.
 VRRP_ENV = {"SGLANG_FLEET_VRRP_PASSWORD": "lab-vrrp"}
@@ -50,17 +61,17 @@ def floating(subnet: str) -> str:
 GATEWAY_FAULTS = ("smg killed -9", "link dropped", "box powered off")
 
 
-def gateway_fault(lab, gateway: str, what: str, on: bool) -> None:
+def gateway_fault(lab, gateway: str, what: str, on: bool) -> float:
     """One of GATEWAY_FAULTS on a gateway host (on), or its end (off): a killed smg is started again by systemd
-    (Restart=on-failure), a link comes back, a box boots."""
-    from lab import lab as labmod
+    (Restart=on-failure), a link comes back, a box boots. Returns when it took effect, its own timestamp (time.time();
+    the hosts' clock is this machine's): the kill's on the host, the link's or the power's as lab.lab did it."""
     if what == "smg killed -9":
         if on:
-            sh(lab, gateway, "kill -9 $(systemctl show -p MainPID --value smg.service)")
-    elif what == "link dropped":
-        labmod.link(gateway, not on)
-    else:
-        labmod.power(gateway, not on)
+            return float(sh(lab, gateway, "kill -9 $(systemctl show -p MainPID --value smg.service) && date +%s.%N"))
+        return time.time()  # systemd starts it again by itself
+    if what == "link dropped":
+        return lab.link(gateway, not on)
+    return lab.power(gateway, not on)
 
 
 def mesh_pki(where: Path, gateways: dict[str, str]) -> str:
@@ -230,6 +241,13 @@ SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
 DOWN_FOR_S = 2  # shorter than a replica's restart: a rollout's turn would page, were it not silenced
 
 
+def lab_monitoring():
+    """The lab's monitoring spec as monitoring_overrides() declares it (its bounds: delivery_bound_s)."""
+    from fleet.monitoring import Monitoring
+    return Monitoring(scrape_interval_s=SCRAPE_S, evaluation_interval_s=EVAL_S, rate_window_s=WINDOW_S,
+                      group_wait_s=GROUP_WAIT_S, group_interval_s=1)
+
+
 def monitoring_overrides(floors: dict[str, float]) -> str:
     """group_data/monitoring.py's lines for a lab: seconds, not minutes, and lab-webhook as the receiver."""
     return (f'monitoring = {{**monitoring, "scrape_interval_s": {SCRAPE_S}, "evaluation_interval_s": {EVAL_S}, '
@@ -248,13 +266,18 @@ def silences(lab, host: str = "mon-1") -> list[dict]:
     return json.loads(sh(lab, host, "curl -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
 
 
-def notifications(lab, host: str = "mon-1") -> list[tuple[str, dict]]:
-    """(status, labels) of every alert in every notification lab-webhook got, in order."""
+def notifications(lab, host: str = "mon-1") -> list[tuple[str, dict, float]]:
+    """(status, labels, when lab-webhook got it: time.time()) of every alert in every notification, in order."""
     out = []
     for line in sh(lab, host, "cat /var/lib/lab-webhook/received.jsonl 2>/dev/null").splitlines():
-        body = json.loads(line)["body"]
-        out += [(a["status"], a["labels"]) for a in body.get("alerts", [])]
+        record = json.loads(line)
+        out += [(a["status"], a["labels"], record["at"]) for a in record["body"].get("alerts", [])]
     return out
+
+
+def at_on(lab, host: str, command: str) -> float:
+    """Run `command` on the host; when it had run, by the host's own clock (this machine's): a fault's timestamp."""
+    return float(sh(lab, host, f"{command} && date +%s.%N").splitlines()[-1])
 
 
 def wait_for(what: str, check, timeout: float):
@@ -268,9 +291,41 @@ def wait_for(what: str, check, timeout: float):
     raise AssertionError(f"{what}: not within {timeout:g} s")
 
 
-def quiet_alerts(lab, settle_s: float) -> int:
-    """Wait until nothing fires and what resolved has been sent; the webhook's count of alerts then."""
-    wait_for("no alert firing", lambda: not [a for a in prometheus(lab, "/api/v1/alerts")["data"]["alerts"]
-                                             if a["state"] == "firing"], 90)
-    time.sleep(settle_s)
+def _rfc3339(text: str) -> float:
+    """Prometheus' timestamps (nanoseconds, Z) as time.time()."""
+    day, _, rest = text.rstrip("Z").partition("T")
+    clock, _, fraction = rest.partition(".")
+    whole = datetime.datetime.fromisoformat(f"{day}T{clock}+00:00").timestamp()
+    return whole + float(f"0.{fraction or 0}")
+
+
+def quiet_since(lab, since: float, timeout: float = 60) -> int:
+    """Until what a rollout could have paged is known, from the events themselves: every target scraped and up after
+    `since` (time.time()), every rule group evaluated after those scrapes, no alert firing or pending in Prometheus,
+    none in Alertmanager that it would send (active, not silenced), and every alert the webhook got as firing
+    resolved there too. Returns the webhook's count of alerts then."""
+    def quiet() -> bool:
+        targets = prometheus(lab, "/api/v1/targets?state=active")["data"]["activeTargets"]
+        scraped = [_rfc3339(t["lastScrape"]) for t in targets]
+        if not targets or min(scraped) <= since or any(t["health"] != "up" for t in targets):
+            return False
+        groups = prometheus(lab, "/api/v1/rules")["data"]["groups"]
+        if any(_rfc3339(g["lastEvaluation"]) <= max(scraped) for g in groups):
+            return False
+        if prometheus(lab, "/api/v1/alerts")["data"]["alerts"]:
+            return False
+        held = json.loads(sh(lab, "mon-1", "curl -s --max-time 5 'http://127.0.0.1:9093/api/v2/alerts?active=true"
+                                           "&silenced=false&inhibited=false'"))
+        if held:
+            return False
+        said = notifications(lab)
+        firing = {json.dumps(labels, sort_keys=True) for status, labels, _ in said if status == "firing"}
+        return firing <= {json.dumps(labels, sort_keys=True) for status, labels, _ in said if status == "resolved"}
+
+    wait_for("Prometheus and Alertmanager quiet since the rollout", quiet, timeout)
     return len(notifications(lab))
+
+
+def quiet_alerts(lab) -> int:
+    """quiet_since now: nothing fires, what resolved has been sent; the webhook's count of alerts then."""
+    return quiet_since(lab, time.time(), 90)

@@ -45,7 +45,7 @@ def box(host: str) -> str:
     return BOX.replace("load_seconds = 2", "load_seconds = 8") if host == "loading" else BOX
 
 
-LAB = '[lab]\nname = "drlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{box(h)}' for h in DRIFT) + \
+LAB = '[lab]\nname = "drlab"\nsubnet = "10.211.0.0/24"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{box(h)}' for h in DRIFT) + \
     f'\n[[hosts]]\nname = "stopper"\n{BOX}decode_tokens_per_s = 20\n'
 REFUSED = {"dropin-exec": "ExecStart", "dropin-env": "Environment"}
 

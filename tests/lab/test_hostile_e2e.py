@@ -24,6 +24,7 @@ NEXTN = 'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, to
 LAB = f"""
 [lab]
 name = "hostlab"
+subnet = "10.212.0.0/24"
 
 [[hosts]]
 name = "hostile"

@@ -24,6 +24,7 @@ PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstatio
 LAB = f"""
 [lab]
 name = "jrnlab"
+subnet = "10.213.0.0/24"
 
 [[hosts]]
 name = "trixie-1"

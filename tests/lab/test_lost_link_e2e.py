@@ -1,13 +1,14 @@
 """A link that drops silently mid-rollout, and a controller frozen mid-rollout: no run hangs, no lock
 is kept from the next run.
 
-Three PRO 6000 boxes serve the old NEXTN spec beside their training jobs; the new spec loads in 8 s.
-- lost-1 (the canary of lost-1, lost-2): its link drops (eth0 down inside its namespace,
-  lab.lab.link) while the deploy waits for its /health. The run ends by itself: lost-1 is reported
-  LOST within readiness.link_timeout_s, with no rollback tried over the dead link, and lost-2 is
+Three PRO 6000 boxes serve the old NEXTN spec beside their training jobs (test_turns_e2e.py's hosts, reset as
+they booted: one lab for both); the new spec loads in 8 s.
+- pro-1 (the canary of pro-1, pro-2): its link drops (eth0 down inside its namespace,
+  lab.lab.link) while the deploy waits for its /health. The run ends by itself: pro-1 is reported
+  LOST within readiness.link_timeout_s, with no rollback tried over the dead link, and pro-2 is
   NOT ROLLED (the same server and training processes, no lock or pending record). With the link
   back and the lock's lease run out, the next run takes the lock over and finishes the rollout.
-- frozen-1: its controller is stopped (SIGSTOP: a hung process, a laptop's lid) in the same wait.
+- pro-3: its controller is stopped (SIGSTOP: a hung process, a laptop's lid) in the same wait.
   Its SSH session lives on (sshd keeps it), its lease does not: once the lease has run out, the
   next run takes the lock over all the same, and finishes the rollout.
 The two scenarios run side by side, each on its own hosts (--limit).
@@ -20,19 +21,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from e2e import Run, deploy, health, in_its_readiness_wait, main_pid, of, sh, summary_row, workdir
-
-from lab import lab as labmod
+from e2e import (PRO3_HOSTS, PRO3_LAB, Run, deploy, health, in_its_readiness_wait, main_pid, of, sh, summary_row,
+                 workdir)
 
 LINK_S = 12  # readiness.link_timeout_s of this test's spec
-PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\ngpu_count = 1\n'
-       'gpu_memory_mib = 97887\nload_seconds = 8\nworkloads = ["dflash-train"]\n'
-       'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n')
-CLASS = ("lost-1", "lost-2")  # inventory order: lost-1 is the canary
-FROZEN = "frozen-1"
-LAB = '[lab]\nname = "lostlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{PRO}' for h in (*CLASS, FROZEN))
+CLASS = PRO3_HOSTS[:2]  # inventory order: pro-1 is the canary
+FROZEN = PRO3_HOSTS[2]
 READINESS = ('readiness = {"load_timeout_s": 40, "poll_interval_s": 0.25, "progress_every_s": 5, '
-             f'"link_timeout_s": {LINK_S}}}')
+             f'"link_timeout_s": {LINK_S}}}\n'
+             'service = {**service, "environment": {"LAB_SGLANG_LOAD_SECONDS": "8"}}')  # time for a fault in its load
 TRAIN = "dflash-train.service"
 LEFT = "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>/dev/null; true"
 
@@ -44,13 +41,13 @@ def pids(lab, host: str) -> tuple[int, int]:
 def lose_the_link(lab, wd) -> dict:
     seen = {"before": {h: pids(lab, h) for h in CLASS}}
     first = Run(lab, wd, CLASS)
-    in_its_readiness_wait(lab, first, "lost-1", "DFLASH")
-    labmod.link("lost-1", False)
+    in_its_readiness_wait(lab, first, "pro-1", "DFLASH")
+    lab.link("pro-1", False)
     seen["dropped"] = time.monotonic()
     try:
         seen["rc"] = first.wait(timeout=180)
     finally:
-        labmod.link("lost-1", True)
+        lab.link("pro-1", True)
     seen["first"] = first
     seen["after"] = {h: pids(lab, h) for h in CLASS[1:]}
     seen["left"] = {h: sh(lab, h, LEFT) for h in CLASS}
@@ -80,7 +77,7 @@ def freeze_the_controller(lab, wd) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(lab_manager, tmp_path_factory):
-    lab = lab_manager.ensure(LAB, fresh=True)
+    lab = lab_manager.ensure(PRO3_LAB, clean=True)
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=READINESS)
     with ThreadPoolExecutor(2) as pool:
         lost, frozen = pool.submit(lose_the_link, lab, wd), pool.submit(freeze_the_controller, lab, wd)
@@ -93,30 +90,30 @@ def test_a_host_whose_link_drops_is_reported_lost_within_the_bound_and_its_class
     out = first.out
     assert seen["rc"] != 0, out
     # LOST within readiness.link_timeout_s of the drop, saying why, at what, and what the next run does
-    assert first.first("lost-1", "lost-1: link lost: expected an answer to its lock's lease renewal") \
+    assert first.first("pro-1", "pro-1: link lost: expected an answer to its lock's lease renewal") \
         - seen["dropped"] <= LINK_S, out
-    row = summary_row(out, "lost-1")
+    row = summary_row(out, "pro-1")
     assert " LOST " in row, out
     table = out.rsplit("SGLang fleet rollout summary", 1)[-1]
-    assert "lost-1: given up at: the wait for sglang.service's /health" in table
+    assert "pro-1: given up at: the wait for sglang.service's /health" in table
     assert "next: once it answers again, make deploy (from any machine: the lock's lease runs out 12s after its " \
            "last renewal) finishes this rollout or rolls it back" in table
-    assert not first.said("lost-1", "rolling back")  # no rollback over the dead link
+    assert not first.said("pro-1", "rolling back")  # no rollback over the dead link
     # it keeps what the next run needs: its pending record and this run's lock
-    assert "pending.json" in seen["left"]["lost-1"] and "sglang.lock" in seen["left"]["lost-1"]
+    assert "pending.json" in seen["left"]["pro-1"] and "sglang.lock" in seen["left"]["pro-1"]
     # the rest of its class as it was: the same server and training, no lock, no pending record
-    assert "NOT ROLLED (serving as before)" in summary_row(out, "lost-2"), out
-    assert seen["after"]["lost-2"] == seen["before"]["lost-2"]
-    assert "NEXTN" in seen["units"]["lost-2"] and seen["left"]["lost-2"] == "/run/sglang-fleet/:"
+    assert "NOT ROLLED (serving as before)" in summary_row(out, "pro-2"), out
+    assert seen["after"]["pro-2"] == seen["before"]["pro-2"]
+    assert "NEXTN" in seen["units"]["pro-2"] and seen["left"]["pro-2"] == "/run/sglang-fleet/:"
 
 
 def test_the_next_run_takes_the_lock_over_and_finishes_the_rollout(runs):
     lab, seen, _ = runs
     run = seen["second"]
     assert run.returncode == 0, run.out
-    assert any(of("lost-1", "stale deploy lock held by", line) and "; taking it over" in line
+    assert any(of("pro-1", "stale deploy lock held by", line) and "; taking it over" in line
                for line in run.out.splitlines()), run.out
-    row = summary_row(run.out, "lost-1")
+    row = summary_row(run.out, "pro-1")
     assert "take over an interrupted rollout" in row and " OK " in row and "accept length" in row, run.out
     for h in CLASS:
         assert health(lab, h) == "200" and "DFLASH" in sh(lab, h, "cat /etc/systemd/system/sglang.service")

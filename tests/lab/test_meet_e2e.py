@@ -19,8 +19,8 @@ import shlex
 import time
 
 import pytest
-from e2e import DOWN_FOR_S, EVAL_S, GROUP_WAIT_S, SCRAPE_S, deploy, health, monitoring_overrides, notifications, \
-    prometheus, quiet_alerts, sh, silences, summary_row, wait_for, workdir
+from e2e import deploy, health, monitoring_overrides, notifications, prometheus, quiet_alerts, quiet_since, sh, \
+    silences, summary_row, wait_for, workdir
 
 from fleet.layout import env_file, gateway_discovery_file
 from lab import hf
@@ -115,15 +115,17 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
     change = 'service = {**service, "environment": {"LAB_MEET": "2"}}'
     cwd = workdir(tmp / "both", pro6000=pro6000(m["index"], change),
                   a6000=a6000(m["endpoint"], m["target"], m["draft"], change), gateway=GATEWAY, monitoring=MONITORING)
-    before = quiet_alerts(lab, GROUP_WAIT_S + 2)
+    before = quiet_alerts(lab)
     pid = sh(lab, "gw-1", f"setsid sh -c {shlex.quote(sampler(lab))} > /tmp/meet-samples 2>&1 < /dev/null & echo $!")
     url = f"http://{lab.host('gw-1').ip}:8000"
     try:
         with Load(url, MODELS["pro6000"], KEY, concurrency=4, max_tokens=32) as pro_load, \
                 Load(url, MODELS["a6000"], KEY, concurrency=4, max_tokens=32) as a6k_load:
-            time.sleep(2)  # steady state first
+            for load in (pro_load, a6k_load):  # steady state first
+                load.wait_completed(8, 120)
             run = deploy(lab, cwd, env=ENV)
-            time.sleep(DOWN_FOR_S + 2 * SCRAPE_S + 2 * EVAL_S + GROUP_WAIT_S + 3)  # what the turns would have fired
+            ended = time.time()
+            quiet_since(lab, ended)  # what the turns could have paged is known (no window slept through)
     finally:
         sh(lab, "gw-1", f"kill {int(pid)}")
     assert run.returncode == 0, run.out[-6000:]

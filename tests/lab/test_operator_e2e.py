@@ -31,6 +31,7 @@ PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstatio
 LAB = f"""
 [lab]
 name = "opslab"
+subnet = "10.215.0.0/24"
 
 [[hosts]]
 name = "ops-a"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import runpy
+
 import pytest
-from e2e import deploy, health, main_pid, sh, summary_row, workdir
+from e2e import REPO, deploy, health, main_pid, sh, summary_row, workdir
+
+from fleet.groupdata import load_class_specs
 
 PRO = 'group = "pro6000"\ngpu_count = 1\ngpu_memory_mib = 97887\ndriver_version = "580.95.05"\n'
 PRO_NAME = 'gpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
@@ -13,6 +18,7 @@ DRAFT = "/root/models/Qwen3.6-27B-DFlash"
 LAB = f"""
 [lab]
 name = "pflab"
+subnet = "10.216.0.0/24"
 
 [[hosts]]
 name = "good"
@@ -134,9 +140,17 @@ def test_ddtree_is_refused_on_0523_and_never_served_as_dflash(pf_lab, first_run,
 
 
 def test_seed_incident_a6000_box_is_refused_untouched_while_pro6000_is_deployed(lab_manager):
-    from e2e import REPO
-
     lab = lab_manager.ensure(REPO / "lab" / "seed-incident.toml")
+    # the lab as its file says: a 2x RTX A6000 box filed under pro6000, holding that class's models
+    box = json.loads(sh(lab, "a6000-box", "cat /etc/lab/host.json"))
+    assert (box["group"], box["gpu_model"], box["gpu_count"], box["gpu_memory_mib"]) == (
+        "pro6000", "NVIDIA RTX A6000", 2, 49140)
+    inv = runpy.run_path(str(lab.inventory))
+    assert [n for n, _ in inv["pro6000"]] == ["pro6000-1", "a6000-box"] and "a6000" not in inv
+    model = load_class_specs(REPO / "group_data")["pro6000"].service.model_path
+    assert lab.ssh("a6000-box", f"test -f {model}/config.json").returncode == 0
+    assert sh(lab, "a6000-box", "nvidia-smi --query-gpu=name --format=csv,noheader").splitlines() == [
+        "NVIDIA RTX A6000"] * 2
     before = (_files(lab, "a6000-box"), main_pid(lab, "a6000-box"))
     run = deploy(lab)
     assert run.returncode != 0

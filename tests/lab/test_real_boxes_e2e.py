@@ -16,6 +16,7 @@ PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstatio
 LAB = f"""
 [lab]
 name = "boxlab"
+subnet = "10.217.0.0/24"
 
 [[hosts]]
 name = "thinker"

@@ -37,7 +37,7 @@ SCENARIOS = {
     "cr-rollback-kill": (CRASH, signal.SIGKILL, "rollback"),
 }
 OTHERS = {"backup-fails": GOOD, "upload-fails": GOOD, "rollback-fails": CRASH}
-LAB = '[lab]\nname = "rclab"\n' + "".join(
+LAB = '[lab]\nname = "rclab"\nsubnet = "10.218.0.0/24"\n' + "".join(
     f'\n[[hosts]]\nname = "{h}"\n{BOX}{load}' for h, load in
     [*((h, s[0]) for h, s in SCENARIOS.items()), *OTHERS.items()]
 )

@@ -14,6 +14,7 @@ NEXTN = 'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, to
 LAB = f"""
 [lab]
 name = "rolab"
+subnet = "10.219.0.0/24"
 
 [[hosts]]
 name = "crash"

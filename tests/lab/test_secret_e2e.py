@@ -26,6 +26,7 @@ PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstatio
 LAB = f"""
 [lab]
 name = "keylab"
+subnet = "10.220.0.0/24"
 
 [[hosts]]
 name = "keyed"

@@ -15,13 +15,10 @@ import shlex
 import signal
 
 import pytest
-from e2e import Run, deploy, health, in_its_readiness_wait, main_pid, sh, summary_row, workdir
+from e2e import (PRO3_HOSTS, PRO3_LAB, Run, deploy, health, in_its_readiness_wait, main_pid, sh, summary_row,
+                 workdir)
 
-PRO = ('group = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
-       'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\nworkloads = ["dflash-train"]\n'
-       'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n')
-HOSTS = ("turn-1", "turn-2", "turn-3")  # inventory order: turn-1 is the canary
-LAB = '[lab]\nname = "turnlab"\n' + "".join(f'\n[[hosts]]\nname = "{h}"\n{PRO}' for h in HOSTS)
+HOSTS = PRO3_HOSTS  # inventory order: pro-1 is the canary
 FAST = 'readiness = {"load_timeout_s": 20, "poll_interval_s": 0.25, "progress_every_s": 5}'
 CRASH = 'service = {**service, "environment": {"LAB_SGLANG_LOAD": "crash"}}'
 TRAIN = "dflash-train.service"
@@ -38,7 +35,7 @@ def pids(lab, host: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def turns(lab_manager, tmp_path_factory):
-    lab = lab_manager.ensure(LAB, fresh=True)
+    lab = lab_manager.ensure(PRO3_LAB, clean=True)
     return lab, tmp_path_factory.mktemp("wd")
 
 
@@ -47,9 +44,9 @@ def test_a_canary_that_fails_leaves_the_rest_of_its_class_untouched(turns):
     before = {h: pids(lab, h) for h in HOSTS}
     run = deploy(lab, workdir(tmp / "crash", pro6000=f"{FAST}\n{CRASH}"))
     assert run.returncode != 0
-    assert "FAILED (rolled back)" in summary_row(run.out, "turn-1"), run.out
-    assert health(lab, "turn-1") == "200" and "NEXTN" in sh(lab, "turn-1", "cat /etc/systemd/system/sglang.service")
-    assert sh(lab, "turn-1", f"systemctl is-active {TRAIN}") == "active"  # given back
+    assert "FAILED (rolled back)" in summary_row(run.out, "pro-1"), run.out
+    assert health(lab, "pro-1") == "200" and "NEXTN" in sh(lab, "pro-1", "cat /etc/systemd/system/sglang.service")
+    assert sh(lab, "pro-1", f"systemctl is-active {TRAIN}") == "active"  # given back
     for h in HOSTS[1:]:
         assert "NOT ROLLED (serving as before)" in summary_row(run.out, h), run.out
         assert pids(lab, h) == before[h]  # its server never restarted, its training never stopped
@@ -112,7 +109,7 @@ def test_the_class_rolls_one_host_at_a_time_and_stops_each_training_in_its_own_t
     with _sampled(lab):
         run = deploy(lab, workdir(tmp / "good", pro6000=FAST))
     assert run.returncode == 0, run.out
-    assert_in_turns(lab, "turn-1")
+    assert_in_turns(lab, "pro-1")
 
 
 def pending_phase(lab, host: str) -> str:
@@ -130,11 +127,11 @@ def test_a_run_killed_during_the_canarys_load_is_finished_in_turns_by_the_next(t
     cwd = workdir(tmp / "killed", pro6000=f'{FAST}\nservice = {{**service, "mem_fraction": 0.8}}')
     first = Run(lab, cwd, HOSTS)
     try:
-        in_its_readiness_wait(lab, first, "turn-1", "--mem-fraction-static 0.8")
+        in_its_readiness_wait(lab, first, "pro-1", "--mem-fraction-static 0.8")
     finally:
         first.p.send_signal(signal.SIGKILL)
         first.wait(60)
-    assert pending_phase(lab, "turn-1") == "rolling-out", first.out
+    assert pending_phase(lab, "pro-1") == "rolling-out", first.out
     for h in HOSTS[1:]:
         assert pending_phase(lab, h) == "begun"  # begun, its turn not come: untouched
         assert pids(lab, h) == before[h] and sh(lab, h, f"systemctl is-active {TRAIN}") == "active"
@@ -142,9 +139,9 @@ def test_a_run_killed_during_the_canarys_load_is_finished_in_turns_by_the_next(t
     with _sampled(lab):
         run = deploy(lab, cwd)
     assert run.returncode == 0, run.out
-    assert "take over an interrupted rollout" in summary_row(run.out, "turn-1") and "mid-change: at once" in run.out
+    assert "take over an interrupted rollout" in summary_row(run.out, "pro-1") and "mid-change: at once" in run.out
     for h in HOSTS[1:]:
         assert " OK " in summary_row(run.out, h), run.out
         assert "--mem-fraction-static 0.8" in sh(lab, h, "cat /etc/systemd/system/sglang.service")
     assert run.out.count("its turn had not come") >= 2, run.out
-    assert_in_turns(lab, "turn-1")
+    assert_in_turns(lab, "pro-1")

@@ -18,8 +18,10 @@ OLD_VARIABLE = {"SGLANG_FLEET_ROLLBACK": "previous"}  # how make rollback chose 
 
 
 def dry(*args: str, env: dict | None = None) -> str:
+    # not the make running these tests' own variables (make test LAB_WORKERS=3): the Makefile's defaults
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "LAB_WORKERS", "LAB", "INVENTORY", "ARGS")
     p = subprocess.run(["make", "-n", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={**os.environ, **(env or {})})
+                       env={**{k: v for k, v in os.environ.items() if k not in outer}, **(env or {})})
     return p.stdout + p.stderr
 
 
@@ -66,3 +68,20 @@ def test_tune_names_its_class_and_host_and_passes_the_arguments():
         "tune", "CLASS=pro6000", "HOST=pro6000-1", "ARGS=--yes")
     assert ".venv/bin/python -m ops tune inventory.py --class pro6000  " in dry("tune", "CLASS=pro6000")
     assert "make tune CLASS=<class>" in dry("tune")
+
+
+def test_the_lab_targets_name_their_lab_and_leave_the_others_alone():
+    assert ".venv/bin/python -m lab.lab up --lab lab/gateway.toml" in dry("lab-up", "LAB=lab/gateway.toml")
+    assert ".venv/bin/python -m lab.lab down --lab lab/gateway.toml" in dry("lab-down", "LAB=lab/gateway.toml")
+    # no LAB: the one lab up (lab.lab refuses to guess between two), every lab's status
+    assert ".venv/bin/python -m lab.lab down \n" in dry("lab-down") + "\n"
+    assert ".venv/bin/python -m lab.lab status \n" in dry("lab-status") + "\n"
+    assert "-m lab.lab inventory --lab lab/gateway.toml" in dry("demo", "LAB=lab/gateway.toml")
+
+
+def test_the_lab_tests_run_in_workers_of_their_own_groups_and_the_busy_run_hogs_every_core():
+    test = dry("test")
+    assert "-n 3 --dist loadscope --no-loadscope-reorder" in test and "tests/lab" in test
+    busy = dry("test-busy")
+    assert "stress-ng --cpu $(nproc)" in busy and "kill $hog" in busy
+    assert "-n 3 --dist loadscope" in busy and "tests/unit" not in busy
