@@ -282,6 +282,30 @@ def _remove_link(name: str) -> None:
     log(f"warning: {name} still there after `ip link del`: {why}")
 
 
+def _netns_pids(name: str) -> list[str]:
+    return run("ip", "netns", "pids", name, check=False).stdout.split()
+
+
+def _clear_killed(lab: labfile.LabFile, leftovers: list[str]) -> None:
+    """A lab's links and namespaces with no state here: a lab of this name killed with its state elsewhere
+    (another checkout, a machine restarted under a session) leaves them and the kernel keeps them, so a later
+    up of the name would be refused for good. With no process left in any of them nothing runs there: they are
+    removed. One where a process lives is a running lab: refused."""
+    names = [_netns(lab.name, i) for i in range(len(lab.hosts))]
+    live = {n: pids for n in names if (RUN_NETNS / n).exists() and (pids := _netns_pids(n))}
+    if live:
+        raise LabError(
+            f"found {', '.join(leftovers)} but no lab state in {Where(lab.name).dir}, and processes still run in "
+            f"{', '.join(n + ' (pids ' + ' '.join(p[:5]) + ')' for n, p in live.items())}: a lab of the same [lab] name "
+            "from another checkout? Bring it down there, or give this lab file another [lab] name")
+    log(f"removing what a killed lab {lab.name!r} left (no process runs in it): {', '.join(leftovers)}")
+    for n in names:
+        if (RUN_NETNS / n).exists():
+            run("ip", "netns", "del", n, check=False)
+    for name in [_veth(lab.name, i) for i in range(len(lab.hosts))] + [_bridge(lab.name)]:
+        _remove_link(name)
+
+
 def _disable_ipv6(dev: str) -> None:
     p = Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
     if p.exists():
@@ -556,8 +580,7 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     leftovers += [str(RUN_NETNS / _netns(lab.name, i)) for i in range(len(lab.hosts))
                   if (RUN_NETNS / _netns(lab.name, i)).exists()]
     if leftovers:
-        raise LabError(f"found {', '.join(leftovers)} but no lab state in {where.dir}: remove them by hand "
-                       "(a lab of the same [lab] name from another checkout?)")
+        _clear_killed(lab, leftovers)
     mounted = [str(where.hosts / h.name / "root") for h in lab.hosts if _is_mountpoint(where.hosts / h.name / "root")]
     if mounted:
         raise LabError(f"found {', '.join(mounted)} still mounted but no lab state in {where.dir} (an earlier down "

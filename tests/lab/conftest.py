@@ -55,7 +55,7 @@ MODULES = {
     "test_secret_e2e": ("secret", {"keylab": "10.220.0.0/24"}),
     "test_rollout_e2e": ("rollout", {"rolab": "10.219.0.0/24"}),
     "test_lab": ("lab", {"sgltest": "10.203.7.0/24", "sgldown": "10.203.8.0/24", "sglleft": "10.203.9.0/24",
-                         "sgltwin": "10.223.0.0/24"}),
+                         "sglkill": "10.203.10.0/24", "sgltwin": "10.223.0.0/24"}),
     "test_hostile_e2e": ("hostile", {"hostlab": "10.212.0.0/24"}),
     "test_workloads_e2e": ("workloads", {"heldlab": "10.222.0.0/24"}),
 }

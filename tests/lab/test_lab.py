@@ -144,6 +144,38 @@ def test_a_host_root_left_mounted_is_named_not_removed(lab_up, tmp_path):
         shutil.rmtree(where.dir)
 
 
+KILL_LAB = DOWN_LAB.replace('"sgldown"', '"sglkill"').replace("10.203.8.0/24", "10.203.10.0/24")
+
+
+def test_what_a_killed_lab_left_is_removed_unless_something_runs_in_it(lab_up):
+    """A lab killed with its state elsewhere (another checkout; a machine restarted under a session) leaves its
+    bridge, veths and namespaces in the kernel. Up removes them when no process runs there; while one does
+    (a running lab of that name), up refuses by name and leaves them all."""
+    sh = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    sh("ip", "link", "add", "sglkill0", "type", "bridge")
+    for i in range(2):
+        sh("ip", "netns", "add", f"sglkill-h{i}")
+        sh("ip", "link", "add", f"sglkillv{i}", "type", "veth", "peer", "name", "host0", "netns", f"sglkill-h{i}")
+        sh("ip", "link", "set", f"sglkillv{i}", "master", "sglkill0")
+    left = _ours("sglkill")
+    assert left["netns"] == ["sglkill-h0", "sglkill-h1"] and left["links"] == ["sglkill0", "sglkillv0", "sglkillv1"]
+    runner = subprocess.Popen(["ip", "netns", "exec", "sglkill-h1", "sleep", "600"])
+    try:
+        wait_for("the sleep in sglkill-h1", lambda: str(runner.pid) in labmod._netns_pids("sglkill-h1"), 30)
+        with pytest.raises(labmod.LabError) as e:
+            lab_up(KILL_LAB)
+        assert f"processes still run in sglkill-h1 (pids {runner.pid})" in str(e.value)
+        assert "sglkill0, sglkillv0, sglkillv1, /run/netns/sglkill-h0, /run/netns/sglkill-h1" in str(e.value)
+        assert _ours("sglkill") == left
+    finally:
+        runner.kill()
+        runner.wait()
+    lab = lab_up(KILL_LAB)
+    assert [h.name for h in lab.hosts] == ["nosmi", "vocab"] and all(h.pid for h in lab.hosts)
+    assert labmod.down("sglkill") is True
+    assert _ours("sglkill") == NOTHING
+
+
 def test_down_leaves_nothing_and_nothing_of_another_lab_is_touched(lab_up):
     """Two labs up side by side (this one and ODD_LAB's); this one's down leaves nothing of it, and the
     other's hosts run on, the same machines."""
