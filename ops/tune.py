@@ -226,6 +226,11 @@ class Tuner:
             say(f"{self.name}: candidate {i} of {len(cands)}: {c.describe()}: deploying")
             t0 = time.monotonic()
             rc, row = self.deploy(c)
+            if rc == INTERRUPTED:
+                # a Ctrl-C or a kill stopped the deploy (it handles SIGINT and SIGTERM itself, even where this
+                # process was started with SIGINT ignored, as a non-interactive shell's `&` does): the operator's
+                # stop, not a failed candidate to sweep past
+                raise KeyboardInterrupt
             if rc != 0:
                 results.append(tune.Result(c, False, f"the deploy failed (exit {rc}): {excerpt(row, 300)}"))
                 say(f"  {c.describe()}: not deployed: {excerpt(row, 300)} (the sweep goes on)")

@@ -36,9 +36,11 @@ def gw_lab(lab_manager, tmp_path_factory):
 
 
 # --- make tune on one replica (ops/tune.py), first, while the replicas are on the base spec. This lab's pro6000
-# hosts' `speculation` (lab/gateway.toml) plants the best block size at 8 for concurrency 1 and at 4 for 32, and
-# the tuner must find both by measuring. The planted optimum wins by 13 % at concurrency 1: each request long enough
-# (64 tokens) and 16 of them, that a stall of the machine's (a busy CI) stays well inside it.
+# hosts' `speculation` (lab/gateway.toml) plants the best block size at 4 for concurrency 32, the objective, by a
+# third over the next, which the tuner must find by measuring. At one request the model's optimum, 8, leads 4 and
+# 12 by 15 % at most (the speed model's shape allows no more, tests/unit/test_doubles.py), and by 4-8 % once a
+# request's own time (HTTP, streaming) is in it: a busy machine's stalls flip that order (a clean-clone run measured
+# 12 first), so only the slowest there, 16 (a fifth behind), is asserted.
 TUNE_HOST = "pro6000-1"
 TUNE = 'tune = {"concurrency": [1, 32], "rounds": 1, "min_requests": 16, "max_tokens": 64}'
 
@@ -80,7 +82,10 @@ def test_tune_behind_the_gateway_finds_the_planted_optimum_and_returns_the_host(
         passed(load)
     assert run.returncode == 0, run.out
     rec = json.loads((cwd / "tuning" / "pro6000.json").read_text())
-    assert rec["winner_per_concurrency"] == {"1": {"block_size": 8}, "32": {"block_size": 4}}, run.out
+    assert rec["winner_per_concurrency"]["32"] == {"block_size": 4}, run.out
+    one = {c["candidate"]["block_size"]: c["levels"][0] for c in rec["candidates"]}
+    assert all(lv["concurrency"] == 1 for lv in one.values())
+    assert min(one, key=lambda b: one[b]["tokens_per_s"]) == 16, run.out
     assert rec["winner"] == {"block_size": 4} and rec["change"] == {"block_size": 4}
     assert [c["candidate"]["block_size"] for c in rec["candidates"]] == [4, 8, 12, 16]
     assert all(c["deployed"] and len(c["levels"]) == 2 for c in rec["candidates"])

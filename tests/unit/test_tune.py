@@ -971,6 +971,17 @@ def test_an_interrupted_sweep_keeps_the_figures_measured_before_it(here):
     assert [c["candidate"] for c in saved(here)["candidates"]][:1] == [{"block_size": 4}]
 
 
+def test_a_deploy_stopped_by_a_signal_stops_the_sweep_even_if_the_tune_never_saw_it(here, capsys):
+    """The deploy exits 130 on SIGINT or SIGTERM whatever it inherited; a tune started with SIGINT ignored (a
+    non-interactive shell's `&`) gets no KeyboardInterrupt of its own, and must not sweep on to the next candidate."""
+    s = Scripted(deploys={Candidate(8): (130, "h1 pro6000 ... INTERRUPTED")})
+    assert s.t.run() == 130
+    assert s.deployed == [Candidate(4), Candidate(8)] and s.measured == [Candidate(4)]  # no next candidate, no return
+    rec = saved(here)
+    assert rec["finished"] is False and [c["candidate"] for c in rec["candidates"]] == [{"block_size": 4}]
+    assert "interrupted: h1 keeps its tune mark" in capsys.readouterr().out
+
+
 def test_an_interrupt_in_a_deploy_behind_a_gateway_says_the_gateway(here, capsys):
     gw = SimpleNamespace(name="gw1")
     s = Scripted(gateway=gw, replicas=[ME, PEER], deploys={Candidate(4): KeyboardInterrupt()})
