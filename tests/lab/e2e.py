@@ -112,6 +112,13 @@ def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600, env: dict | 
     return p
 
 
+def host_json(lab, host: str) -> dict:
+    """What the lab wrote of a host as its lab file declares it (/etc/lab/host.json)."""
+    p = lab.ssh(host, "cat /etc/lab/host.json", timeout=20)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
 def sh(lab, host: str, command: str) -> str:
     p = lab.ssh(host, command, timeout=30)
     return p.stdout.strip()

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from e2e import BIN, REPO, deploy, gpu_apps, health, main_pid, records, sh, summary_row, verify_checks
+from e2e import BIN, REPO, deploy, gpu_apps, health, host_json, main_pid, records, sh, summary_row, verify_checks
 
 from fleet.groupdata import load_class_specs
 from fleet.spec import SGLANG_0523_ALGORITHMS
@@ -30,12 +30,6 @@ def booted(lab_manager):
 
 def _sh(lab, host, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
     return lab.ssh(host, command, timeout=timeout)
-
-
-def host_json(lab, host) -> dict:
-    p = _sh(lab, host, "cat /etc/lab/host.json")
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
 
 
 def toml_hosts(path: Path) -> list[dict]:

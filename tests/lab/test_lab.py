@@ -6,14 +6,13 @@ import json
 import os
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from lab import lab as labmod
 from lab import reset
-from tests.lab.e2e import deploy, health, summary_row, wait_for, workdir
+from tests.lab.e2e import deploy, health, host_json, summary_row, wait_for, workdir
 
 from fleet.groupdata import load_class_specs
 
@@ -23,16 +22,6 @@ SPECS = load_class_specs(REPO / "group_data")
 
 def sh(lab, host, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
     return lab.ssh(host, command, timeout=timeout)
-
-
-def host_json(lab, host) -> dict:
-    p = sh(lab, host, "cat /etc/lab/host.json")
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
-
-
-def toml_hosts(path: Path) -> list[dict]:
-    return tomllib.loads(path.read_text())["hosts"]
 
 
 ODD_LAB = """
