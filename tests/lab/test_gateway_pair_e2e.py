@@ -264,7 +264,9 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
     in flight on the failed one; each failed gateway comes back and rejoins without failing a request."""
     lab = gw_lab
     assert_clean(lab)
-    faults = []  # (what, started, ended) on this machine's monotonic clock: the requests in flight then may fail
+    # (what, fault injected, address moved) on this machine's monotonic clock: a request in flight then went to the
+    # failed gateway (one begun after the injection too, until keepalived's record of the move) and may fail
+    faults = []
     moved = {}
     with Load(url(lab), MODEL, KEY, concurrency=8, max_tokens=48, timeout_s=15) as load:
         passed(load)
@@ -273,8 +275,10 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
             other = next(g for g in GATEWAYS if g != failed)
             start = time.monotonic()
             at = gateway_fault(lab, failed, what, on=True)  # the fault's own timestamp
-            faults.append((what, start, time.monotonic()))
+            injected = time.monotonic()
             moved[what] = _moved(lab, other, at)
+            move_at = time.monotonic() - (time.time() - (at + moved[what]))  # the record's moment, monotonic
+            faults.append((what, start, max(injected, move_at)))
             passed(load)  # new requests through the other gateway
             gateway_fault(lab, failed, what, on=False)
             _rejoined(lab, failed, at)  # a BACKUP since the fault: the failed one's own record of its return
@@ -290,7 +294,9 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
     assert all(moved[what] > 2 for what in ("link dropped", "box powered off")), moved
     in_flight = [r for r in report.requests if any(r.started < end and r.ended > start for _, start, end in faults)]
     lost = [r for r in report.requests if not r.ok]
-    assert set(map(id, lost)) <= set(map(id, in_flight)), [r.error for r in lost if id(r) not in map(id, in_flight)]
+    assert set(map(id, lost)) <= set(map(id, in_flight)), (  # when each failed, against the faults' windows
+        [(r.error, round(r.started, 2), round(r.ended, 2)) for r in lost if id(r) not in map(id, in_flight)],
+        [(what, round(a, 2), round(b, 2)) for what, a, b in faults])
     assert all(r.ok for r in report.requests if r.started > rejoined)  # back, and nothing fails
     after = [r for r in report.requests if r.ok and r.started > faults[-1][2]]
     assert after, report.summary()  # new requests went through the other gateway
