@@ -61,7 +61,7 @@ def measure(lab_file: Path | str, runs: int, label: str) -> None:
         every = [cpu_timed([PYINFRA, "-y", str(lab.inventory), "deploy.py"]) for _ in range(runs)]
         one = [cpu_timed([PYINFRA, "-y", "--limit", lab.hosts[0].name, str(lab.inventory), "deploy.py"])
                for _ in range(runs)]
-        (w_all, c_all), (w_one, c_one) = ((statistics.median(r[i] for r in rs) for i in (0, 1)) for rs in (every, one))
+        (w_all, c_all), (w_one, c_one) = [[statistics.median(r[i] for r in rs) for i in (0, 1)] for rs in (every, one)]
         print(f"  no-op converge, {len(lab.hosts)} hosts against 1: wall {w_all:.2f}s vs {w_one:.2f}s "
               f"({w_all / w_one:.2f}x); controller CPU {c_all:.2f}s vs {c_one:.2f}s ({c_all / c_one:.2f}x)")
 
