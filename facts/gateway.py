@@ -11,6 +11,7 @@ from facts import quiet
 from fleet import floating
 from fleet.gate import CURL
 from fleet.gateway import Gateway, GatewayHost, parse_gateway_host
+from fleet.prerequisites import gateway_programs, probe_command
 from fleet.wire import block, frames
 
 VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
@@ -30,6 +31,7 @@ def host_command(gw: Gateway, group: str) -> str:
         block("running", f"cat {q(gw.running_file)}"),
         block("generation", f"cat {q(gw.generation_file)}"),
         block("ready", f"{CURL} -s -o /dev/null --max-time 2 -w '%{{http_code}}' {q(gw.url('/readiness'))}"),
+        probe_command([p.name for p in gateway_programs(gw.python, gw.floating is not None)]),
     ]
     if gw.floating is not None:
         parts += vrrp_blocks(gw, group) + [
@@ -51,7 +53,7 @@ def vrrp_blocks(gw: Gateway, group: str) -> list[str]:
         block("vrrp-forward", f"ip -4 route show table {floating.ROUTES} | sed -n 's/.* via \\([0-9.]*\\).*/\\1/p'"),
         block("vrrp-handoff", f"cat {q(floating.handoff_file(gw.unit))}"),
         block("vrrp-stopped", f"cat {q(floating.stopped_file(gw.unit))}"),
-        block("vrrp-connections", f"ss -Htn state established '( sport = :{gw.port} )' | wc -l"),
+        block("vrrp-connections", floating.connections_command(gw.port)),
     ]
 
 

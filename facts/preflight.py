@@ -7,10 +7,12 @@ from pyinfra.api import FactBase
 from facts.deploy import DeployedFiles
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.models import ModelDirs
+from facts.programs import HostPrograms
 from facts.service import RunningService
 from facts.sglang import SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
 from fleet import layout, rollout
+from fleet.prerequisites import replica_programs
 from fleet.gate import base_url
 from fleet.parse import HostFacts
 from fleet.wire import mark, sections
@@ -26,6 +28,7 @@ SECTIONS = {
     "deployed": DeployedFiles,
     "runtime": RunningService,
     "systemd_version": SystemdVersion,
+    "programs": HostPrograms,
 }
 
 
@@ -38,18 +41,20 @@ def snapshot_args(spec: ClassSpec) -> dict:
         "deployed": [rollout.watched_files(spec), rollout.managed_dirs(spec), [spec.unit_file, spec.env_file],
                      spec.lock_file, spec.pending_file, spec.tune_file],
         "runtime": [spec.service_unit, f"{base_url(spec)}/health"],
+        "programs": [p.name for p in replica_programs(spec)],
         "timeout_s": spec.readiness.command_timeout_s,
     }
 
 
 class HostSnapshot(FactBase[HostFacts]):
-    def command(self, engine: list, models: list, units: list, deployed: list, runtime: list,
+    def command(self, engine: list, models: list, units: list, deployed: list, runtime: list, programs: list,
                 timeout_s: float = 0) -> str:
         """Each argument: the arguments of that section's fact command; timeout_s bounds the
         commands that can hang (nvidia-smi, the engine's import)."""
         launcher, *engine_rest = engine
         args = {"gpus": [timeout_s], "gpu_processes": [timeout_s], "engine": [launcher, timeout_s, *engine_rest],
-                "models": models, "units": units, "deployed": deployed, "runtime": runtime}
+                "models": models, "units": units, "deployed": deployed, "runtime": runtime,
+                "programs": [programs]}
         return "; ".join(
             f"{mark('section', name)}; {fact().command(*args.get(name, ()))}" for name, fact in SECTIONS.items()
         )

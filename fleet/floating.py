@@ -223,8 +223,20 @@ def parse_vrrp(said: dict[str, str]) -> Vrrp:
                 enabled=said.get("vrrp-enabled") == "enabled",
                 state=state, since=since, holds=any(d != "lo" for d in where[:16]), on_loopback="lo" in where[:16],
                 forwards_to=forwards, handoff=said.get("vrrp-handoff") == "1", stopped=said.get("vrrp-stopped") == "1",
-                connections=int(connections) if connections.isdigit() and len(connections) < 9 else None,
+                connections=connection_count(connections),
                 problem="; ".join(problems))
+
+
+def connections_command(port: int) -> str:
+    """The established client connections on smg's port, counted only where ss ran: a missing or failing ss prints
+    nothing, never "0" (`ss | wc -l` counted 0 lines of a program that was not there)."""
+    return f"out=$(ss -Htn state established '( sport = :{port} )') && printf '%s\\n' \"$out\" | grep -c ."
+
+
+def connection_count(text: str) -> int | None:
+    """ss's count as connections_command prints it; None for anything but ASCII digits (not an answer)."""
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,8}", text, re.ASCII) else None
 
 
 # --- the handoff's program on the host -----------------------------------------------------------

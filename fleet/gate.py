@@ -26,6 +26,7 @@ class Observation:
     n_restarts: int
     result: str
     health: int
+    probe: int = 0  # curl's exit status: 126/127, it could not run (the host lacks it), never "not ready"
 
     def describe(self) -> str:
         port = "port closed" if self.health == 0 else f"/health {self.health}"
@@ -77,7 +78,9 @@ def _observe(spec: ClassSpec) -> str:
     unit = shlex.quote(spec.service_unit)
     return (
         f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- {unit}; "
-        f"echo health=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 2 {url(spec, '/health')})"
+        # `&& ||`: a failed curl ends no command run under `set -e` (the restart's)
+        f"h=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 2 {url(spec, '/health')}) && c=0 || c=$?; "
+        "printf 'health=%s\\nprobe=%s\\n' \"$h\" \"$c\""
     )
 
 
@@ -112,11 +115,18 @@ def parse_observation(stdout: str) -> Observation:
         n_restarts=ascii_int(kv.get("NRestarts"), 0, 1 << 32) or 0,
         result=kv.get("Result", "")[:64],
         health=ascii_int(kv.get("health"), 0, 999) or 0,
+        probe=ascii_int(kv.get("probe"), 0, 255) or 0,
     )
+
+
+NOT_RUN = (126, 127)  # the shell's: found but not executable, not found
 
 
 def judge(start: Observation, now: Observation, elapsed: float, timeout: float) -> Verdict:
     """start: the first poll after (re)starting the unit; now: the latest one."""
+    if now.probe in NOT_RUN:
+        return Verdict(True, False, f"/health could not be read: curl did not run on the host (exit {now.probe}: "
+                       f"{'not found' if now.probe == 127 else 'not executable'})", elapsed)
     if now.active_state in ("failed", "inactive") or now.sub_state in ("auto-restart", "dead"):
         return Verdict(
             True, False, f"the unit stopped: {now.active_state} ({now.sub_state}, result {now.result})", elapsed

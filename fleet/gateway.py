@@ -24,6 +24,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from fleet import layout
 from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
 from fleet.gate import CURL, local_address, url_host
+from fleet.prerequisites import parse_probe
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
     is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
@@ -406,6 +407,7 @@ class GatewayHost:
     vrrp: Vrrp | None = None  # read where gateway.floating is declared
     interfaces: tuple[Interface, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # sha1 of the floating address's files there (path -> sha1)
+    programs: dict[str, bool] = field(default_factory=dict)  # each program it answered for -> on its PATH
 
     @property
     def python_tag(self) -> str:
@@ -425,7 +427,7 @@ SHA1_LINE = re.compile(r"^([0-9a-f]{40})  (/[^\n]{1,4096})$", re.M)
 def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
     """The records of facts/gateway.py's command: `@@python`, `@@machine`, `@@smg`, the unit's `@@active`,
     `@@running` and `@@generation`, `@@ready`; where gateway.floating is declared `@@interfaces`, `@@files` and the
-    `@@vrrp-*` ones (fleet.floating.parse_vrrp)."""
+    `@@vrrp-*` ones (fleet.floating.parse_vrrp); `@@program` ones (fleet.prerequisites)."""
     said = {f.key: (f.text or "").strip() for f in frames(answer)}
     values, problems = {}, []
     for key, pattern, what in HOST_FIELDS:
@@ -440,7 +442,8 @@ def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
                        ready=said.get("ready") == "200",
                        running=_generation(said.get("running", "")), generation=_generation(said.get("generation", "")),
                        vrrp=vrrp, interfaces=tuple(parse_interfaces(said.get("interfaces", ""))),
-                       files={path: sha for sha, path in SHA1_LINE.findall(said.get("files", ""))[:64]})
+                       files={path: sha for sha, path in SHA1_LINE.findall(said.get("files", ""))[:64]},
+                       programs=parse_probe(answer))
 
 
 def _generation(text: str) -> str:

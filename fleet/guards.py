@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fleet.hub import to_fetch
 from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
 from fleet.plan import read_pending, workload_of
+from fleet.prerequisites import Program, missing, replica_programs
 from fleet.render import MODULE, server_argv
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, HeldWorkload, ScopeWorkload
 
@@ -270,9 +271,15 @@ def drift_violations(host: str, spec: ClassSpec, facts: HostFacts) -> list[Viola
     return found
 
 
+def program_violations(host: str, programs: list[Program], found: dict[str, bool]) -> list[Violation]:
+    return [Violation(host, f"host program {p.name}", f"{p.describe()} installed", said)
+            for p, said in missing(programs, found)]
+
+
 def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
     """Every read-only check before anything on the host is touched."""
     return [
+        *program_violations(host, replica_programs(spec), facts.programs),
         *gpu_violations(host, spec, facts.gpus),
         *engine_violations(host, spec, facts.engine),
         *preflight_model_violations(host, spec, facts.models),

@@ -178,6 +178,7 @@ class HostFacts:
     deployed: DeployState
     runtime: ServiceRuntime
     systemd_version: int  # 0: unknown
+    programs: dict[str, bool]  # each program the host answered for -> on its PATH (fleet/prerequisites.py)
 
 
 _MODE = re.compile(r"[0-7]{3,4}")

@@ -195,6 +195,8 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "engines_disk_kib": (False, None, *integer(64)),
         "models_disk_kib": (False, None, *integer(64)),
         "missing_models": (False, [], paths, "a list of absolute paths"),
+        "missing_programs": (False, [], job_names, "a list of program names, e.g. ['curl']: none of them on the "
+                             "host's PATH, as on a minimal install"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "reasoning_model": (False, False, *boolean()),
         "ssh_user": (False, "root", *text(re.compile(r"^[a-z_][a-z0-9_-]{0,30}$"), "a user name, e.g. 'ubuntu'")),

@@ -333,6 +333,9 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
         extra = _provision_monitoring(root)
     if entry["role"] in APT_ROLES:
         _lab_apt(root)
+    for program in entry.get("missing_programs", []):  # a minimal install: removed from the base image's view
+        for d in PATH_DIRS:
+            (root / d.lstrip("/") / program).unlink(missing_ok=True)
     host_json = {"name": name, "group": entry.get("group"), "role": entry["role"], **extra,
                  "ssh_user": entry["ssh_user"], "ip": ip, "lab": lab_name}
     write(root, "/etc/lab/host.json", json.dumps(host_json, indent=2) + "\n")
@@ -400,6 +403,9 @@ def _provision_mirror(root: Path, entry: dict[str, Any], ip: str) -> dict[str, A
                       "wheels": [w.name for w in built]},
             "hf": {"port": mirror.HF_PORT, "dir": mirror.HF_MIRRORS_DIR, "olah": mirror.OLAH_VERSION,
                    "repos": revisions}}
+
+
+PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,

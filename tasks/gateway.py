@@ -38,6 +38,8 @@ from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
 from fleet.render import auth_header, render_gateway_secret, render_gateway_sysctl, render_gateway_unit, \
     render_keepalived, render_keepalived_dropin, render_vrrp_auth
+from fleet.guards import program_violations
+from fleet.prerequisites import gateway_programs
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
 from adapter import run as runs
@@ -73,6 +75,9 @@ def _converge(report, group_dir: str) -> None:
             what = "a Python version, a machine name and keepalived's state" if gw.floating else \
                 "a Python version and a machine name"
             raise WheelError(f"expected {what}, found {facts.problem}")
+        lacking = program_violations(host.name, gateway_programs(gw.python, gw.floating is not None), facts.programs)
+        if lacking:  # before anything is installed or restarted
+            return refused(report, [str(v) for v in lacking])
         wheels = cached_wheels(gw, facts) if facts.smg != gw.version else []  # a cold cache: fetched only if needed
         iface = None
         if gw.floating is not None:

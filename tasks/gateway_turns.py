@@ -22,7 +22,7 @@ from fleet.floating import Member, TurnError, gateway_turn, handoff_command, int
 from fleet.gateway import READY, Gateway, parse_gateway_host, parse_workers, workers_command
 from fleet.outcome import HostVerdict
 from fleet.rolling import PROGRESS_EVERY_S
-from fleet.wire import Unreadable
+from fleet.wire import Unreadable, excerpt
 from tasks.common import HostLost, PeerError, fail, on_peer
 
 POLL_S = 0.5  # between the reads of a wait
@@ -163,9 +163,14 @@ class Ssh:
         self.log(f"{m.name} holds the floating address {f.address}", "cyan")
 
     def wait_idle(self, m: Member) -> None:
-        command = f"ss -Htn state established '( sport = :{self.gw.port} )' | wc -l"
-        self._until(f"the client connections left on {m.name} to end",
-                    lambda: "" if self._on(m, command, "its client connections").strip() == "0" else "open",
+        def open_ones() -> str:
+            said = self._on(m, floating.connections_command(self.gw.port), "its client connections")
+            count = floating.connection_count(said)
+            if count is None:  # ss did not run: not "0 connections"
+                raise TurnError(f"gateway {m.name}: expected a count of its client connections (ss), found "
+                                f"{excerpt(said) or 'nothing'}")
+            return f"{count} open" if count else ""
+        self._until(f"the client connections left on {m.name} to end", open_ones,
                     self.gw.shutdown_grace_period_s, give_up=False)
 
     def log(self, message: str, color: str | None = None) -> None:

@@ -59,7 +59,12 @@ name = "bad-draft"
 [[hosts]]
 name = "rogue"
 {PRO}{PRO_NAME}workloads = ["someone-elses-job"]
-"""
+
+[[hosts]]
+name = "no-curl"
+{PRO}{PRO_NAME}workloads = ["dflash-train"]
+missing_programs = ["curl"]
+{NEXTN}"""
 
 REFUSED = {
     "a6000-box": "NVIDIA RTX A6000",
@@ -69,6 +74,8 @@ REFUSED = {
     "no-draft": DRAFT,
     "bad-draft": "vocab",
     "rogue": "someone-elses-job",
+    "no-curl": "host program curl: expected curl (for the readiness gate, the smoke test and the health check; "
+               "Debian package curl) installed",
 }
 
 
@@ -96,6 +103,19 @@ def test_refused_hosts_are_named_and_untouched(pf_lab, first_run):
         assert "REFUSED" in summary_row(run.out, host), (host, run.out)
         assert why in row_and_reasons, (host, why, row_and_reasons)
         assert (_files(pf_lab, host), main_pid(pf_lab, host)) == before[host], host
+
+
+def test_a_host_without_curl_keeps_its_server_and_training_as_they_were(pf_lab, first_run):
+    """A minimal install and a declared NEXTN -> DFLASH change: refused before anything stops (it was: the old
+    server stopped, the new one never judged ready, nothing serving). /health read with the host's Python."""
+    assert sh(pf_lab, "no-curl", "command -v curl || echo none") == "none"
+    read = ("python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:30000/health\", "
+            "timeout=5).status)'")
+    assert sh(pf_lab, "no-curl", read) == "200"
+    assert "NEXTN" in sh(pf_lab, "no-curl", "cat /etc/systemd/system/sglang.service")
+    assert sh(pf_lab, "no-curl", "systemctl is-active dflash-train.service") == "active"
+    assert sh(pf_lab, "no-curl", "ls /run/sglang-fleet/sglang.lock /var/lib/sglang-fleet/sglang/pending.json "
+                                 "2>/dev/null || echo none") == "none"  # no lock, no rollout begun
 
 
 def test_mislabelled_box_keeps_serving_its_old_service(pf_lab, first_run):

@@ -22,6 +22,7 @@ from fleet.parse import (
     parse_flags,
 )
 from fleet.plan import masked_argv
+from fleet.prerequisites import replica_programs
 from fleet.render import server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, sha1
 from fleet.secrets import Secrets
@@ -107,6 +108,7 @@ def good_facts(**changes) -> HostFacts:
         deployed=DeployState({}, {}, {}, LockFacts(), None),
         runtime=ServiceRuntime(None, {}, 200),
         systemd_version=252,  # Debian 12's
+        programs={p.name: True for p in replica_programs(SPEC)} | {"python3": True, "/usr/bin/python3": True},
     )
     return replace(facts, **changes)
 

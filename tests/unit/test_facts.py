@@ -19,6 +19,7 @@ from pyinfra.api import FactBase
 from facts.deploy import DeployedFiles
 from facts.gpu import GPU_QUERY, PROCESS_QUERY, GpuInventory, GpuProcesses
 from facts.models import ModelDirs
+from facts.programs import HostPrograms
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.service import RunningService
 from facts.sglang import SglangEngine
@@ -74,7 +75,7 @@ RUNTIME = ("sglang.service", "http://127.0.0.1:30000/health")
 def test_combined_command_reuses_each_fact_command():
     engine = ["/opt/sglang/bin/python", {"CUDA_HOME": "/usr/local/cuda"}, ENGINE_CACHE_DIR]
     command = HostSnapshot().command(engine, [["/m/t", "/m/d"]], [["sglang.service"]],
-                                     list(DEPLOYED), list(RUNTIME), timeout_s=30)
+                                     list(DEPLOYED), list(RUNTIME), ["curl", "flock"], timeout_s=30)
     for part in (
         GpuInventory().command(30),
         GpuProcesses().command(30),
@@ -83,6 +84,7 @@ def test_combined_command_reuses_each_fact_command():
         UnitStates().command(["sglang.service"]),
         DeployedFiles().command(*DEPLOYED),
         RunningService().command(*RUNTIME),
+        HostPrograms().command(["curl", "flock"]),
     ):
         assert part in command
     assert list(SECTIONS) == list(HostFacts.__dataclass_fields__)
@@ -315,8 +317,9 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
                 str(tmp_path / "lock"), str(tmp_path / "pending.json")]
     runtime = ["sglang.service", "http://127.0.0.1:30000/health"]
     cache = str(tmp_path / "engine-cache")
-    facts = HostSnapshot().process(run(HostSnapshot().command([py, {}, cache], [paths], [units], deployed, runtime),
-                                       bin_dir))
+    programs = ["curl", "no-such-program", py]
+    facts = HostSnapshot().process(run(HostSnapshot().command([py, {}, cache], [paths], [units], deployed, runtime,
+                                                              programs), bin_dir))
 
     assert facts == HostFacts(
         gpus=GpuInventory().process(run(GpuInventory().command(), bin_dir)),
@@ -327,8 +330,10 @@ def test_snapshot_equals_the_single_facts(bin_dir, tmp_path):
         deployed=DeployedFiles().process(run(DeployedFiles().command(*deployed), bin_dir)),
         runtime=RunningService().process(run(RunningService().command(*runtime), bin_dir)),
         systemd_version=SystemdVersion().process(run(SystemdVersion().command(), bin_dir)),
+        programs=HostPrograms().process(run(HostPrograms().command(programs), bin_dir)),
     )
     assert facts.systemd_version == 252
+    assert facts.programs == {"curl": True, "no-such-program": False, py: True}
     # sha1 of "x\n"; an absent file, lock and pending record read as such
     owner = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
     assert facts.deployed.files[deployed[0][0]] == FileState("644", owner, "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a")
@@ -433,7 +438,7 @@ def test_a_config_json_holding_marker_lines_bytes_and_no_final_newline_forges_no
     py = launcher(bin_dir, "echo 0.5.23", f'/bin/cat "{HELP_0523}"')
     out = run(HostSnapshot().command([py, {}, str(tmp_path / "c")], [[str(target)]], [["sglang.service"]],
                                      [[], [], [], str(tmp_path / "l"), str(tmp_path / "p")],
-                                     ["sglang.service", "http://127.0.0.1:30000/health"]), bin_dir)
+                                     ["sglang.service", "http://127.0.0.1:30000/health"], ["curl"]), bin_dir)
     assert all(line.isascii() for line in out)
     facts = HostSnapshot().process(out)
     assert [g.name for g in facts.gpus.gpus] == ["NVIDIA RTX A6000"]

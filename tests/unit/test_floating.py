@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fleet import floating
-from fleet.floating import (Interface, Member, TurnError, Vrrp, gateway_turn, handoff_command,
-                            interface_for, parse_interfaces, parse_vrrp, password_problem, priority)
+from fleet.floating import (Interface, Member, TurnError, Vrrp, connection_count, connections_command, gateway_turn,
+                            handoff_command, interface_for, parse_interfaces, parse_vrrp, password_problem, priority)
 from fleet.gateway import DRAINING, READY, Gateway, merged
 from fleet.groupdata import SpecError, validate_gateway
 from fleet.render import render_gateway_unit, render_keepalived, render_vrrp_auth
@@ -123,6 +124,25 @@ def test_garbage_from_the_host_is_a_problem_never_a_state(said, problem):
 def test_a_huge_or_odd_connection_count_is_no_count():
     assert parse_vrrp(records(connections="9" * 40)).connections is None
     assert parse_vrrp(records(connections="-1")).connections is None
+    assert parse_vrrp(records(connections="\u00b2")).connections is None  # a digit to str.isdigit, not to int
+
+
+def test_connections_are_counted_only_where_ss_ran(tmp_path):
+    """`ss | wc -l` said 0 connections of a host without ss: the count is now nothing, an error to the turn."""
+    def count(path: str) -> int | None:
+        out = subprocess.run(["/bin/sh", "-c", connections_command(8080)], env={"PATH": path}, capture_output=True,
+                             text=True).stdout
+        return connection_count(out)
+    ss = tmp_path / "ss"
+    ss.write_text("#!/bin/sh\nprintf '0 0 10.0.0.1:8080 10.0.0.9:5000\\n0 0 10.0.0.1:8080 10.0.0.9:5001\\n'\n")
+    ss.chmod(0o755)
+    assert count(f"{tmp_path}:/usr/bin:/bin") == 2
+    ss.write_text("#!/bin/sh\n")
+    assert count(f"{tmp_path}:/usr/bin:/bin") == 0
+    ss.write_text("#!/bin/sh\necho 'Cannot open netlink socket' >&2; exit 1\n")
+    assert count(f"{tmp_path}:/usr/bin:/bin") is None
+    ss.unlink()
+    assert count(f"{tmp_path}:/usr/bin/no-such-dir:/bin/no-such-dir") is None
 
 
 # --- keepalived's config and the smg unit ----------------------------------------------------------------

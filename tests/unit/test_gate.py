@@ -239,6 +239,31 @@ def test_observe_command_output_parses(tmp_path, code, expected):
     assert "-w %{http_code}" in calls and "http://127.0.0.1:30001/health" in calls
 
 
+def test_a_host_without_curl_ends_the_wait_at_once_naming_curl(tmp_path):
+    """Not "/health not ready" until the load timeout: the probe that cannot run is an error."""
+    env = fake_bin(tmp_path, {"systemctl": 'printf "ActiveState=active\\nSubState=running\\nMainPID=42\\n"\n'})
+    env["PATH"] = f"{tmp_path / 'bin'}:/usr/bin/no-such-dir"
+    for tool in ("printf", "sh"):
+        assert not (tmp_path / "bin" / tool).exists()
+    out = subprocess.run(["/bin/sh", "-c", observe_command(make_spec())], env=env, capture_output=True,
+                         text=True).stdout
+    now = parse_observation(out)
+    assert now.probe == 127
+    verdict = judge(now, now, 1.0, 600)
+    assert verdict.done and not verdict.ready and "curl did not run on the host (exit 127: not found)" in verdict.reason
+
+
+def test_a_port_still_closed_ends_no_command_run_under_set_e(tmp_path):
+    """The restart runs `set -e` then the observation: curl's exit 7 (nothing listening) is an observation."""
+    env = unit_and_health(tmp_path, ["000"])
+    with open(tmp_path / "bin" / "curl", "a") as f:
+        f.write("exit 7\n")
+    out = subprocess.run(["sh", "-c", f"set -e; true; {observe_command(make_spec())}"], env=env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0
+    assert (parse_observation(out.stdout).health, parse_observation(out.stdout).probe) == (0, 7)
+
+
 def test_wait_command_returns_at_the_first_change_of_state(tmp_path):
     """The host polls; the controller hears once per change: 000, 000, 000, 503 -> one command."""
     env = unit_and_health(tmp_path, ["000", "000", "000", "503", "200"])

@@ -26,6 +26,7 @@ from fleet import guards, lock
 from fleet.gate import parse_observation, parse_smoke
 from fleet.gateway import Gateway, parse_gateway_host, parse_workers
 from fleet.history import Backup, parse_history
+from fleet.prerequisites import parse_probe
 from fleet.parse import (
     file_state,
     parse_config,
@@ -167,10 +168,12 @@ ANSWERS = {
     parse_gateway_host: answer(rec("python", "", near("3.11")), rec("machine", "", near("x86_64")),
                                rec("smg", "", near("1.13.0"))),
     parse_smoke: answer(rec("chat", near("0"), CHAT), rec("server-info", "", SERVER_INFO)),
+    parse_probe: answer(rec("program", near("curl"), near("/usr/bin/curl")), rec("program", near("ss"), near(""))),
 }
 SNAPSHOT = {"gpus": parse_gpu_inventory, "gpu_processes": parse_gpu_processes, "engine": parse_engine,
             "models": parse_model_dirs, "units": parse_unit_states, "deployed": parse_deploy_state,
-            "runtime": parse_service_runtime, "systemd_version": parse_systemd_version, "history": parse_history}
+            "runtime": parse_service_runtime, "systemd_version": parse_systemd_version, "history": parse_history,
+            "programs": parse_probe}
 assert set(SNAPSHOT) >= set(SECTIONS)
 snapshots = st.tuples(*(ANSWERS[parser].map(lambda body, name=name: f"@@section={name}\n{body}")
                         for name, parser in SNAPSHOT.items()),

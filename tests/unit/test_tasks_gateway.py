@@ -31,7 +31,13 @@ from tasks import common, gateway, gateway_turns, preflight
 SPEC = make_spec(service={"host": "0.0.0.0"})
 KEY = "sk-Gateway0123456789abcdef"
 WHEELS = ["pip-24.0-py3-none-any.whl", "smg-1.13.0-cp311-cp311-manylinux_2_17_x86_64.whl"]
-HOST = GatewayHost("3.11", "x86_64", "")
+def gw_host(*args, **fields) -> GatewayHost:
+    """What a gateway host answers, with every program the deploy runs there on its PATH."""
+    return GatewayHost(*args, **{"programs": dict.fromkeys(("curl", "flock", "systemctl", "/usr/bin/python3", "ip",
+                                                              "ss"), True), **fields})
+
+
+HOST = gw_host("3.11", "x86_64", "")
 
 
 @pytest.fixture
@@ -113,7 +119,7 @@ def test_a_converged_gateway_host_is_left_as_it_is(group_dir, monkeypatch):
     ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
     listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
     wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
-    running = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True)
+    running = gw_host("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True)
     row = converging(group_dir, running, discovery_sha1=sha1(listed))
     assert not any(n.startswith(("Install", "Discovery", "Generation", "Restart")) for n in ops.names())
     assert row.action == "none (already as declared)"
@@ -129,17 +135,20 @@ def test_a_gateway_whose_smg_does_not_run_what_its_files_say_is_restarted(group_
     ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
     listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
     wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
-    facts = GatewayHost("3.11", "x86_64", "1.13.0", **{"active": "active", "running": wanted, "generation": wanted,
+    facts = gw_host("3.11", "x86_64", "1.13.0", **{"active": "active", "running": wanted, "generation": wanted,
                                                        "ready": True, **read})
     row = converging(group_dir, facts, discovery_sha1=sha1(listed))
     assert "Restart smg.service (it does not run what its files say)" in ops.names() and row.action == "restart", why
 
 
 @pytest.mark.parametrize("facts, reason", [
-    (GatewayHost("", "", "", problem="python '3.x' is not a Python version such as 3.11"),
+    (gw_host("", "", "", problem="python '3.x' is not a Python version such as 3.11"),
      "smg: gateway: expected a Python version and a machine name, found python '3.x' is not a Python version"),
-    (GatewayHost("", "x86_64", ""), "smg: gateway: expected a Python at /usr/bin/python3 (gateway.python), found none"),
+    (gw_host("", "x86_64", ""), "smg: gateway: expected a Python at /usr/bin/python3 (gateway.python), found none"),
     (HOST, "gateway.api_key"),
+    (gw_host("3.11", "x86_64", "", programs={"curl": False, "flock": True}),
+     "smg: host program curl: expected curl (for the readiness gate, the smoke test and the health check; Debian "
+     "package curl) installed, found none: `command -v curl` finds nothing"),
 ])
 def test_a_gateway_host_without_what_smg_needs_is_refused(group_dir, monkeypatch, facts, reason):
     if reason == "gateway.api_key":
@@ -289,7 +298,7 @@ def test_a_converged_gateway_of_a_group_is_read_in_one_command_and_left_alone(fl
     on_disk = {floating.SYSCTL_FILE: sha1(render_gateway_sysctl()), floating.NOTIFY: sha1(floating.NOTIFY_PROGRAM),
                floating.AUTH_FILE: sha1(render_vrrp_auth("vrrp1234")), floating.DROPIN: sha1(render_keepalived_dropin()),
                floating.CONFIG: sha1(render_keepalived(gw, "gw", "smg", ["smg"], "eth0", 24))}
-    facts = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
+    facts = gw_host("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
                         vrrp=Vrrp(installed=True, active=True, enabled=True, state="MASTER", holds=True),
                         interfaces=ETH0,
                         files=on_disk)
@@ -304,7 +313,7 @@ def test_a_gateway_a_lost_run_left_held_out_takes_its_turn_first(floating_dir, m
     cached(gw)
     Ops(monkeypatch, unchanged={"files.put", "secret_file"})
     wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
-    facts = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
+    facts = gw_host("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
                         vrrp=Vrrp(installed=True, active=True, state="FAULT", handoff=True, on_loopback=True),
                         interfaces=ETH0)
     row = converging(floating_dir, facts)
@@ -335,7 +344,7 @@ def test_a_gateway_in_the_mesh_gets_its_own_certificate_and_restarts_for_a_new_o
     gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
     cached(gw)
     ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
-    row = converging(group_dir, GatewayHost("3.11", "x86_64", "1.13.0", active="active", ready=True))
+    row = converging(group_dir, gw_host("3.11", "x86_64", "1.13.0", active="active", ready=True))
     tls = {kw["path"]: kw["content"] for kind, kw in ops.queued if kw["name"].startswith("Mesh TLS")}
     assert tls == {"/etc/smg/smg-mesh.ca.pem": PEM_TEXT + "\n", "/etc/smg/smg-mesh.crt": PEM_TEXT + "\n",
                    "/etc/smg/smg-mesh.key": PEM_TEXT.replace("CERTIFICATE", "PRIVATE KEY") + "\n"}
