@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
-from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune
+from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune, is_loopback
 from pydantic import ValidationError
 
 from fleet.wire import Unreadable, clipped, excerpt, load_json
@@ -113,6 +113,10 @@ def refusals(host: str, spec: ClassSpec, problems: list[str], gateway: str | Non
     if not spec.service.enable_metrics:
         out.append(f"{host}: tune: service.enable_metrics: expected true (the accept length and generation "
                    "throughput come from SGLang's /metrics), found false")
+    if is_loopback(spec.service.host):  # else: a restart per candidate, then every measuring request refused
+        out.append(f"{host}: tune: service.host: expected an address the controller reaches (the workload is "
+                   f"streamed straight to the host, also behind a gateway), found {spec.service.host} (loopback: "
+                   "only the host itself reaches it)")
     if gateway is not None and replicas < 2:
         out.append(f"{host}: tune: its class is behind gateway {gateway} with {replicas} replica: expected at "
                    "least 2 (a peer serves while this one is tuned)")

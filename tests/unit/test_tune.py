@@ -22,7 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from builders import KEYED, SPEC, converged, make_spec, secrets_of
+import builders
+from builders import KEYED, converged, secrets_of
 from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
 
@@ -44,6 +45,14 @@ REPO = Path(__file__).resolve().parents[2]
 TUNER = ops_tune.Tuner  # some tests stand in for ops.tune.Tuner; the class itself is this
 STAMP, NOW, BY = "20261130T120000Z", 1_796_040_000, "alice@laptop"
 DRAFT = "/root/models/Qwen3.6-27B-DFlash"
+
+
+def make_spec(service=None, **fields) -> ClassSpec:
+    """builders' spec, bound where the controller reaches it (a loopback class is refused)."""
+    return builders.make_spec(service={"host": "0.0.0.0", **(service or {})}, **fields)
+
+
+SPEC = make_spec()
 
 
 def dflash(block_size=16, **tune_section) -> ClassSpec:
@@ -214,6 +223,11 @@ def test_an_algorithm_without_a_block_size_has_nothing_to_tune():
 def test_a_tunable_class_has_no_refusal_with_or_without_a_gateway():
     assert tune.refusals("h1", SPEC, [], None, 0) == []
     assert tune.refusals("h1", SPEC, [], "gw", 2) == []
+
+
+def test_a_class_bound_to_loopback_is_refused_before_any_restart():
+    (out,) = tune.refusals("h1", builders.SPEC, [], None, 0)
+    assert out.startswith("h1: tune: service.host: expected an address the controller reaches") and "127.0.0.1" in out
 
 
 def test_each_refusal_names_the_host():
@@ -1052,6 +1066,13 @@ def test_refusals_exit_2_each_on_stderr_naming_the_host_and_nothing_is_deployed(
     assert lines == ["h1: tune: block size 0: expected 1..16 (SGLang's bound), found 0",
                      "h1: tune: service.enable_metrics: expected true (the accept length and generation throughput "
                      "come from SGLang's /metrics), found false"]
+    assert s.deployed == [] and not (here / "tuning/pro6000.json").exists()
+
+
+def test_a_class_bound_to_loopback_without_a_gateway_is_refused_and_never_restarted(here, monkeypatch, capsys):
+    s = Scripted(spec=dflash(16, concurrency=[1]).model_copy(update={"service": builders.SPEC.service}))
+    (line,) = refused(s, monkeypatch, capsys)
+    assert "service.host: expected an address the controller reaches" in line
     assert s.deployed == [] and not (here / "tuning/pro6000.json").exists()
 
 
