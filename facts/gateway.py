@@ -8,7 +8,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet import floating
+from fleet import drains, floating
 from fleet.gate import CURL
 from fleet.gateway import Gateway, GatewayHost, parse_gateway_host
 from fleet.prerequisites import gateway_programs, probe_command
@@ -32,6 +32,8 @@ def host_command(gw: Gateway, group: str) -> str:
         block("generation", f"cat {q(gw.generation_file)}"),
         block("ready", f"{CURL} -s -o /dev/null --max-time 2 -w '%{{http_code}}' {q(gw.url('/readiness'))}"),
         probe_command([p.name for p in gateway_programs(gw.python, gw.floating is not None)]),
+        block("drains", f"cat {q(drains.state_file(gw.unit))}"),
+        block("clock", "date +%s"),
     ]
     if gw.floating is not None:
         parts += vrrp_blocks(gw, group) + [

@@ -22,6 +22,7 @@ from packaging.version import VERSION_PATTERN, Version
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet import layout
+from fleet.drains import active, workers
 from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
 from fleet.gate import CURL, local_address, url_host
 from fleet.prerequisites import parse_probe
@@ -282,8 +283,8 @@ class Replica:
 def discovery_file(replicas: list[Replica], out: set[str]) -> str:
     """smg's discovery file: every replica but those taken `out` (host names). Only keys smg
     1.13.0 knows: one unknown key and it rejects the whole file."""
-    workers = [{"id": r.host, "url": r.url} for r in replicas if r.host not in out]
-    return json.dumps({"version": 1, "workers": workers}, indent=1) + "\n"
+    listed = [w for w in workers(replicas) if w["id"] not in out]
+    return json.dumps({"version": 1, "workers": listed}, indent=1) + "\n"
 
 
 def parse_workers(text: str | None) -> dict[str, str]:
@@ -308,14 +309,21 @@ def health_command(gw: Gateway) -> str:
     return f"{CURL} -s -o /dev/null -w '%{{http_code}}' {shlex.quote(gw.url('/health'))}"
 
 
+def ready_peers(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> tuple[str, ...]:
+    """The replicas of `me`'s served model, of any class, smg routes to now (its peers while it is out); none for a
+    replica smg does not route to (it carries no traffic: it needs none)."""
+    if statuses.get(me.url) != READY:
+        return ()
+    return tuple(r.host for r in replicas if r.served_model == me.served_model and r.url != me.url
+                 and statuses.get(r.url) == READY)
+
+
 def peer_problem(me: Replica, replicas: list[Replica], statuses: dict[str, str]) -> str | None:
     """Why `me` may not go out of the gateway now (None: it may). Only a replica smg routes to
     needs a peer: one that is not ready carries no traffic."""
     if statuses.get(me.url) != READY:
         return None
-    peers = [r.host for r in replicas if r.served_model == me.served_model and r.url != me.url
-             and statuses.get(r.url) == READY]
-    if peers:
+    if ready_peers(me, replicas, statuses):
         return None
     return (f"no other replica of {me.served_model} is ready in the gateway (workers: "
             + (", ".join(f"{u} {s}" for u, s in sorted(statuses.items())) or "none") + "): taking "
@@ -408,6 +416,7 @@ class GatewayHost:
     interfaces: tuple[Interface, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # sha1 of the floating address's files there (path -> sha1)
     programs: dict[str, bool] = field(default_factory=dict)  # each program it answered for -> on its PATH
+    drained: frozenset[str] = frozenset()  # the replicas its drains keep out of smg now (fleet/drains.py)
 
     @property
     def python_tag(self) -> str:
@@ -443,7 +452,7 @@ def parse_gateway_host(answer: str | list[str]) -> GatewayHost:
                        running=_generation(said.get("running", "")), generation=_generation(said.get("generation", "")),
                        vrrp=vrrp, interfaces=tuple(parse_interfaces(said.get("interfaces", ""))),
                        files={path: sha for sha, path in SHA1_LINE.findall(said.get("files", ""))[:64]},
-                       programs=parse_probe(answer))
+                       programs=parse_probe(answer), drained=frozenset(active(said.get("drains"), said.get("clock"))))
 
 
 def _generation(text: str) -> str:

@@ -3,9 +3,10 @@ interface (tasks/rolling.py talks to the gateway and the replica; a script in th
 
 In its class's turn (tasks/rolling.py: the canary alone, then at most rolling.max_unavailable), a
 replica of a class the gateway routes:
-  1. goes out only if a peer of the same served model is `ready` in smg (a replica smg does not
-     route to needs none): else its rollout ends without a change
-  2. leaves the discovery file, and is drained: smg no longer routes to it and SGLang's /metrics
+  1. goes out only if a peer of the same served model is `ready` in smg and not drained (a replica smg does not
+     route to needs none), checked again and taken under the drains' lock on the gateway host (fleet/drains.py):
+     else its rollout ends without a change
+  2. leaves the discovery file (its drain recorded on the gateway host, its owner and lease), and is drained: smg no longer routes to it and SGLang's /metrics
      shows nothing running or queued, or drain_timeout_s passes (SGLang's own SIGTERM drain then
      finishes what is left, KillMode=mixed)
   3. is activated (restart, gate, smoke test, or roll back: fleet/activation.py)
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fleet.activation import Outcome
-from fleet.gateway import READY, GatewayRolling, Replica, peer_problem, routed
+from fleet.drains import Answer
+from fleet.gateway import READY, GatewayRolling, Replica, peer_problem, ready_peers, routed
 from fleet.outcome import HostVerdict
 
 
@@ -54,7 +56,8 @@ class Through(Protocol):
     name: str  # the gateway host, for messages
 
     def statuses(self) -> dict[str, str]: ...  # smg's /workers: url -> status; GatewayError
-    def set_out(self, out: bool) -> None: ...  # the discovery file without (or with) this replica; GatewayError
+    def take_out(self, peers: tuple[str, ...]) -> Answer: ...  # drained unless a peer counted is; GatewayError
+    def put_in(self) -> None: ...  # its drain ended, back in the discovery file; GatewayError
     def load(self) -> float | None: ...  # running + queued requests on the replica; None: no counts
     def log(self, message: str, color: str | None = None) -> None: ...
     def now(self) -> float: ...
@@ -108,21 +111,39 @@ def serves(outcome: Outcome) -> bool:
     return outcome.verdict.serves
 
 
+def go_out(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through) -> str | None:
+    """Out of the gateway once a peer of its model is ready there: counted from smg's view, then taken on the gateway
+    host only if none of the peers counted is drained by then (another class's turn, a make tune). None: out; else why
+    not, once ready_timeout_s has passed or another owner holds the replica itself."""
+    started = gw.now()
+    while True:
+        statuses = gw.statuses()
+        problem = peer_problem(me, replicas, statuses)
+        if problem is None:
+            answer = gw.take_out(ready_peers(me, replicas, statuses))
+            if answer.ok:
+                return None
+            problem = answer.describe()
+            if answer.result != "peer":  # held by another owner, or a drains file not ours: no wait helps
+                return problem
+        if gw.now() - started >= r.ready_timeout_s:
+            return problem
+        gw.sleep(r.poll_interval_s)
+
+
 def through_gateway(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through,
                     go: Callable[[], Outcome], leave: Callable[[str], Outcome], stay_out: bool = False) -> Outcome:
     """The replica's turn: out of the gateway, drained, `go` (its activation), back in; or `leave`
     (its begun rollout ended without a change) when it may not go out. stay_out: a make tune candidate,
     measured alone and kept out until the tune's last run (no candidate) puts it back."""
     try:
-        statuses = wait_for(gw, lambda s: peer_problem(me, replicas, s) is None, r.ready_timeout_s,
-                            r.poll_interval_s, "a peer ready in the gateway")
-    except GatewayError as e:
+        problem = go_out(me, replicas, r, gw)
+    except GatewayError as e:  # it may be out of some gateway hosts of the group
+        put_back(gw)
         return leave(str(e))
-    problem = peer_problem(me, replicas, statuses)
     if problem:
         return leave(f"{me.host}: gateway {gw.name}: {problem}")
     try:
-        gw.set_out(True)
         gw.log(f"out of gateway {gw.name}; draining (up to {r.drain_timeout_s:g}s)", "cyan")
         drain(gw, me, r)
     except GatewayError as e:
@@ -149,7 +170,7 @@ def through_gateway(me: Replica, replicas: list[Replica], r: GatewayRolling, gw:
 def back_in(me: Replica, r: GatewayRolling, gw: Through, outcome: Outcome) -> Outcome:
     """A replica that serves again, back in the discovery file and `ready` in smg."""
     try:
-        gw.set_out(False)
+        gw.put_in()
         statuses = wait_for(gw, lambda s: s.get(me.url) == READY, r.ready_timeout_s, r.poll_interval_s,
                             f"{me.url} ready in the gateway")
         if statuses.get(me.url) != READY:
@@ -165,6 +186,6 @@ def back_in(me: Replica, r: GatewayRolling, gw: Through, outcome: Outcome) -> Ou
 
 def put_back(gw: Through) -> None:
     try:
-        gw.set_out(False)
+        gw.put_in()
     except GatewayError:
         pass  # the next run's gateway step writes the whole file again

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 import requests
 
 from fleet import hosts
-from fleet import tune
+from fleet import bounds, drains, tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, merged, parse_workers, peer_problem
 from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
@@ -162,6 +163,8 @@ class Tuner:
         argv = [PYINFRA, "-y", "--limit", self.name]
         if candidate is not None:
             argv += ["--data", f"{tune.TUNE_DATA}={json.dumps(candidate.to_json())}"]
+        if self.gateway is not None:  # the host's drain is the tune's, from its first candidate to its return
+            argv += ["--data", f"{drains.OWNER_DATA}={json.dumps(self.drain_owner())}"]
         argv += [self.inventory, "deploy.py"]
         log = open(self.log_path, "a")
         log.write(f"\n$ {' '.join(argv)}\n")
@@ -174,6 +177,13 @@ class Tuner:
         finally:
             log.close()
         return rc, _summary_row(self.log_path, self.name)
+
+    def drain_owner(self) -> dict:
+        """Its drain on the gateway host: this tune's, for one candidate's deploy and measuring (renewed by each):
+        a make deploy meanwhile leaves the host out and untouched; once the tune is gone, its lease lapses."""
+        measuring = self.spec.tune.level_timeout_s * len(self.spec.tune.concurrency)
+        return {"owner": f"make tune of {self.name} (pid {os.getpid()} on {socket.gethostname()})",
+                "lease_s": round(bounds.turn_s(self.spec, self.gw_spec.rolling) + measuring + bounds.MARGIN_S)}
 
     def measure(self, candidate: tune.Candidate) -> list[tune.Level]:
         t, levels = self.spec.tune, []

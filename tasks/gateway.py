@@ -29,7 +29,7 @@ from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, python, server, systemd
 
 from facts.gateway import GatewayFacts
-from fleet import bounds, floating, hosts
+from fleet import bounds, drains, floating, hosts
 from fleet.floating import interface_for
 from fleet.gateway import HOST_PLACEHOLDER, Gateway, GatewayHost, MeshNode, discovery_file, generation, \
     health_command, mesh_file, pem_problem
@@ -105,10 +105,12 @@ def _converge(report, group_dir: str) -> None:
                              content=auth_header(key))
     mesh_files = [secret_file(name=f"Mesh TLS {path} (0600, not shown)", path=path, content=text)
                   for path, text in mesh_tls.items()]
-    content = discovery_file(hosts.replicas(host.state.inventory, gw, Path(group_dir)), out=set())
+    replicas = hosts.replicas(host.state.inventory, gw, Path(group_dir))
+    content = discovery_file(replicas, out=facts.drained)  # a drain of another run or a make tune stays
     if host.get_fact(Sha1File, path=gw.discovery_file) != sha1(content):
-        listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)})",
-                              commands=[write_command(gw.discovery_file, content)])
+        kept = f", {', '.join(sorted(facts.drained))} kept out (drained)" if facts.drained else ""
+        listed = server.shell(name=f"Discovery file {gw.discovery_file} (every replica of {', '.join(gw.routes)}{kept})",
+                              commands=[drains.command(gw.python, gw.unit, gw.discovery_file, replicas, drains.SYNC)])
     wanted = generation(unit_text, "".join([render_gateway_secret(key) if key is not None else "",
                                             *mesh_tls.values()]), gw.version)
     if facts.generation != wanted:

@@ -13,6 +13,7 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
+from fleet.drains import requested_owner
 from fleet import hosts
 from fleet import bounds, guards, lock, tune
 from fleet.groupdata import SpecError, validate_host
@@ -83,6 +84,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     rollback = None
     try:
         candidate = tune.requested(host.inventory.get_override_data())  # make tune's run of one candidate
+        requested_owner(host.inventory.get_override_data())  # its drain's owner: read again in its turn
     except ValueError as e:
         return refused(report, [f"{host.name}: tune: {e}; nothing was touched"])
     try:

@@ -22,13 +22,13 @@ from typing import Callable
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
-from fleet import activation, bounds, gate
+from fleet import activation, bounds, drains, gate
+from fleet.drains import requested_owner
 from fleet.gateway import Gateway as GatewaySpec
-from fleet.gateway import Replica, discovery_file, merged, parse_workers, workers_command
+from fleet.gateway import Replica, merged, parse_workers, workers_command
 from fleet.hosts import group_name, routing
 from fleet.outcome import HostVerdict
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
-from fleet.rollout import write_command
 from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
 from adapter import run as runs
@@ -71,26 +71,56 @@ class Gateway:
                 raise GatewayError(f"gateway {h.name}: {e}") from None
         return merged(views)
 
-    def set_out(self, name: str, out: bool) -> None:
-        with self.file_lock:  # two replicas' turns must not write the files over each other
-            (self.out.add if out else self.out.discard)(name)
+    def change(self, op: str, name: str, owner: str, lease_s: float = 0.0, why: str = "",
+               peers: tuple[str, ...] = ()) -> drains.Answer:
+        """`op` on `name`'s drain on every gateway host of the group, each its discovery file rewritten under the
+        drains' lock there (fleet/drains.py); a refusal on one undoes a drain taken on the ones before it."""
+        with self.file_lock:  # one of this run's turns at a time: the undo below is never another turn's
+            done = []
             for h in self.hosts:
-                self.command(h, write_command(self.spec.discovery_file, discovery_file(self.replicas, self.out)),
-                             f"writing {self.spec.discovery_file}")
+                answer = drains.parse(self.command(h, drains.command(
+                    self.spec.python, self.spec.unit, self.spec.discovery_file, self.replicas, op, name, owner,
+                    lease_s, why, peers), f"the drains ({op} {name})"))
+                if answer.result in ("no answer", "busy"):
+                    raise GatewayError(f"gateway {h.name}: {answer.describe()}")
+                if not answer.ok:
+                    for d in done:
+                        self.command(d, drains.command(self.spec.python, self.spec.unit, self.spec.discovery_file,
+                                                       self.replicas, drains.IN, name, owner), f"undoing {name}'s drain")
+                    return answer
+                done.append(h)
+            (self.out.add if op == drains.OUT else self.out.discard)(name)
+            return answer
 
 
 class ReplicaThrough:
     """fleet.rolling.Through for one replica's turn: the gateway, the replica's /metrics, the clock."""
 
-    def __init__(self, gateway: Gateway, host, pf, steps):
-        self.gateway, self.host, self.pf, self.steps = gateway, host, pf, steps
+    def __init__(self, gateway: Gateway, host, pf, steps, turn_s: float):
+        self.gateway, self.host, self.pf, self.steps, self.turn_s = gateway, host, pf, steps, turn_s
         self.name = gateway.name
 
     def statuses(self) -> dict[str, str]:
         return self.gateway.statuses()
 
-    def set_out(self, out: bool) -> None:
-        self.gateway.set_out(self.host.name, out)
+    def owner(self) -> tuple[str, float]:
+        """Its drain's owner and lease: a make tune's (--data), else its rollout's: the pending record this run
+        wrote or took over, so a run finishing a killed one's rollout ends the drain the killed run took."""
+        given = requested_owner(self.host.inventory.get_override_data())  # checked at preflight
+        if given is not None:
+            return given
+        record = self.pf.plan.interrupted or self.pf.plan.record
+        return f"the rollout of {self.host.name} begun {record.since} by {record.by}", self.turn_s
+
+    def take_out(self, peers: tuple[str, ...]) -> drains.Answer:
+        owner, lease_s = self.owner()
+        why = "a make tune candidate" if self.pf.plan.tune is not None else "its turn in a rollout"
+        return self.gateway.change(drains.OUT, self.host.name, owner, lease_s, why, peers)
+
+    def put_in(self) -> None:
+        answer = self.gateway.change(drains.IN, self.host.name, self.owner()[0])
+        if not answer.ok:
+            raise GatewayError(f"gateway {self.name}: {self.host.name} not put back: {answer.describe()}")
 
     def load(self) -> float | None:
         values = parse_metrics(run(self.host, gate.metrics_command(self.pf.spec),
@@ -256,7 +286,7 @@ def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
             return go()
         me = next(r for r in roll.gateway.replicas if r.host == host.name)
         return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
-                               ReplicaThrough(roll.gateway, host, pf, steps), go, leave,
+                               ReplicaThrough(roll.gateway, host, pf, steps, roll.turn_s), go, leave,
                                stay_out=pf.plan.tune is not None)
 
 
@@ -266,7 +296,7 @@ def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
     if roll is None or roll.gateway is None or host.name not in roll.gateway.out:
         return
     if serves(outcome):
-        put_back(ReplicaThrough(roll.gateway, host, pf, steps))
+        put_back(ReplicaThrough(roll.gateway, host, pf, steps, roll.turn_s))
         steps.log(f"rolled back and serving: back in gateway {roll.gateway.name}", "yellow")
 
 

@@ -16,6 +16,7 @@ from fleet import bounds
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
 from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
+from fleet.drains import Answer, Drain
 from fleet.rolling import GatewayError, Turns, through_gateway, turns
 from fleet.spec import ClassSpec, Rolling
 from tasks import rolling
@@ -164,9 +165,10 @@ class Through:
 
     name = "gw"
 
-    def __init__(self, statuses, loads=(0.0,), fail_set_out=()):
+    def __init__(self, statuses, loads=(0.0,), fail_set_out=(), drains=()):
         self.answers, self.loads, self.fail_set_out = list(statuses), list(loads), list(fail_set_out)
-        self.t, self.events = 0.0, []
+        self.drains = list(drains)  # the gateway host's answers to take_out, in turn (then ok)
+        self.t, self.events, self.peers = 0.0, [], []
 
     def statuses(self):
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -174,8 +176,18 @@ class Through:
             raise answer
         return answer
 
-    def set_out(self, out):
-        self.events.append(("out" if out else "in"))
+    def take_out(self, peers):
+        self.peers.append(peers)
+        answer = self.drains.pop(0) if self.drains else Answer("ok")
+        if answer.ok:
+            self._set("out")
+        return answer
+
+    def put_in(self):
+        self._set("in")
+
+    def _set(self, event):
+        self.events.append(event)
         if self.fail_set_out and self.fail_set_out.pop(0):
             raise GatewayError("gateway gw: cannot write the discovery file")
 

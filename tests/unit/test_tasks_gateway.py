@@ -18,6 +18,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Sha1File
 
 from facts.gateway import GatewayFacts
+from fleet import drains
 from fleet import floating
 from fleet.floating import Interface, Vrrp
 from fleet.gateway import GatewayHost, Replica, discovery_file, generation, health_command
@@ -106,8 +107,8 @@ def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_rest
         "Enable smg.service", "Restart smg.service (it does not run what its files say)",
         "Wait for smg.service to answer /health"]
     assert ops.queued[1] == ("server.shell", {"name": ops.names()[1], "commands": [gateway.install_command(gw, wheels)]})
-    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
-    assert ops.queued[6][1]["commands"] == [write_command(gw.discovery_file, listed)]
+    r1 = [Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")]
+    assert ops.queued[6][1]["commands"] == [drains.command(gw.python, gw.unit, gw.discovery_file, r1, drains.SYNC)]
     assert ops.queued[4][1]["content"].count(KEY) == 1 and ops.queued[5][1]["content"].count(KEY) == 1
     assert row.action == ("install smg 1.13.0, update smg.service, update key, update auth header, update discovery "
                           "file, restart") and row.verdict == "passed preflight" and row.gpu_class == "gateway"
@@ -123,6 +124,23 @@ def test_a_converged_gateway_host_is_left_as_it_is(group_dir, monkeypatch):
     row = converging(group_dir, running, discovery_sha1=sha1(listed))
     assert not any(n.startswith(("Install", "Discovery", "Generation", "Restart")) for n in ops.names())
     assert row.action == "none (already as declared)"
+
+
+def test_a_replica_another_run_drained_stays_out_of_the_discovery_file_a_deploy_converges(group_dir, monkeypatch):
+    """A make tune measuring r1 behind smg: every deploy rewrote the file with it back in."""
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    ops = Ops(monkeypatch, unchanged={"files.put", "secret_file"})
+    r1 = [Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")]
+    wanted = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    running = gw_host("3.11", "x86_64", "1.13.0", active="active", running=wanted, generation=wanted, ready=True,
+                      drained=frozenset({"r1"}))
+    row = converging(group_dir, running, discovery_sha1=sha1(discovery_file(r1, {"r1"})))
+    assert row.action == "none (already as declared)"
+    row = converging(group_dir, running, discovery_sha1=sha1(discovery_file(r1, set())))
+    assert f"Discovery file {gw.discovery_file} (every replica of pro6000, r1 kept out (drained))" in ops.names()
+    (sync,) = [kw for _, kw in ops.queued if kw.get("name", "").startswith("Discovery file")]
+    assert sync["commands"] == [drains.command(gw.python, gw.unit, gw.discovery_file, r1, drains.SYNC)]
 
 
 @pytest.mark.parametrize("read, why", [

@@ -7,6 +7,9 @@ way they fail as a GatewayError, a replica's /metrics, and a replica's turn thro
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,13 +17,12 @@ import pytest
 from builders import make_spec
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
-from fleet import bounds, gate
+from fleet import bounds, drains, gate
 from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
 from fleet.hosts import replicas
 from fleet.rolling import GatewayError
-from fleet.rollout import write_command
 from tasks import rolling
 
 SPEC = make_spec(service={"host": "0.0.0.0"})  # smg on another host reaches it
@@ -52,7 +54,7 @@ def fleet(tmp_path, monkeypatch):
                 hosts[n].host.connected = True
         gw = load_gateways(tmp_path, load_class_specs(tmp_path))["gw"]
         return hosts, gw
-    make.dir = str(tmp_path)
+    make.dir, make.root = str(tmp_path), tmp_path
     return make
 
 
@@ -79,37 +81,109 @@ def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
 
 
 def preflight_like():
-    from types import SimpleNamespace
-    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(restart=True, interrupted=None, tune=None))
+    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(
+        restart=True, interrupted=None, tune=None, record=SimpleNamespace(since=1796040000, by="root@controller")))
 
 
 def gateway_of(hosts, gw) -> rolling.Gateway:
     return rolling.Gateway(gw, [hosts["smg"].host], [R1, R2])
 
 
-def test_the_gateway_is_read_and_its_discovery_file_written_by_commands_on_its_host(fleet):
-    hosts, gw = fleet({"smg": Script({"/workers": workers(R1, R2)})})
+class GatewayDisk:
+    """A gateway host whose drains program (fleet/programs/drains.py) really runs, here, its drains and discovery
+    files under `root`; /workers answers `workers`."""
+
+    def __init__(self, root: Path, workers: str | list[str]):
+        self.root, self.script = root, Script({"/workers": workers})
+        root.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, command: str) -> tuple[bool, str]:
+        if ".drains.json" in command:
+            argv = shlex.split(command)
+            argv[0], argv[3], argv[4] = sys.executable, str(self.root / "drains.json"), str(self.root / "workers.json")
+            done = subprocess.run(argv, capture_output=True, text=True)
+            return done.returncode == 0, done.stdout + done.stderr
+        return self.script(command)
+
+    def listed(self) -> list[str]:
+        return [w["id"] for w in json.loads((self.root / "workers.json").read_text())["workers"]]
+
+    def ops(self, fake) -> list[tuple[str, str]]:
+        """The drains program's runs on the fake host: (op, replica) each."""
+        return [(r["op"], r["replica"]) for r in (json.loads(shlex.split(c)[-1]) for c in fake.commands()
+                                                    if ".drains.json" in c)]
+
+    def drained(self) -> dict:
+        return json.loads((self.root / "drains.json").read_text())["drains"]
+
+
+def test_the_gateway_is_read_and_its_discovery_file_written_by_the_drains_program_on_its_host(fleet, tmp_path):
+    disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    hosts, gw = fleet({"smg": disk})
     g = gateway_of(hosts, gw)
     assert g.statuses() == {R1.url: "ready", R2.url: "ready"}
-    g.set_out("r1", True)
-    g.set_out("r1", False)
-    assert hosts["smg"].commands() == [
-        workers_command(gw), write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
-        write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
-    assert json.loads(discovery_file([R1, R2], {"r1"}))["workers"] == [{"id": "r2", "url": R2.url}]
+    assert g.change(drains.OUT, "r1", "run A", 600, "its turn", ("r2",)).ok
+    assert disk.listed() == ["r2"] and disk.drained()["r1"]["owner"] == "run A" and g.out == {"r1"}
+    assert (tmp_path / "smg" / "workers.json").read_text() == discovery_file([R1, R2], {"r1"})
+    assert g.change(drains.IN, "r1", "run A").ok
+    assert disk.listed() == ["r1", "r2"] and disk.drained() == {} and g.out == set()
 
 
-def test_a_gateway_group_is_read_as_one_and_every_gateways_file_written(fleet):
+def test_two_turns_of_one_model_never_both_leave_each_counting_the_other(fleet, tmp_path):
+    """Two classes' canaries, one model: each saw the other ready in smg; the second finds its peer drained."""
+    disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    hosts, gw = fleet({"smg": disk})
+    g = gateway_of(hosts, gw)
+    assert g.change(drains.OUT, "r1", "run A", 600, "its turn", ("r2",)).ok
+    second = g.change(drains.OUT, "r2", "run B", 600, "its turn", ("r1",))
+    assert second.result == "peer" and [d.replica for d in second.standing] == ["r1"]
+    assert "the peer it counted is drained now: r1 drained by run A (its turn)" in second.describe()
+    assert disk.listed() == ["r2"] and set(disk.drained()) == {"r1"}
+
+
+def test_a_drain_is_ended_by_its_owner_or_once_its_lease_has_passed(fleet, tmp_path):
+    disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    hosts, gw = fleet({"smg": disk})
+    g = gateway_of(hosts, gw)
+    assert g.change(drains.OUT, "r1", "make tune 1", 600, "a make tune candidate").ok
+    held = g.change(drains.IN, "r1", "the rollout of r1")
+    assert held.result == "held" and "r1 drained by make tune 1 (a make tune candidate)" in held.describe()
+    assert g.change(drains.OUT, "r1", "the rollout of r1", 600).result == "held" and disk.listed() == ["r2"]
+    state = json.loads((tmp_path / "smg" / "drains.json").read_text())
+    state["drains"]["r1"]["until"] = 1.0  # its lease passed: the tune that took it was killed
+    (tmp_path / "smg" / "drains.json").write_text(json.dumps(state))
+    assert g.change(drains.OUT, "r1", "the rollout of r1", 600).ok
+    assert disk.drained()["r1"]["owner"] == "the rollout of r1"
+
+
+def test_a_drains_file_that_is_not_ours_is_never_overwritten(fleet, tmp_path):
+    disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    (tmp_path / "smg" / "drains.json").write_text("[1, 2]")
+    hosts, gw = fleet({"smg": disk})
+    answer = gateway_of(hosts, gw).change(drains.OUT, "r1", "run A", 600)
+    assert answer.result == "unreadable" and (tmp_path / "smg" / "drains.json").read_text() == "[1, 2]"
+
+
+def test_a_gateway_group_is_read_as_one_and_every_gateways_file_written(fleet, tmp_path):
     """Behind a floating address: out once no gateway routes to it, back once ready in all."""
-    hosts, gw = fleet({"smg": Script({"/workers": workers(R1, R2)}),
-                       "smg2": Script({"/workers": json.dumps({"workers": [{"url": R1.url, "status": "pending"},
-                                                                           {"url": R2.url, "status": "ready"}]})})})
+    one = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    two = GatewayDisk(tmp_path / "smg2", json.dumps({"workers": [{"url": R1.url, "status": "pending"},
+                                                                 {"url": R2.url, "status": "ready"}]}))
+    hosts, gw = fleet({"smg": one, "smg2": two})
     g = rolling.Gateway(gw, [hosts["smg"].host, hosts["smg2"].host], [R1, R2])
     assert g.name == "smg and smg2"
     assert g.statuses() == {R1.url: "ready in smg, pending in smg2", R2.url: "ready"}
-    g.set_out("r1", True)
-    for h in ("smg", "smg2"):
-        assert hosts[h].commands()[-1] == write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"}))
+    assert g.change(drains.OUT, "r1", "run A", 600).ok
+    assert one.listed() == two.listed() == ["r2"]
+
+
+def test_a_refusal_on_the_second_gateway_undoes_the_drain_on_the_first(fleet, tmp_path):
+    one, two = GatewayDisk(tmp_path / "smg", workers(R1, R2)), GatewayDisk(tmp_path / "smg2", workers(R1, R2))
+    hosts, gw = fleet({"smg": one, "smg2": two})
+    g = rolling.Gateway(gw, [hosts["smg"].host, hosts["smg2"].host], [R1, R2])
+    assert rolling.Gateway(gw, [hosts["smg2"].host], [R1, R2]).change(drains.OUT, "r2", "run B", 600).ok
+    assert g.change(drains.OUT, "r1", "run A", 600, "its turn", ("r2",)).result == "peer"
+    assert one.listed() == ["r1", "r2"] and one.drained() == {} and g.out == set()
 
 
 @pytest.mark.parametrize("answer, connects, said", [
@@ -137,7 +211,7 @@ def test_a_gateway_that_cannot_be_read_is_a_gateway_error(fleet, answer, connect
 ])
 def test_a_replicas_load_is_its_running_and_queued_requests(fleet, metrics, load):
     hosts, gw = fleet({"r1": Script({"/metrics": metrics})})
-    through = rolling.ReplicaThrough(gateway_of(hosts, gw), hosts["r1"].host, preflight_like(), Steps())
+    through = rolling.ReplicaThrough(gateway_of(hosts, gw), hosts["r1"].host, preflight_like(), Steps(), 600)
     assert through.load() == load and hosts["r1"].commands() == [gate.metrics_command(SPEC)]
 
 
@@ -150,8 +224,8 @@ class Steps:
 
 
 def rolling_through(fleet, smg_answers, go):
-    hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
-                                                                             "sglang:num_queue_reqs 0\n"})})
+    hosts, gw = fleet({"smg": GatewayDisk(fleet.root / "smg", smg_answers["/workers"]),
+                       "r1": Script({"/metrics": "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"})})
     roll = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"])
     this_run().rolls["pro6000"] = roll
     steps = Steps()
@@ -165,9 +239,8 @@ def test_a_canary_behind_the_gateway_goes_out_drains_activates_and_comes_back(fl
     outcome, hosts, gw, roll, steps = rolling_through(
         fleet, {"/workers": [workers(R1, R2), workers(R2), workers(R1, R2)]}, lambda: ran.append(1) or Outcome("OK"))
     assert outcome.ok and ran == [1] and roll.canary_done.is_set() and not roll.stopped
-    wrote = [c for c in hosts["smg"].commands() if c.startswith("printf")]
-    assert wrote == [write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
-                     write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
+    smg = hosts["smg"].answer
+    assert smg.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")] and smg.listed() == ["r1", "r2"]
     assert hosts["r1"].commands()[0] == gate.metrics_command(SPEC)  # drained: none running, none queued
     assert "canary of pro6000: the other hosts wait for it" in steps.logged
 
@@ -188,22 +261,21 @@ def test_a_turn_that_breaks_off_behind_the_gateway_leaves_the_replica_out_and_st
                                                 ("FAILED (rollback failed)", {"r1"}, False),
                                                 ("FAILED (rolled back)", set(), False)])
 def test_a_replica_rolled_back_outside_its_turn_goes_back_in_only_if_it_serves_and_was_out(fleet, verdict, out, back):
-    hosts, gw = fleet({})
+    hosts, gw = fleet({"smg": GatewayDisk(fleet.root / "smg", workers(R2))})
     g = gateway_of(hosts, gw)
     g.out = set(out)
     this_run().rolls["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, g, order=["r1"])
     steps = Steps()
     rolling.after_rollback(hosts["r1"].host, preflight_like(), steps, Outcome(verdict))
-    sent = hosts["smg"].commands()
-    assert sent == ([write_command(gw.discovery_file, discovery_file([R1, R2], set()))] if back else [])
+    assert hosts["smg"].answer.ops(hosts["smg"]) == ([("in", "r1")] if back else [])
     assert ("rolled back and serving: back in gateway smg" in steps.logged) == back
     assert "r1" not in this_run().lost
 
 
 def taking_over(fleet, smg_answers, go):
     """r1 takes over an interrupted rollout left mid-change (first in the class's turns: none to wait for)."""
-    hosts, gw = fleet({"smg": Script(smg_answers), "r1": Script({"/metrics": "sglang:num_running_reqs 0\n"
-                                                                             "sglang:num_queue_reqs 0\n"})})
+    hosts, gw = fleet({"smg": GatewayDisk(fleet.root / "smg", smg_answers["/workers"]),
+                       "r1": Script({"/metrics": "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"})})
     this_run().rolls["pro6000"] = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"],
                                                  mid_change={"r1"})
     steps = Steps()
@@ -227,9 +299,7 @@ def test_a_takeover_behind_the_gateway_goes_at_once_out_and_back_in_once_it_serv
     outcome, hosts, gw, steps = taking_over(fleet, {"/workers": [workers(R2), workers(R2), workers(R1, R2)]},
                                             lambda: Outcome("OK"))
     assert outcome.ok and "back in gateway smg: ready" in steps.logged
-    assert [c for c in hosts["smg"].commands() if c.startswith("printf")] == [
-        write_command(gw.discovery_file, discovery_file([R1, R2], {"r1"})),
-        write_command(gw.discovery_file, discovery_file([R1, R2], set()))]
+    assert hosts["smg"].answer.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")]
 
 
 def test_a_takeover_whose_peers_are_not_ready_goes_at_once_where_it_is(fleet):
@@ -237,17 +307,16 @@ def test_a_takeover_whose_peers_are_not_ready_goes_at_once_where_it_is(fleet):
     r2_down = json.dumps({"workers": [{"url": R1.url, "status": "ready"}, {"url": R2.url, "status": "pending"}]})
     outcome, hosts, _, steps = taking_over(fleet, {"/workers": r2_down}, lambda: ran.append(1) or Outcome("OK"))
     assert outcome.ok and ran == [1]
-    assert not [c for c in hosts["smg"].commands() if c.startswith("printf")]  # never taken out
+    assert hosts["smg"].answer.ops(hosts["smg"]) == []  # never taken out
     assert any("it takes over its interrupted rollout all the same" in m for m in steps.logged)
 
 
 def test_one_gateway_routing_two_classes_is_one_object_that_keeps_each_classs_drained_replica_out(fleet, tmp_path):
     # each class had a Gateway of its own: class a6000's write of the file put pro6000's drained r1 back
     (tmp_path / "gw.py").write_text('gateway = {"routes": ["pro6000", "a6000"], "health_check_interval_s": 1}\n')
-    hosts, gw = fleet({})
+    hosts, gw = fleet({"smg": GatewayDisk(tmp_path / "smg", workers(R1, R2))})
     state = hosts["r1"].host.state
     pro, a6000 = rolling.gateway_of(state, "pro6000", fleet.dir), rolling.gateway_of(state, "a6000", fleet.dir)
     assert pro is a6000 and [r.host for r in pro.replicas] == ["r1", "r2", "x"]
-    pro.set_out("r1", True)
-    a6000.set_out("x", True)
-    assert hosts["smg"].commands()[-1] == write_command(gw.discovery_file, discovery_file(pro.replicas, {"r1", "x"}))
+    assert pro.change(drains.OUT, "r1", "run A", 600).ok and a6000.change(drains.OUT, "x", "run A", 600).ok
+    assert hosts["smg"].answer.listed() == ["r2"]

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 import builders
+from fleet import bounds, drains
 from builders import KEYED, converged, secrets_of
 from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
@@ -1240,7 +1241,7 @@ def stand_in_pyinfra(here, monkeypatch, verdict="OK", reason="ready in 1s", rc=0
 def test_a_deploy_is_one_pyinfra_run_on_the_host_its_output_in_the_log(here, monkeypatch):
     calls = stand_in_pyinfra(here, monkeypatch, "FAILED (rolled back)", "smoke test failed: HTTP 500", rc=1)
     t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path = "h1", "inventory.py", here / "tune.log"
+    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", None
     t.log_path.write_text("")
     assert TUNER.deploy(t, Candidate(8, 32)) == (
         1, "h1 pro6000 restart FAILED (rolled back) - smoke test failed: HTTP 500")
@@ -1254,6 +1255,20 @@ def test_a_deploy_is_one_pyinfra_run_on_the_host_its_output_in_the_log(here, mon
     # the --data is what the deploy's own preflight reads back
     data = calls.read_text().splitlines()[0].split("--data ")[1].split(" inventory.py")[0]
     assert tune.requested({tune.TUNE_DATA: data.split("=", 1)[1]}) == Candidate(8, 32)
+
+
+def test_behind_a_gateway_every_run_of_the_tune_owns_the_hosts_drain_for_a_candidates_time(here, monkeypatch):
+    calls = stand_in_pyinfra(here, monkeypatch, "OK", "", rc=0)
+    t = object.__new__(TUNER)
+    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", SimpleNamespace(name="gw")
+    t.spec, t.gw_spec = dflash(16, concurrency=[1, 8], level_timeout_s=100), SimpleNamespace(rolling=None)
+    TUNER.deploy(t, Candidate(8))
+    TUNER.deploy(t, None)
+    given = [line.split(f"--data {drains.OWNER_DATA}=")[1].split(" inventory.py")[0]
+             for line in calls.read_text().splitlines()]
+    owners = [drains.requested_owner({drains.OWNER_DATA: g}) for g in given]
+    assert owners[0] == owners[1] and owners[0][0].startswith("make tune of h1 (pid ")
+    assert owners[0][1] == round(bounds.turn_s(t.spec) + 200 + bounds.MARGIN_S)
 
 
 def test_summary_row_is_the_hosts_row_of_the_last_table(tmp_path):
@@ -1602,7 +1617,7 @@ def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys
     waits = iter([None, None, 0])  # two progress intervals pass, then it ends
     monkeypatch.setattr(ops_tune, "_wait", lambda child, seconds: (child.wait(), next(waits))[1])
     t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path = "h1", "inventory.py", here / "tune.log"
+    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", None
     t.log_path.write_text("[h1] restart sglang.service: waiting for /health: 30s of 1200s\n")
     assert TUNER.deploy(t, Candidate(8))[0] == 0
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  deploying, ")]
