@@ -11,6 +11,7 @@ The files are JSON, which Prometheus and Alertmanager read as the YAML it is a s
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -34,6 +35,7 @@ RULES_DIR = "rules"  # a file per class and per gateway; rule_files are relative
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}\Z")
 # What a rule's expression says of a class's accept length (the recording rule's name)
 ACCEPT_LENGTH = "sglang_fleet:accept_length"
+NOTIFY_S = 10  # Prometheus' timeout of a send to Alertmanager: its default, prometheus_config() sets none
 
 
 def _name(v: str) -> str:
@@ -127,9 +129,21 @@ class Monitoring(Strict):
         its timeout to see it, (for an alert over a rate: the rate window to fill with it, and the evaluation of the
         recording rule it reads), an evaluation to start its `for:`, the `for:`, the evaluation that fires it, and
         Alertmanager's group_wait. docs/operations.md says it; the lab's alert tests hold the deploy to it."""
-        scrape = self.scrape_interval_s + min(self.scrape_interval_s, 10)  # Prometheus' scrape_timeout (bundle())
         rate = self.rate_window_s + self.evaluation_interval_s if windowed else 0
-        return scrape + rate + 2 * self.evaluation_interval_s + for_s + self.group_wait_s
+        return self.scrape_interval_s + self.scrape_timeout_s + rate + 2 * self.evaluation_interval_s + for_s \
+            + self.group_wait_s
+
+    def resolve_s(self) -> float:
+        """The latest Alertmanager holds a replica's down alert as resolved after the replica answers again: the
+        scrape that finds it up (an interval away, within its timeout), the evaluation that resolves the alert, and
+        Prometheus' send of that to Alertmanager. A turn's silence ends this long after the turn (tasks/silences.py):
+        a replica serving again by then pages no one (Alertmanager sends no resolution of an alert it never sent);
+        one that does not serve pages as soon as its silence ends."""
+        return self.scrape_interval_s + self.scrape_timeout_s + self.evaluation_interval_s + NOTIFY_S
+
+    @property
+    def scrape_timeout_s(self) -> int:
+        return min(self.scrape_interval_s, 10)
 
     def url(self, port: int, path: str) -> str:
         """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it."""
@@ -357,7 +371,7 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     local = url_host(local_address(mon.host))
     return {
         "global": {"scrape_interval": _s(mon.scrape_interval_s), "evaluation_interval": _s(mon.evaluation_interval_s),
-                   "scrape_timeout": _s(min(mon.scrape_interval_s, 10))},
+                   "scrape_timeout": _s(mon.scrape_timeout_s)},
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]}]},
         "rule_files": [f"{RULES_DIR}/*.json"],
         "scrape_configs": [
@@ -531,14 +545,22 @@ SILENCE_BY = "sglang-fleet"
 _SILENCE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def silence_command(mon: Monitoring, host: str, gpu_class: str, starts: float, ends: float, comment: str) -> str:
+def _iso(t: float) -> str:
+    ms = round(t * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def silence_command(mon: Monitoring, host: str, gpu_class: str, starts: float, ends: float, comment: str,
+                    sid: str | None = None) -> str:
     """A silence of every alert about `host` from now until `ends` (epoch seconds), through Alertmanager's
-    API on the monitoring host; prints its answer (the silence's id)."""
-    def iso(t: float) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t))
+    API on the monitoring host; prints its answer (the silence's id). With `sid`, that silence of ours given these
+    times instead (Alertmanager changes it in place, or expires it and answers the id of its replacement)."""
+    if sid is not None and not _SILENCE_ID.fullmatch(sid):
+        raise ValueError(f"not a silence id: {sid!r}")
     body = {"matchers": [{"name": "host", "value": host, "isRegex": False, "isEqual": True},
                          {"name": "gpu_class", "value": gpu_class, "isRegex": False, "isEqual": True}],
-            "startsAt": iso(starts), "endsAt": iso(ends), "createdBy": SILENCE_BY, "comment": comment}
+            "startsAt": _iso(starts), "endsAt": _iso(ends), "createdBy": SILENCE_BY, "comment": comment,
+            **({"id": sid} if sid is not None else {})}
     return (f"{CURL} -s --max-time 10 -X POST -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))} "
             f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silences'))}")
 
@@ -552,12 +574,64 @@ def silence_id(answer: str) -> str:
     return sid
 
 
-def expire_command(mon: Monitoring, sid: str) -> str:
-    """Expire the silence now; prints the HTTP status (200 when it was)."""
-    if not _SILENCE_ID.fullmatch(sid):
-        raise ValueError(f"not a silence id: {sid!r}")
-    return (f"{CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 10 -X DELETE "
-            f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silence/' + sid))}")
+@dataclass(frozen=True)
+class Silence:
+    """A silence of a host's turn in Alertmanager, made by this run or by one killed before its turn ended."""
+
+    id: str
+    starts: float  # epoch seconds
+    ends: float
+
+
+def silences_command(mon: Monitoring, host: str) -> str:
+    """Alertmanager's silences with a host="<host>" matcher, any state, as its API answers them (a JSON list)."""
+    return (f"{CURL} -s --max-time 10 -G --data-urlencode {shlex.quote(f'filter=host={json.dumps(host)}')} "
+            f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silences'))}")
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
+
+
+def _epoch(text) -> float | None:
+    """Alertmanager's UTC timestamp (RFC 3339, Z) as epoch seconds; None for anything else."""
+    m = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    try:
+        whole = datetime.datetime.fromisoformat(m.group(1) + "+00:00").timestamp()
+    except ValueError:  # a day or an hour out of range
+        return None
+    return whole + float(f"0.{m.group(2) or 0}")
+
+
+def ours(answer: str, host: str, gpu_class: str) -> list[Silence]:
+    """Of Alertmanager's silences (silences_command's answer), those of a turn of `host`, whichever run made them: by
+    SILENCE_BY, on exactly the host's and its class's labels (silence_command's matchers), active or pending.
+    An answer that is not a list of silences: Unreadable; a silence not of that shape is not ours."""
+    doc = load_json(answer, "Alertmanager's silences")
+    if not isinstance(doc, list):
+        raise Unreadable(f"Alertmanager's silences: expected a list, found {excerpt(answer)}")
+    turn = [("gpu_class", gpu_class), ("host", host)]
+    found = []
+    for s in doc:
+        if not isinstance(s, dict) or s.get("createdBy") != SILENCE_BY or not isinstance(s.get("status"), dict) \
+                or s["status"].get("state") not in ("active", "pending") or not isinstance(s.get("matchers"), list):
+            continue
+        matchers = s["matchers"]
+        if not all(isinstance(m, dict) and m.get("isRegex") is False and m.get("isEqual", True) is True
+                   for m in matchers) or sorted((str(m.get("name")), str(m.get("value"))) for m in matchers) != turn:
+            continue
+        sid, starts, ends = s.get("id"), _epoch(s.get("startsAt")), _epoch(s.get("endsAt"))
+        if isinstance(sid, str) and _SILENCE_ID.fullmatch(sid) and starts is not None and ends is not None:
+            found.append(Silence(sid, starts, ends))
+    return found
+
+
+def turn_ended(silences: list[Silence], now: float, mon: Monitoring) -> dict[str, float]:
+    """When each silence of a host whose turn ended `now` is to end (id -> epoch seconds): once its alerts have
+    resolved (resolve_s from now), sooner than the turn bound it was made with, later than a turn that took
+    nearly that bound left it; none outlives its turn by more."""
+    return {s.id: now + mon.resolve_s() for s in silences}
 
 
 # --- make monitor -----------------------------------------------------------------------------------

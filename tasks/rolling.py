@@ -33,7 +33,7 @@ from fleet.status import parse_metrics
 from fleet.wire import Unreadable, excerpt
 from adapter import run as runs
 from tasks.common import PeerError, on_peer, run
-from tasks.silences import Monitor, monitor_of, silenced
+from tasks.silences import Monitor, monitor_of, silenced, turn_over
 
 IDLE_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
@@ -232,14 +232,14 @@ def take_turn(host, pf, steps, go: Callable[[], activation.Outcome],
                                             f"{roll.turn_s:g}s, the most a turn can take")
             break
     if roll.stopped:
-        return _left(leave, roll)
+        return _left(leave, roll, host, pf, steps)
     wait_s = len(roll.order) * roll.turn_s  # every turn of the class before this one
     if not roll.slots.acquire(timeout=wait_s):
         roll.stopped = roll.stopped or f"{host.name}'s turn did not come within {wait_s:g}s, the most its class's turns take"
-        return _left(leave, roll)
+        return _left(leave, roll, host, pf, steps)
     try:
         if roll.stopped:
-            return _left(leave, roll)
+            return _left(leave, roll, host, pf, steps)
         return _stopping_on_failure(roll, host, lambda: _one(roll, host, pf, steps, go, leave))
     finally:
         roll.slots.release()
@@ -300,7 +300,9 @@ def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:
         steps.log(f"rolled back and serving: back in gateway {roll.gateway.name}", "yellow")
 
 
-def _left(leave, roll: ClassRoll) -> activation.Outcome:
+def _left(leave, roll: ClassRoll, host, pf, steps) -> activation.Outcome:
+    if roll.monitor is not None and pf.plan.interrupted is not None:  # a killed run's turn may have left its silence
+        turn_over(host, roll.monitor, roll.gpu_class, steps)
     outcome = leave(f"not rolled: the rollout of {roll.gpu_class} stopped ({roll.stopped})")
     if outcome.verdict is HostVerdict.UNTOUCHED:
         outcome.verdict = HostVerdict.NOT_ROLLED

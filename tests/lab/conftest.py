@@ -43,6 +43,7 @@ MODULES = {
     "test_deploy_e2e": ("default", {"sgllab": "10.203.0.0/24"}),
     "test_operator_e2e": ("operator", {"opslab": "10.215.0.0/24"}),
     "test_monitoring_e2e": ("monitoring", {"sglmon": "10.210.0.0/24"}),
+    "test_silence_e2e": ("silence", {"silab": "10.224.0.0/24"}),
     "test_drift_e2e": ("drift", {"drlab": "10.211.0.0/24"}),
     "test_engine_e2e": ("engine", {"englab": "10.206.0.0/24"}),
     "test_hub_e2e": ("hub", {"hublab": "10.207.0.0/24"}),

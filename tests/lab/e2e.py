@@ -333,6 +333,22 @@ def quiet_since(lab, since: float, timeout: float = 60) -> int:
     return len(notifications(lab))
 
 
+SILENCE_LOOK_S = 60  # how long after a run's end a test looks for a silence of ours still active (issue 37)
+
+
+def no_silence_left(lab, ended: float) -> list[dict]:
+    """Every silence of ours on the monitoring host ends at the latest Monitoring.resolve_s after the run's end
+    (`ended`, time.time()), by Alertmanager's own record of its end; and none is active SILENCE_LOOK_S after it
+    (polled). Returns them all, expired."""
+    bound = lab_monitoring().resolve_s()
+    made = [s for s in silences(lab) if s["createdBy"] == "sglang-fleet"]
+    assert not [s for s in made if _rfc3339(s["endsAt"]) > ended + bound], (ended, bound, made)
+    wait_for("every silence of ours expired", lambda: not [
+        s for s in silences(lab) if s["createdBy"] == "sglang-fleet" and s["status"]["state"] != "expired"],
+        max(1.0, ended + SILENCE_LOOK_S - time.time()))
+    return [s for s in silences(lab) if s["createdBy"] == "sglang-fleet"]
+
+
 def quiet_alerts(lab) -> int:
     """quiet_since now: nothing fires, what resolved has been sent; the webhook's count of alerts then."""
     return quiet_since(lab, time.time(), 90)

@@ -7,6 +7,7 @@ scripted gateway and clock."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import gevent
@@ -15,6 +16,7 @@ import pytest
 from fleet import bounds
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
+from fleet.monitoring import Monitoring
 from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
 from fleet.drains import Answer, Drain
 from fleet.rolling import GatewayError, Turns, through_gateway, turns
@@ -353,3 +355,31 @@ def test_a_takeover_dropped_before_its_turn_stops_the_class_at_once(run_class):
     events, outcomes = run_class(1, mid_change={"r2"}, failed_before={"r2"}, arriving=["r1", "r3", "r4", "r5"])
     assert events == []
     assert "the interrupted rollout of r2 could not be taken over" in outcomes["r1"].reasons[0]
+
+
+def test_a_takeover_whose_turn_never_comes_still_ends_the_silence_its_killed_run_left():
+    """Killed while r2 was leaving its gateway (its record only begun, its silence made); the next run's canary fails:
+    r2 is not rolled, and its silence ends as a turn's does, not at the killed turn's bound."""
+    old = "0a1b2c3d-0000-4000-8000-000000000001"
+    left = [{"id": old, "status": {"state": "active"}, "createdBy": "sglang-fleet", "startsAt": "2027-01-15T08:00:00Z",
+             "endsAt": "2027-01-15T09:00:00Z", "matchers": [{"name": "host", "value": "r2", "isRegex": False},
+                                                            {"name": "gpu_class", "value": "c", "isRegex": False}]}]
+    asked = []
+
+    def command(cmd: str, what: str) -> str:
+        asked.append(cmd)
+        return json.dumps(left) if "--data-urlencode" in cmd else json.dumps({"silenceID": old})
+
+    state = SimpleNamespace(failed_hosts=[])
+    roll = rolling.ClassRoll("c", 1, 60, monitor=SimpleNamespace(spec=Monitoring(), host=SimpleNamespace(name="mon"),
+                                                                   command=command))
+    roll.order, roll.stopped = ["r1", "r2"], "after r1: FAILED (rolled back)"
+    roll.canary_done.set()
+    runs.of(state).rolls["c"] = roll
+    pf = SimpleNamespace(group="c", plan=SimpleNamespace(interrupted=SimpleNamespace(mid_change=False)))
+    outcome = rolling.take_turn(SimpleNamespace(name="r2", state=state), pf, Steps(), lambda: Outcome("OK"),
+                                lambda reason: Outcome("FAILED (service untouched)", [reason]))
+    assert outcome.verdict == "NOT ROLLED (serving as before)"
+    assert len(asked) == 2 and f'"id": "{old}"' in asked[1]  # found, and given its end
+    assert any(n.startswith(f"silence {old} on mon, an interrupted run's, taken over")
+               for n in runs.of(state).report.host("r2").notes)
