@@ -24,7 +24,8 @@ import bcrypt
 from pydantic import AfterValidator, Field, model_validator
 
 from fleet.gate import CURL, local_address, url_host
-from fleet.spec import Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, is_loopback
+from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
+    is_loopback
 from fleet.spec.names import http_url
 from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
 
@@ -90,6 +91,30 @@ class AlertBounds(Strict):
                                   "makes no token before it fires, 0..86400 s.")
 
 
+def _unquoted(v: str) -> str:
+    if '"' in v or "\\" in v:
+        raise ValueError('a path without " or \\ (curl\'s configuration quotes it)')
+    return v
+
+
+HostPath = Annotated[AbsPath, AfterValidator(_unquoted)]
+
+
+class MonitoringTls(Strict):
+    """HTTPS for Prometheus and Alertmanager, with a certificate already on the monitoring host (your PKI puts it
+    there: the deploy neither makes nor copies it). Plain HTTP is refused then."""
+
+    cert_file: HostPath = Field(description="The certificate (PEM, any intermediates after it) on the monitoring host, "
+                                "valid for `name`.")
+    key_file: HostPath = Field(description="Its private key (PEM) on the monitoring host, readable by the prometheus "
+                               "user (e.g. 0600, the prometheus user's).")
+    name: HostAddress = Field(description="The name (or address) the certificate is for: the deploy's calls and "
+                              "Prometheus' own (its scrapes of both, its alerts) verify the certificate against it, "
+                              "connecting to the host's own listen address.")
+    ca_file: HostPath | None = Field(None, description="The CA certificate(s) (PEM) on the monitoring host the "
+                                     "certificate chains to; unset: the host's system CAs.")
+
+
 class Monitoring(Strict):
     """Prometheus and Alertmanager, Debian's packages, on the one host of the monitoring group."""
 
@@ -105,6 +130,8 @@ class Monitoring(Strict):
                              "only in files of mode 0600, never in a command line.")
     prometheus_port: Int = Field(9090, ge=1, le=65535, description="Prometheus' web and API port, 1..65535.")
     alertmanager_port: Int = Field(9093, ge=1, le=65535, description="Alertmanager's web and API port, 1..65535.")
+    tls: MonitoringTls | None = Field(None, description="HTTPS for both (unset: plain HTTP, the password in clear "
+                                      "on the network: bind `host` to 127.0.0.1 and reach it through an SSH tunnel).")
     scrape_interval_s: Int = Field(15, ge=1, le=300, description="How often every target is scraped, 1..300 s.")
     evaluation_interval_s: Int = Field(15, ge=1, le=300, description="How often the rules are evaluated, 1..300 s.")
     rate_window_s: Int = Field(300, ge=4, le=3600, description="The window of every rate() in the rules (accept "
@@ -141,9 +168,15 @@ class Monitoring(Strict):
         rate = self.rate_window_s + self.evaluation_interval_s if windowed else 0
         return scrape + rate + 2 * self.evaluation_interval_s + for_s + self.group_wait_s
 
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls is None else "https"
+
     def url(self, port: int, path: str) -> str:
-        """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it."""
-        return f"http://{url_host(local_address(self.host))}:{port}{path}"
+        """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it (with TLS: by the
+        certificate's name, which the deploy's curl configuration resolves to the local address)."""
+        where = local_address(self.host) if self.tls is None else self.tls.name
+        return f"{self.scheme}://{url_host(where)}:{port}{path}"
 
 
 @dataclass(frozen=True)
@@ -365,18 +398,19 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     for t in targets:
         jobs.setdefault(t.job, []).append({"targets": [t.target], "labels": t.labels})
     local = url_host(local_address(mon.host))
-    auth = {"username": mon.user, "password_file": PASSWORD_FILE}  # both ask for it, of Prometheus too
+    auth = {"basic_auth": {"username": mon.user, "password_file": PASSWORD_FILE}}  # both ask for it, of Prometheus too
+    if mon.tls is not None:  # the certificate is for its name, not the local address Prometheus connects to
+        auth |= {"scheme": "https", "tls_config": {"server_name": mon.tls.name,
+                                                   **({"ca_file": mon.tls.ca_file} if mon.tls.ca_file else {})}}
     return {
         "global": {"scrape_interval": _s(mon.scrape_interval_s), "evaluation_interval": _s(mon.evaluation_interval_s),
                    "scrape_timeout": _s(min(mon.scrape_interval_s, 10))},
-        "alerting": {"alertmanagers": [{"basic_auth": auth,
+        "alerting": {"alertmanagers": [{**auth,
                                         "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]}]},
         "rule_files": [f"{RULES_DIR}/*.json"],
         "scrape_configs": [
-            {"job_name": "prometheus", "basic_auth": auth,
-             "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
-            {"job_name": "alertmanager", "basic_auth": auth,
-             "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
+            {"job_name": "prometheus", **auth, "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
+            {"job_name": "alertmanager", **auth, "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
             *({"job_name": job, "metrics_path": "/metrics", "static_configs": configs}
               for job, configs in sorted(jobs.items())),
         ],
@@ -448,8 +482,14 @@ def secret_files(mon: Monitoring, password: str, current_hash: str) -> dict[str,
     """The password's files on the monitoring host (path -> text; each 0600, owned as SECRET_OWNERS says).
     current_hash: the one the host's web configuration holds ('' for none)."""
     web = {"basic_auth_users": {mon.user: password_hash(password, current_hash)}}
+    curl = [f'user = "{mon.user}:{password}"']  # the password's characters need no escape (KEY_RULE)
+    if mon.tls is not None:
+        web["tls_server_config"] = {"cert_file": mon.tls.cert_file, "key_file": mon.tls.key_file}
+        local = url_host(local_address(mon.host))
+        curl += [f'resolve = "{mon.tls.name}:{port}:{local}"' for port in (mon.prometheus_port, mon.alertmanager_port)]
+        curl += [f'cacert = "{mon.tls.ca_file}"'] if mon.tls.ca_file else []
     return {WEB_CONFIG: json.dumps(web, indent=2, sort_keys=True) + "\n", PASSWORD_FILE: password,
-            CURL_CONFIG: f'user = "{mon.user}:{password}"\n'}  # the password's characters need no escape (KEY_RULE)
+            CURL_CONFIG: "\n".join(curl) + "\n"}
 
 
 def defaults_files(mon: Monitoring) -> dict[str, str]:
@@ -462,6 +502,9 @@ def defaults_files(mon: Monitoring) -> dict[str, str]:
     am = [f"--config.file={LIVE}/{ALERTMANAGER_CONFIG}", f"--web.listen-address={listen}:{mon.alertmanager_port}",
           f"--web.config.file={WEB_CONFIG}",
           "--storage.path=/var/lib/prometheus/alertmanager", "--cluster.listen-address="]
+    if mon.tls is not None:  # the links both send go to the certificate's name; and HTTPS begins only at a start
+        prom.append(f"--web.external-url={mon.url(mon.prometheus_port, '/')}")
+        am.append(f"--web.external-url={mon.url(mon.alertmanager_port, '/')}")
     head = "# Written by the sglang-fleet deploy from group_data (monitoring); edits here are put back.\n"
     return {DEFAULTS["prometheus"]: head + f'ARGS="{" ".join(prom)}"\n',
             DEFAULTS["alertmanager"]: head + f'ARGS="{" ".join(am)}"\n'}

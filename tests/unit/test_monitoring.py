@@ -27,6 +27,7 @@ from fleet.monitoring import (
     accept_length_floor,
     bundle,
     bundle_changes,
+    CURL_CONFIG,
     PASSWORD_FILE,
     WEB_CONFIG,
     bundle_id,
@@ -434,6 +435,58 @@ def test_both_ask_for_the_password_and_prometheus_gives_it_from_a_file(tools, tm
     assert config["alerting"]["alertmanagers"][0]["basic_auth"] == auth
     assert [j.get("basic_auth") for j in config["scrape_configs"][:2]] == [auth, auth]  # itself and Alertmanager
     assert "mon-password-0123" not in json.dumps(config)
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for `name` and its key (PEM files), as a PKI would have put on the monitoring host."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return directory / "cert.pem", directory / "key.pem"
+
+
+def test_with_tls_both_serve_https_and_every_call_verifies_the_certificates_name(tools, tmp_path):
+    cert, key = self_signed(tmp_path, "mon.fleet.example")
+    mon = Monitoring(tls={"cert_file": str(cert), "key_file": str(key), "name": "mon.fleet.example",
+                          "ca_file": str(cert)})
+    files = secret_files(mon, "mon-password-0123", "")
+    (tmp_path / "web.json").write_text(files[WEB_CONFIG])
+    out = promtool(tools, "check", "web-config", str(tmp_path / "web.json"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(files[WEB_CONFIG])["tls_server_config"] == {"cert_file": str(cert), "key_file": str(key)}
+    assert files[CURL_CONFIG].splitlines()[1:] == ['resolve = "mon.fleet.example:9090:127.0.0.1"',
+                                                   'resolve = "mon.fleet.example:9093:127.0.0.1"',
+                                                   f'cacert = "{cert}"']
+    assert mon.url(9093, "/api/v2/silences") == "https://mon.fleet.example:9093/api/v2/silences"
+    # a restart when TLS comes or goes (both read whether to serve it at start only): their arguments change
+    assert [t.count("--web.external-url=https://mon.fleet.example:") for t in defaults_files(mon).values()] == [1, 1]
+    assert "--web.external-url" not in "".join(defaults_files(MON).values())
+    for path, text in bundle(mon, TARGETS, CLASSES, {}, []).items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    out = promtool(tools, "check", "config", "prometheus.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = json.loads((tmp_path / "prometheus.json").read_text())
+    tls = {"scheme": "https", "tls_config": {"server_name": "mon.fleet.example", "ca_file": str(cert)}}
+    calls = [*config["scrape_configs"][:2], config["alerting"]["alertmanagers"][0]]  # Prometheus' own
+    assert all(c.items() >= tls.items() for c in calls)
+    with pytest.raises(ValidationError, match="without"):
+        Monitoring(tls={"cert_file": '/etc/x"y', "key_file": "/k", "name": "m"})
 
 
 def test_a_new_bundle_says_which_files_it_adds_changes_and_removes():
