@@ -49,7 +49,7 @@ Name = Annotated[str, AfterValidator(_name), Kind("name")]
 
 def _webhook_url(v: str) -> str:
     return http_url(v, "a webhook", "https://hooks.example/alerts",
-                    "group_data is in git and Alertmanager's configuration readable on its host")
+                    "group_data is in git and printed by debug-inventory")
 
 
 WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]

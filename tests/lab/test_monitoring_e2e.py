@@ -21,8 +21,9 @@ import subprocess
 import time
 
 import pytest
-from e2e import BIN, DOWN_FOR_S, FOR_S, MONITORING_ENV, REPO, at_on, deploy, lab_monitoring, monitoring_overrides, \
-    notifications, prometheus, quiet_alerts, quiet_since, sh, silences, summary_row, wait_for, workdir
+from e2e import BIN, DOWN_FOR_S, FOR_S, MON_CURL, MONITORING_ENV, REPO, at_on, deploy, lab_monitoring, \
+    monitoring_overrides, notifications, prometheus, quiet_alerts, quiet_since, sh, silences, summary_row, wait_for, \
+    workdir
 
 from fleet.monitoring import ALERTMANAGER_CONFIG, DASHBOARD, LIVE, SECRET_OWNERS, dashboard_queries
 from ops.loadgen import Load
@@ -188,3 +189,36 @@ def test_without_the_password_no_one_makes_a_silence_and_no_process_shows_a_secr
     files = [*SECRET_OWNERS, f"{LIVE}/{ALERTMANAGER_CONFIG}"]
     modes = sh(lab, "mon-1", f"stat -L -c '%n %a %U' {' '.join(files)}").splitlines()
     assert modes == [f"{path} 600 {SECRET_OWNERS.get(path, 'prometheus')}" for path in files]
+    verify = subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider",
+                             str(REPO / "tests/verify/test_monitoring.py"), "--inventory", str(lab.inventory)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0 and "3 passed" in verify.stdout, verify.stdout[-3000:]  # make verify, authenticated
+
+
+def test_with_tls_declared_both_answer_https_only_and_every_call_of_the_deploy_still_reaches_them(mon, tmp_path):
+    """Last: it leaves mon-1 on HTTPS (the helpers above speak HTTP)."""
+    lab, _, _ = mon
+    name, d = "mon-1.sglmon.lab", "/etc/prometheus/tls"
+    assert sh(lab, "mon-1", f"install -d -m 0755 {d} && cd {d} && openssl req -x509 -newkey ec -pkeyopt "
+                            f"ec_paramgen_curve:P-256 -nodes -subj /CN={name} -addext subjectAltName=DNS:{name} "
+                            "-days 2 -keyout key.pem -out cert.pem 2>/dev/null && chown prometheus: key.pem && "
+                            "chmod 0600 key.pem && echo made") == "made"  # as a PKI would have put them there
+    tls = {"cert_file": f"{d}/cert.pem", "key_file": f"{d}/key.pem", "name": name, "ca_file": f"{d}/cert.pem"}
+    cwd = workdir(tmp_path, monitoring=f"{MONITORING}\nmonitoring = {{**monitoring, 'tls': {tls!r}}}")
+    run = deploy(lab, cwd, env=ENV)
+    assert run.returncode == 0, run.out
+    assert "OK" in summary_row(run.out, "mon-1"), run.out  # ready, read over HTTPS with the password
+
+    mon_ip = lab.host("mon-1").ip
+    for port in (9090, 9093):
+        plain = sh(lab, "gw-1", f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://{mon_ip}:{port}/")
+        assert plain in ("000", "400"), plain  # Go's TLS server answers plain HTTP with 400, nothing else
+        said = sh(lab, "gw-1", f"curl -sk -o /dev/null -w '%{{http_code}}' --max-time 5 https://{mon_ip}:{port}/")
+        assert said == "401", said
+    # Prometheus' own calls verify the certificate's name and authenticate: both its own targets up
+    wait_for("Prometheus scraping itself and Alertmanager over HTTPS", lambda: {
+        t["labels"]["job"] for t in json.loads(sh(lab, "mon-1", f"{MON_CURL} -s --max-time 5 "
+                                                              f"'https://{name}:9090/api/v1/targets?state=active'"))[
+            "data"]["activeTargets"] if t["health"] == "up"} >= {"prometheus", "alertmanager", "sglang"}, LOOK_S)
+    shown = ops(lab, cwd, "monitor")
+    assert f"Prometheus https://{name}:9090/alerts" in shown and "scraped: " in shown, shown
