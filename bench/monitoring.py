@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
     os.environ["SGLANG_FLEET_GATEWAY_KEY"] = KEY
+    os.environ.setdefault("SGLANG_FLEET_MONITORING_PASSWORD", "bench-monitoring-0123")  # group_data's source
     lab = labmod.up(REPO / "lab/monitoring.toml")
     try:
         wall, counts, _, rc = converge(lab)

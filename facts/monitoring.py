@@ -7,8 +7,8 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet.monitoring import DEFAULTS, LIVE, PACKAGES, UNITS, MonitoringHost, parse_monitoring_host
-from fleet.gate import CURL
+from fleet.monitoring import AUTH_CURL, DEFAULTS, LIVE, PACKAGES, SECRET_OWNERS, UNITS, WEB_CONFIG, MonitoringHost, \
+    parse_monitoring_host
 from fleet.wire import block, frames
 
 
@@ -21,7 +21,10 @@ class MonitoringFacts(FactBase[MonitoringHost]):
             *(block(f"version:{p}", f"dpkg-query -W -f '${{db:Status-Status}} ${{Version}}' {q(p)} "
                                     "| sed -n 's/^installed //p'") for p in PACKAGES),
             block("live", f"basename \"$(readlink {q(LIVE)})\""),
-            *(block(f"sha1:{path}", f"sha1sum < {q(path)} | cut -d' ' -f1") for path in DEFAULTS.values()),
+            *(block(f"sha1:{path}", f"sha1sum < {q(path)} | cut -d' ' -f1") for path in (*DEFAULTS.values(),
+                                                                                      *SECRET_OWNERS)),
+            # the hash only (the deploy keeps it while the password matches), never the password's files
+            block("hash", f"grep -o '[$]2[aby][$][0-9]*[$][./A-Za-z0-9]*' {q(WEB_CONFIG)} | head -n 1"),
             *(block(f"active:{u}", f"systemctl show -p ActiveState --value -- {q(u)}") for u in UNITS),
         ]))
 
@@ -35,7 +38,7 @@ class MonitoringStatus(FactBase[tuple[MonitoringHost, str, str]]):
 
     def command(self, ready: str, alerts_url: str) -> str:
         return quiet("; ".join([MonitoringFacts().command(ready),
-                                block("alerts", f"{CURL} -s --max-time 5 {shlex.quote(alerts_url)}")]))
+                                block("alerts", f"{AUTH_CURL} -s --max-time 5 {shlex.quote(alerts_url)}")]))
 
     def process(self, output: list[str]) -> tuple[MonitoringHost, str, str]:
         """(what MonitoringFacts reads, ready_command's answer, /api/v1/alerts' body)."""
@@ -47,7 +50,7 @@ class MonitorView(FactBase[dict[str, str]]):
     """`make monitor`, one round trip: Prometheus' targets and alerts, Alertmanager's silences."""
 
     def command(self, targets_url: str, alerts_url: str, silences_url: str) -> str:
-        return quiet("; ".join(block(key, f"{CURL} -s --max-time 5 {shlex.quote(url)}") for key, url in (
+        return quiet("; ".join(block(key, f"{AUTH_CURL} -s --max-time 5 {shlex.quote(url)}") for key, url in (
             ("targets", targets_url), ("alerts", alerts_url), ("silences", silences_url))))
 
     def process(self, output: list[str]) -> dict[str, str]:

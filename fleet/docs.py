@@ -107,6 +107,8 @@ def _type(field) -> str:
 
 
 def _default(field) -> str:
+    if isinstance(field.default, BaseModel):  # as group_data spells it
+        return f"default `{field.default.model_dump(mode='json', exclude_none=True)!r}`"
     if field.default is not PydanticUndefined:
         return f"default `{field.default!r}`" if field.default is not None else "default unset"
     if field.default_factory is not None:

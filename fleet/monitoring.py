@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import bcrypt
 from pydantic import AfterValidator, Field, model_validator
 
 from fleet.gate import CURL, local_address, url_host
-from fleet.spec import Bool, ClassSpec, HostAddress, Int, Kind, Number, Strict, Text, is_loopback
+from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
+    is_loopback
 from fleet.spec.names import http_url
 from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
 
@@ -49,7 +51,7 @@ Name = Annotated[str, AfterValidator(_name), Kind("name")]
 
 def _webhook_url(v: str) -> str:
     return http_url(v, "a webhook", "https://hooks.example/alerts",
-                    "group_data is in git and Alertmanager's configuration readable on its host")
+                    "group_data is in git and printed by debug-inventory")
 
 
 WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
@@ -91,12 +93,47 @@ class AlertBounds(Strict):
                                   "makes no token before it fires, 0..86400 s.")
 
 
+def _unquoted(v: str) -> str:
+    if '"' in v or "\\" in v:
+        raise ValueError('a path without " or \\ (curl\'s configuration quotes it)')
+    return v
+
+
+HostPath = Annotated[AbsPath, AfterValidator(_unquoted)]
+
+
+class MonitoringTls(Strict):
+    """HTTPS for Prometheus and Alertmanager, with a certificate already on the monitoring host (your PKI puts it
+    there: the deploy neither makes nor copies it). Plain HTTP is refused then."""
+
+    cert_file: HostPath = Field(description="The certificate (PEM, any intermediates after it) on the monitoring host, "
+                                "valid for `name`.")
+    key_file: HostPath = Field(description="Its private key (PEM) on the monitoring host, readable by the prometheus "
+                               "user (e.g. 0600, the prometheus user's).")
+    name: HostAddress = Field(description="The name (or address) the certificate is for: the deploy's calls and "
+                              "Prometheus' own (its scrapes of both, its alerts) verify the certificate against it, "
+                              "connecting to the host's own listen address.")
+    ca_file: HostPath | None = Field(None, description="The CA certificate(s) (PEM) on the monitoring host the "
+                                     "certificate chains to; unset: the host's system CAs.")
+
+
 class Monitoring(Strict):
     """Prometheus and Alertmanager, Debian's packages, on the one host of the monitoring group."""
 
-    host: HostAddress = Field("0.0.0.0", description="Bind address of Prometheus and Alertmanager.")
+    host: HostAddress = Field("0.0.0.0", description="The address Prometheus and Alertmanager listen on (both "
+                              "ask for a password whatever it is): 0.0.0.0 every address of the host, 127.0.0.1 "
+                              "the host itself only.")
+    user: Name = Field("sglang-fleet", description="The user name Prometheus and Alertmanager ask for (HTTP basic "
+                       "auth, every page and API) and the deploy's own calls give.")
+    password: Source = Field(SecretSource(env="SGLANG_FLEET_MONITORING_PASSWORD"), description="Where that user's "
+                             "password comes from (a secret source, read by the deploy of the monitoring host only): "
+                             "8 or more of A-Z a-z 0-9 . _ ~ + / = - (not starting with -). The host keeps its "
+                             "bcrypt hash in Prometheus' and Alertmanager's web configuration, the password itself "
+                             "only in files of mode 0600, never in a command line.")
     prometheus_port: Int = Field(9090, ge=1, le=65535, description="Prometheus' web and API port, 1..65535.")
     alertmanager_port: Int = Field(9093, ge=1, le=65535, description="Alertmanager's web and API port, 1..65535.")
+    tls: MonitoringTls | None = Field(None, description="HTTPS for both (unset: plain HTTP, the password in clear "
+                                      "on the network: bind `host` to 127.0.0.1 and reach it through an SSH tunnel).")
     scrape_interval_s: Int = Field(15, ge=1, le=300, description="How often every target is scraped, 1..300 s.")
     evaluation_interval_s: Int = Field(15, ge=1, le=300, description="How often the rules are evaluated, 1..300 s.")
     rate_window_s: Int = Field(300, ge=4, le=3600, description="The window of every rate() in the rules (accept "
@@ -145,9 +182,15 @@ class Monitoring(Strict):
     def scrape_timeout_s(self) -> int:
         return min(self.scrape_interval_s, 10)
 
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls is None else "https"
+
     def url(self, port: int, path: str) -> str:
-        """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it."""
-        return f"http://{url_host(local_address(self.host))}:{port}{path}"
+        """Prometheus' or Alertmanager's URL as a command on the monitoring host reaches it (with TLS: by the
+        certificate's name, which the deploy's curl configuration resolves to the local address)."""
+        where = local_address(self.host) if self.tls is None else self.tls.name
+        return f"{self.scheme}://{url_host(where)}:{port}{path}"
 
 
 @dataclass(frozen=True)
@@ -369,14 +412,19 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     for t in targets:
         jobs.setdefault(t.job, []).append({"targets": [t.target], "labels": t.labels})
     local = url_host(local_address(mon.host))
+    auth = {"basic_auth": {"username": mon.user, "password_file": PASSWORD_FILE}}  # both ask for it, of Prometheus too
+    if mon.tls is not None:  # the certificate is for its name, not the local address Prometheus connects to
+        auth |= {"scheme": "https", "tls_config": {"server_name": mon.tls.name,
+                                                   **({"ca_file": mon.tls.ca_file} if mon.tls.ca_file else {})}}
     return {
         "global": {"scrape_interval": _s(mon.scrape_interval_s), "evaluation_interval": _s(mon.evaluation_interval_s),
                    "scrape_timeout": _s(mon.scrape_timeout_s)},
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]}]},
+        "alerting": {"alertmanagers": [{**auth,
+                                        "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]}]},
         "rule_files": [f"{RULES_DIR}/*.json"],
         "scrape_configs": [
-            {"job_name": "prometheus", "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
-            {"job_name": "alertmanager", "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
+            {"job_name": "prometheus", **auth, "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
+            {"job_name": "alertmanager", **auth, "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
             *({"job_name": job, "metrics_path": "/metrics", "static_configs": configs}
               for job, configs in sorted(jobs.items())),
         ],
@@ -423,17 +471,54 @@ LIVE = "/etc/prometheus/sglang-fleet"
 BUNDLES = "/etc/prometheus/sglang-fleet.d"
 KEEP_BUNDLES = 3  # the live one and two before it, for a look at what changed
 DEFAULTS = {"prometheus": "/etc/default/prometheus", "alertmanager": "/etc/default/prometheus-alertmanager"}
-COMMAND_MAX = 96 << 10  # bytes of the bundle in one command: sh -c takes one argument, 128 KiB at most
+# The password's files, each 0600 (the Debian units run as the package's user, `prometheus`)
+WEB_CONFIG = "/etc/prometheus/sglang-fleet-web.json"  # both's --web.config.file: the user and its bcrypt hash
+PASSWORD_FILE = "/etc/prometheus/sglang-fleet-password"  # Prometheus' own calls: its scrapes of both, its alerts
+CURL_CONFIG = "/etc/prometheus/sglang-fleet-curl"  # the deploy's calls on the host (curl -K), root's
+SECRET_OWNERS = {WEB_CONFIG: "prometheus", PASSWORD_FILE: "prometheus", CURL_CONFIG: "root"}
+OWNER = "prometheus"  # every file of a bundle: Alertmanager's configuration may hold a webhook's token
+# The deploy's calls to Prometheus and Alertmanager on the monitoring host: the user and password from the 0600
+# file, never on a command line (another user of the host reads every process's arguments)
+AUTH_CURL = f"{CURL} -K {CURL_CONFIG}"
+BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+BCRYPT_COST = 10  # checked on every request that is not cached yet: the cost Prometheus' own docs show
+
+
+def password_hash(password: str, current: str) -> str:
+    """The bcrypt hash the web configuration holds: the host's current one while the password still matches it
+    (a new salt each run would rewrite the file every run), else a new one."""
+    if BCRYPT.fullmatch(current) and bcrypt.checkpw(password.encode(), current.encode()):
+        return current
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
+
+
+def secret_files(mon: Monitoring, password: str, current_hash: str) -> dict[str, str]:
+    """The password's files on the monitoring host (path -> text; each 0600, owned as SECRET_OWNERS says).
+    current_hash: the one the host's web configuration holds ('' for none)."""
+    web = {"basic_auth_users": {mon.user: password_hash(password, current_hash)}}
+    curl = [f'user = "{mon.user}:{password}"']  # the password's characters need no escape (KEY_RULE)
+    if mon.tls is not None:
+        web["tls_server_config"] = {"cert_file": mon.tls.cert_file, "key_file": mon.tls.key_file}
+        local = url_host(local_address(mon.host))
+        curl += [f'resolve = "{mon.tls.name}:{port}:{local}"' for port in (mon.prometheus_port, mon.alertmanager_port)]
+        curl += [f'cacert = "{mon.tls.ca_file}"'] if mon.tls.ca_file else []
+    return {WEB_CONFIG: json.dumps(web, indent=2, sort_keys=True) + "\n", PASSWORD_FILE: password,
+            CURL_CONFIG: "\n".join(curl) + "\n"}
 
 
 def defaults_files(mon: Monitoring) -> dict[str, str]:
     """/etc/default/prometheus and /etc/default/prometheus-alertmanager: the units' arguments."""
     listen = url_host(mon.host)
     prom = [f"--config.file={LIVE}/{CONFIG}", f"--web.listen-address={listen}:{mon.prometheus_port}",
+            f"--web.config.file={WEB_CONFIG}",
             f"--storage.tsdb.retention.time={mon.retention_days}d"]
     # one Alertmanager: no gossip port (the HA cluster is Alertmanager's, and off)
     am = [f"--config.file={LIVE}/{ALERTMANAGER_CONFIG}", f"--web.listen-address={listen}:{mon.alertmanager_port}",
+          f"--web.config.file={WEB_CONFIG}",
           "--storage.path=/var/lib/prometheus/alertmanager", "--cluster.listen-address="]
+    if mon.tls is not None:  # the links both send go to the certificate's name; and HTTPS begins only at a start
+        prom.append(f"--web.external-url={mon.url(mon.prometheus_port, '/')}")
+        am.append(f"--web.external-url={mon.url(mon.alertmanager_port, '/')}")
     head = "# Written by the sglang-fleet deploy from group_data (monitoring); edits here are put back.\n"
     return {DEFAULTS["prometheus"]: head + f'ARGS="{" ".join(prom)}"\n',
             DEFAULTS["alertmanager"]: head + f'ARGS="{" ".join(am)}"\n'}
@@ -448,6 +533,8 @@ class MonitoringHost:
     defaults_sha1: dict[str, str]  # path -> sha1 of its content, '' for none
     active: dict[str, str]  # unit -> ActiveState
     ready: bool = False  # both /-/ready 200 with their configuration loaded (ready_command)
+    secrets_sha1: dict[str, str] = field(default_factory=dict)  # path -> sha1 of the password's files, '' for none
+    web_hash: str = ""  # the bcrypt hash the web configuration holds, '' for none
 
 
 _VERSION = re.compile(r"[A-Za-z0-9.+~:-]{1,64}")
@@ -469,7 +556,9 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
         live=one("live", _ID),
         defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
         active={u: one(f"active:{u}", _STATE) for u in UNITS},
-        ready=is_ready(said.get("ready", "")))
+        ready=is_ready(said.get("ready", "")),
+        secrets_sha1={path: one(f"sha1:{path}", _SHA1) for path in SECRET_OWNERS},
+        web_hash=one("hash", BCRYPT))
 
 
 def live_files_command() -> str:
@@ -495,8 +584,8 @@ def ready_command(mon: Monitoring) -> str:
     for port, metric in ((mon.prometheus_port, "prometheus_config_last_reload_successful"),
                          (mon.alertmanager_port, "alertmanager_config_last_reload_successful")):
         ready, metrics = mon.url(port, "/-/ready"), mon.url(port, "/metrics")
-        checks.append(f"echo \"$({CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {ready}) "
-                      f"$({CURL} -s --max-time 5 {metrics} | sed -n 's/^{metric} //p')\"")
+        checks.append(f"echo \"$({AUTH_CURL} -s -o /dev/null --max-time 5 -w '%{{http_code}}' {ready}) "
+                      f"$({AUTH_CURL} -s --max-time 5 {metrics} | sed -n 's/^{metric} //p')\"")
     return "; ".join(checks)
 
 
@@ -520,24 +609,31 @@ def firing(alerts_json: str) -> dict[str, list[str]]:
     return {h: sorted(names) for h, names in sorted(out.items())}
 
 
-def install_bundle_command(files: dict[str, str], bundle: str) -> str:
-    """Write the bundle into its own directory, check it with the host's promtool and amtool, then
-    make it live; the bundles before it but the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
+def bundle_staging(bundle: str) -> str:
+    """Where a bundle's files are uploaded before install_bundle_command checks them and makes them live."""
+    return f"{BUNDLES}/.{bundle}.tmp"
+
+
+def stage_bundle_command(bundle: str) -> str:
+    """An empty staging directory of the bundle's, only its owner's (Alertmanager's file may hold a token)."""
+    q, tmp = shlex.quote, bundle_staging(bundle)
+    dirs = " ".join(q(f"{tmp}/{d}") for d in ("", RULES_DIR, DASHBOARD.rsplit("/", 1)[0]))
+    return f"set -e; rm -rf {q(tmp)}; install -d -m 0700 -o {OWNER} -g {OWNER} {q(BUNDLES)} {dirs}"
+
+
+def install_bundle_command(bundle: str) -> str:
+    """Check the uploaded bundle with the host's promtool and amtool, then make it live; the bundles before it but
+    the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
     q = shlex.quote
-    d, tmp = f"{BUNDLES}/{bundle}", f"{BUNDLES}/.{bundle}.tmp"
-    writes = [f"mkdir -p {q(tmp + '/' + RULES_DIR)} {q(tmp + '/' + DASHBOARD.rsplit('/', 1)[0])}"]
-    writes += [f"printf '%s' {q(text)} > {q(tmp + '/' + path)}" for path, text in sorted(files.items())]
-    command = " && ".join([
-        "set -e", f"rm -rf {q(tmp)}", *writes,
-        f"promtool check config {q(tmp + '/' + CONFIG)} >/dev/null",
+    d, tmp = f"{BUNDLES}/{bundle}", bundle_staging(bundle)
+    return " && ".join([
+        "set -e", f"promtool check config {q(tmp + '/' + CONFIG)} >/dev/null",
         f"amtool check-config {q(tmp + '/' + ALERTMANAGER_CONFIG)} >/dev/null",
-        f"chmod -R a+rX,go-w {q(tmp)}", f"rm -rf {q(d)}", f"mv {q(tmp)} {q(d)}",
+        f"rm -rf {q(d)}", f"mv {q(tmp)} {q(d)}",
         f"ln -sfn {q(d)} {q(LIVE + '.new')}", f"mv -T {q(LIVE + '.new')} {q(LIVE)}",
-        f"cd {q(BUNDLES)} && ls -1t | grep -vx {q(bundle)} | tail -n +{KEEP_BUNDLES} | xargs -r rm -rf --"])
-    if len(command.encode()) > COMMAND_MAX:
-        raise ValueError(f"the monitoring configuration is {len(command.encode())} bytes, over the {COMMAND_MAX} "
-                         "one command carries")
-    return command
+        f"cd {q(BUNDLES)} && ls -1t | grep -vx {q(bundle)} | tail -n +{KEEP_BUNDLES} | xargs -r rm -rf --",
+        # a bundle written before they were locked down was readable by all
+        f"chmod -R go= {q(BUNDLES)}"])
 
 
 # --- silences: no page during a rollout ------------------------------------------------------------
@@ -561,7 +657,8 @@ def silence_command(mon: Monitoring, host: str, gpu_class: str, starts: float, e
                          {"name": "gpu_class", "value": gpu_class, "isRegex": False, "isEqual": True}],
             "startsAt": _iso(starts), "endsAt": _iso(ends), "createdBy": SILENCE_BY, "comment": comment,
             **({"id": sid} if sid is not None else {})}
-    return (f"{CURL} -s --max-time 10 -X POST -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))} "
+    return (f"{AUTH_CURL} -s --max-time 10 -X POST -H 'Content-Type: application/json' "
+            f"-d {shlex.quote(json.dumps(body))} "
             f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silences'))}")
 
 
@@ -585,7 +682,7 @@ class Silence:
 
 def silences_command(mon: Monitoring, host: str) -> str:
     """Alertmanager's silences with a host="<host>" matcher, any state, as its API answers them (a JSON list)."""
-    return (f"{CURL} -s --max-time 10 -G --data-urlencode {shlex.quote(f'filter=host={json.dumps(host)}')} "
+    return (f"{AUTH_CURL} -s --max-time 10 -G --data-urlencode {shlex.quote(f'filter=host={json.dumps(host)}')} "
             f"{shlex.quote(mon.url(mon.alertmanager_port, '/api/v2/silences'))}")
 
 
@@ -636,6 +733,19 @@ def turn_ended(silences: list[Silence], now: float, mon: Monitoring) -> dict[str
 
 # --- make monitor -----------------------------------------------------------------------------------
 
+def _items(value) -> list[dict]:
+    """A list of objects as a server said it: what is not an object in it is shown as one with nothing known."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, found {type(value).__name__}")
+    return [v if isinstance(v, dict) else {} for v in value]
+
+
+def _labels(item: dict) -> dict:
+    """An item's labels, none where it has none or they are not of that shape (the item is still shown)."""
+    labels = item.get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
 def describe_monitor(host: str, link: str, targets_json: str, alerts_json: str, silences_json: str) -> str:
     """What the monitoring host scrapes (and whether each answers), what fires, what is silenced, and where
     to look: Prometheus' answers (/api/v1/targets, /api/v1/alerts) and Alertmanager's (/api/v2/silences),
@@ -652,30 +762,31 @@ def describe_monitor(host: str, link: str, targets_json: str, alerts_json: str, 
             out.append(f"  {what}: could not read its answer ({excerpt(str(e), 200)})")
             return None
 
-    targets = read(targets_json, "Prometheus' targets", lambda d: d["data"]["activeTargets"])
+    targets = read(targets_json, "Prometheus' targets", lambda d: _items(d["data"]["activeTargets"]))
     if targets is not None:
         up = [t for t in targets if t.get("health") == "up"]
         out.append(f"scraped: {len(targets)} targets, {len(up)} up")
-        for t in sorted(targets, key=lambda t: (t["labels"].get("job", ""), t["labels"].get("host", ""))):
-            lab = t.get("labels", {})
+        for t in sorted(targets, key=lambda t: (str(_labels(t).get("job", "")), str(_labels(t).get("host", "")))):
+            lab = _labels(t)
             why = f" ({c(t.get('lastError'), 120)})" if t.get("lastError") else ""
             out.append(f"  {c(lab.get('job', '?')):<12} {c(lab.get('host', '-')):<16} {c(t.get('scrapeUrl', '?'))}  "
                        f"{c(t.get('health', '?'))}{why}")
-    alerts = read(alerts_json, "Prometheus' alerts", lambda d: d["data"]["alerts"])
+    alerts = read(alerts_json, "Prometheus' alerts", lambda d: _items(d["data"]["alerts"]))
     if alerts is not None:
         firing_now = [a for a in alerts if a.get("state") == "firing"]
         out.append(f"firing: {len(firing_now)}" + (f" (and {len(alerts) - len(firing_now)} pending)"
                                                     if len(alerts) > len(firing_now) else ""))
         for a in firing_now:
-            lab = a.get("labels", {})
+            lab, said = _labels(a), a.get("annotations")
+            summary = said.get("summary", "") if isinstance(said, dict) else ""
             out.append(f"  {c(lab.get('alertname', '?'))} {c(lab.get('host', '-'))} ({c(lab.get('severity', '?'))}) "
-                       f"since {c(a.get('activeAt', '?'))}: {c(a.get('annotations', {}).get('summary', ''), 200)}")
-    silences = read(silences_json, "Alertmanager's silences", lambda d: list(d))
+                       f"since {c(a.get('activeAt', '?'))}: {c(summary, 200)}")
+    silences = read(silences_json, "Alertmanager's silences", _items)
     if silences is not None:
-        active = [s for s in silences if s.get("status", {}).get("state") == "active"]
+        active = [s for s in silences if isinstance(s.get("status"), dict) and s["status"].get("state") == "active"]
         out.append(f"silenced: {len(active)} active")
         for s in active:
-            on = ", ".join(f"{c(m.get('name'))}={c(m.get('value'))}" for m in s.get("matchers", []))
+            on = ", ".join(f"{c(m.get('name'))}={c(m.get('value'))}" for m in _items(s.get("matchers", [])))
             out.append(f"  {on} until {c(s.get('endsAt', '?'))} by {c(s.get('createdBy', '?'))}: "
                        f"{c(s.get('comment', ''), 200)}")
     return "\n".join(out)

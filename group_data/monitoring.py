@@ -8,6 +8,8 @@ replica or gateway down, queues, time to first token, throughput. Every key: doc
 monitoring = {
     "scrape_interval_s": 15,
     "retention_days": 15,
+    # Both ask every client for this user's password (the deploy's own calls give it from a 0600 file on the host)
+    "password": {"env": "SGLANG_FLEET_MONITORING_PASSWORD"},
     # Where notifications go (Alertmanager's webhook_config), e.g.
     #   "receivers": [{"name": "oncall", "webhook_url": "https://alerts.fleet.example/sglang"}],
     "receivers": [],

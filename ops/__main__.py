@@ -154,8 +154,8 @@ def show_monitor(args) -> int:
                           silences_url=mon.url(mon.alertmanager_port, "/api/v2/silences"))
     finally:
         fleet.close()
-    link = (f"http://{url_host(hosts.address(host))}:{mon.prometheus_port}/alerts "
-            f"(Alertmanager :{mon.alertmanager_port})")
+    where = url_host(mon.tls.name if mon.tls else hosts.address(host))  # with TLS, the certificate's name
+    link = f"{mon.scheme}://{where}:{mon.prometheus_port}/alerts (Alertmanager :{mon.alertmanager_port})"
     print(describe_monitor(host.name, link, read.get("targets", ""), read.get("alerts", ""), read.get("silences", "")))
     return 0
 

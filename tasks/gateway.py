@@ -24,7 +24,7 @@ from io import StringIO
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api import operation
 from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, python, server, systemd
 
@@ -45,7 +45,7 @@ from fleet.secrets import SecretError, read_key
 from adapter import run as runs
 from tasks import gateway_turns
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
-from tasks.install import upload
+from tasks.install import secret_commands
 from tasks.preflight import contained, refused
 
 HEALTH_TIMEOUT_S = 60  # smg answers /health within seconds of its start
@@ -227,10 +227,7 @@ def secret_file(path: str, content: str):
     if host.get_fact(Sha1File, path=path) == sha1(content):
         host.noop(f"{path} is as declared")
         return
-    staged = shlex.quote(staged_path(path))
-    yield StringCommand(f"install -m 0600 /dev/null {staged}")
-    yield FunctionCommand(upload, (path, content, True), {})
-    yield StringCommand(f"mv -f {staged} {shlex.quote(path)}")
+    yield from secret_commands(path, content)
 
 
 def install_command(gw: Gateway, wheels: list[Path]) -> str:

@@ -56,6 +56,15 @@ def upload(state, host, path: str, content: str, secret: bool) -> bool:
         return False
 
 
+def secret_commands(path: str, content: str, owner: str = "root"):
+    """The commands that put `content` at `path`, 0600 and `owner`'s, never readable by others, not even for a
+    moment: uploaded into a file begun 0600 for it, then renamed into place."""
+    staged = shlex.quote(staged_path(path))
+    yield StringCommand(f"install -m 0600 -o {owner} -g {owner} /dev/null {staged}")
+    yield FunctionCommand(upload, (path, content, True), {})
+    yield StringCommand(f"mv -f {staged} {shlex.quote(path)}")
+
+
 @operation()
 def _staged(files: list):
     for f in files:

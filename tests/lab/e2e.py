@@ -103,7 +103,7 @@ def verify_checks() -> int:
 def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """`pyinfra -y <lab inventory> deploy.py`, as an operator runs it; output kept for the assertions.
     env: more environment (where group_data's secrets come from)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **(env or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **MONITORING_ENV, **(env or {})}
     p = subprocess.run(
         [str(BIN / "pyinfra"), "-y", *args, str(lab.inventory), "deploy.py"],
         cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
@@ -248,6 +248,12 @@ SCRAPE_S, EVAL_S, WINDOW_S, FOR_S, GROUP_WAIT_S = 1, 1, 5, 5, 1
 DOWN_FOR_S = 2  # shorter than a replica's restart: a rollout's turn would page, were it not silenced
 
 
+# Every lab deploy's monitoring password (group_data/monitoring.py's default source); the lab's own calls to
+# Prometheus and Alertmanager on mon-1 authenticate as the deploy's do, with the 0600 curl configuration it writes.
+MONITORING_ENV = {"SGLANG_FLEET_MONITORING_PASSWORD": "lab-monitoring-0123"}
+MON_CURL = "curl -K /etc/prometheus/sglang-fleet-curl"
+
+
 def lab_monitoring():
     """The lab's monitoring spec as monitoring_overrides() declares it (its bounds: delivery_bound_s)."""
     from fleet.monitoring import Monitoring
@@ -266,11 +272,11 @@ def monitoring_overrides(floors: dict[str, float]) -> str:
 def prometheus(lab, path: str, query: str | None = None, host: str = "mon-1") -> dict:
     """Prometheus' API on the monitoring host; a query is sent URL-encoded (its braces and quotes as they are)."""
     asked = f" -G --data-urlencode {shlex.quote('query=' + query)}" if query is not None else ""
-    return json.loads(sh(lab, host, f"curl -s --globoff --max-time 5{asked} 'http://127.0.0.1:9090{path}'"))
+    return json.loads(sh(lab, host, f"{MON_CURL} -s --globoff --max-time 5{asked} 'http://127.0.0.1:9090{path}'"))
 
 
 def silences(lab, host: str = "mon-1") -> list[dict]:
-    return json.loads(sh(lab, host, "curl -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
+    return json.loads(sh(lab, host, f"{MON_CURL} -s --max-time 5 http://127.0.0.1:9093/api/v2/silences"))
 
 
 def notifications(lab, host: str = "mon-1") -> list[tuple[str, dict, float]]:
@@ -321,7 +327,7 @@ def quiet_since(lab, since: float, timeout: float = 60) -> int:
             return False
         if prometheus(lab, "/api/v1/alerts")["data"]["alerts"]:
             return False
-        held = json.loads(sh(lab, "mon-1", "curl -s --max-time 5 'http://127.0.0.1:9093/api/v2/alerts?active=true"
+        held = json.loads(sh(lab, "mon-1", f"{MON_CURL} -s --max-time 5 'http://127.0.0.1:9093/api/v2/alerts?active=true"
                                            "&silenced=false&inhibited=false'"))
         if held:
             return False

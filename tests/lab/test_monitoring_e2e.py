@@ -7,27 +7,34 @@ Under a steady load through the gateway: the double's acceptance lowered on one 
 restart) fires that host's accept-length alert, which reaches the webhook within its declared bound
 (Monitoring.delivery_bound_s, from the lowering's own timestamp on the host to the webhook's record); raised
 again, it resolves. A replica stopped by hand fires its down alert, within its bound too. A second deploy changes
-nothing on mon-1. The lab's intervals are seconds (e2e.monitoring_overrides): these tests take seconds.
+nothing on mon-1. Both ask for the password: a client on another host without it makes no silence, and no process on
+mon-1 shows the password or the webhook's token. The lab's intervals are seconds (e2e.monitoring_overrides): these
+tests take seconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 
 import pytest
-from e2e import BIN, DOWN_FOR_S, FOR_S, REPO, at_on, deploy, lab_monitoring, monitoring_overrides, no_silence_left, \
-    notifications, prometheus, quiet_alerts, quiet_since, sh, summary_row, wait_for, workdir
+from e2e import BIN, DOWN_FOR_S, FOR_S, MON_CURL, MONITORING_ENV, REPO, at_on, deploy, lab_monitoring, \
+    monitoring_overrides, no_silence_left, notifications, prometheus, quiet_alerts, quiet_since, sh, silences, \
+    summary_row, wait_for, workdir
 
-from fleet.monitoring import DASHBOARD, dashboard_queries
+from fleet.monitoring import ALERTMANAGER_CONFIG, DASHBOARD, LIVE, SECRET_OWNERS, dashboard_queries
 from ops.loadgen import Load
 
 KEY = "mon-e2e-key-0123456789"
 ENV = {"SGLANG_FLEET_GATEWAY_KEY": KEY}
 MODEL = "qwen3.6-27b"
-MONITORING = monitoring_overrides({"pro6000": 3.0})
+TOKEN = "hook-token-5f1c2e9a"  # in the webhook URL's path, as a chat service's hook has it: a secret
+MONITORING = monitoring_overrides({"pro6000": 3.0}) + (
+    f'\nmonitoring = {{**monitoring, "receivers": [{{"name": "lab", "webhook_url": '
+    f'"http://127.0.0.1:9099/alerts/{TOKEN}"}}]}}')
 # The latest an alert reaches the webhook after its condition begins, as the product declares it
 ACCEPT_BOUND_S = lab_monitoring().delivery_bound_s(FOR_S, windowed=True)
 DOWN_BOUND_S = lab_monitoring().delivery_bound_s(DOWN_FOR_S)
@@ -155,3 +162,63 @@ def test_a_rolling_change_behind_smg_pages_no_one_and_leaves_no_silence(mon, tmp
     assert run.out.count("silenced on mon-1 for its turn") >= 2, run.out
     made = no_silence_left(lab, ended)  # each ends once its alerts have resolved after its turn
     assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} == {"pro6000-1", "pro6000-2"}
+
+
+def test_without_the_password_no_one_makes_a_silence_and_no_process_shows_a_secret(mon):
+    lab, _, _ = mon
+    before = {s["id"] for s in silences(lab)}
+    body = json.dumps({"matchers": [{"name": "host", "value": "pro6000-1", "isRegex": False, "isEqual": True}],
+                       "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2099-01-01T00:00:00Z", "createdBy": "intruder",
+                       "comment": "mute the fleet"})
+    mon_ip = lab.host("mon-1").ip
+    for auth in ("", "-u sglang-fleet:not-the-password "):  # from the gateway host, over the lab's network
+        said = sh(lab, "gw-1", f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {auth}-X POST "
+                               f"-H 'Content-Type: application/json' -d {shlex.quote(body)} "
+                               f"http://{mon_ip}:9093/api/v2/silences")
+        assert said == "401", (auth, said)
+        said = sh(lab, "gw-1", f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {auth}"
+                               f"http://{mon_ip}:9090/api/v1/alerts")
+        assert said == "401", (auth, said)
+    assert {s["id"] for s in silences(lab)} == before and not [s for s in silences(lab) if s["createdBy"] == "intruder"]
+
+    args = sh(lab, "mon-1", "ps -e -ww -o args=")
+    assert "--web.config.file=" in args  # both run with it
+    [password] = MONITORING_ENV.values()
+    assert password not in args and TOKEN not in args
+    assert TOKEN in sh(lab, "mon-1", f"cat {LIVE}/{ALERTMANAGER_CONFIG}")  # where it is: a 0600 file
+    files = [*SECRET_OWNERS, f"{LIVE}/{ALERTMANAGER_CONFIG}"]
+    modes = sh(lab, "mon-1", f"stat -L -c '%n %a %U' {' '.join(files)}").splitlines()
+    assert modes == [f"{path} 600 {SECRET_OWNERS.get(path, 'prometheus')}" for path in files]
+    verify = subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider",
+                             str(REPO / "tests/verify/test_monitoring.py"), "--inventory", str(lab.inventory)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0 and "3 passed" in verify.stdout, verify.stdout[-3000:]  # make verify, authenticated
+
+
+def test_with_tls_declared_both_answer_https_only_and_every_call_of_the_deploy_still_reaches_them(mon, tmp_path):
+    """Last: it leaves mon-1 on HTTPS (the helpers above speak HTTP)."""
+    lab, _, _ = mon
+    name, d = "mon-1.sglmon.lab", "/etc/prometheus/tls"
+    assert sh(lab, "mon-1", f"install -d -m 0755 {d} && cd {d} && openssl req -x509 -newkey ec -pkeyopt "
+                            f"ec_paramgen_curve:P-256 -nodes -subj /CN={name} -addext subjectAltName=DNS:{name} "
+                            "-days 2 -keyout key.pem -out cert.pem 2>/dev/null && chown prometheus: key.pem && "
+                            "chmod 0600 key.pem && echo made") == "made"  # as a PKI would have put them there
+    tls = {"cert_file": f"{d}/cert.pem", "key_file": f"{d}/key.pem", "name": name, "ca_file": f"{d}/cert.pem"}
+    cwd = workdir(tmp_path, monitoring=f"{MONITORING}\nmonitoring = {{**monitoring, 'tls': {tls!r}}}")
+    run = deploy(lab, cwd, env=ENV)
+    assert run.returncode == 0, run.out
+    assert "OK" in summary_row(run.out, "mon-1"), run.out  # ready, read over HTTPS with the password
+
+    mon_ip = lab.host("mon-1").ip
+    for port in (9090, 9093):
+        plain = sh(lab, "gw-1", f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://{mon_ip}:{port}/")
+        assert plain in ("000", "400"), plain  # Go's TLS server answers plain HTTP with 400, nothing else
+        said = sh(lab, "gw-1", f"curl -sk -o /dev/null -w '%{{http_code}}' --max-time 5 https://{mon_ip}:{port}/")
+        assert said == "401", said
+    # Prometheus' own calls verify the certificate's name and authenticate: both its own targets up
+    wait_for("Prometheus scraping itself and Alertmanager over HTTPS", lambda: {
+        t["labels"]["job"] for t in json.loads(sh(lab, "mon-1", f"{MON_CURL} -s --max-time 5 "
+                                                              f"'https://{name}:9090/api/v1/targets?state=active'"))[
+            "data"]["activeTargets"] if t["health"] == "up"} >= {"prometheus", "alertmanager", "sglang"}, LOOK_S)
+    shown = ops(lab, cwd, "monitor")
+    assert f"Prometheus https://{name}:9090/alerts" in shown and "scraped: " in shown, shown

@@ -8,3 +8,18 @@ with the unpatched threading.Thread, whose join() then misses a thread's end and
 from gevent import monkey
 
 monkey.patch_all()
+
+
+import subprocess  # noqa: E402 - after the patch, as everything else
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    """promtool and amtool from Debian's packages (tools/debs.sh downloads them once into the cache)."""
+    out = subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "tools/debs.sh")], capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip().splitlines()[-1]) / "bin"

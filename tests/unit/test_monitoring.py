@@ -11,6 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import bcrypt
 import pytest
 from pydantic import ValidationError
 
@@ -26,12 +27,17 @@ from fleet.monitoring import (
     accept_length_floor,
     bundle,
     bundle_changes,
+    CURL_CONFIG,
+    PASSWORD_FILE,
+    WEB_CONFIG,
     bundle_id,
     dashboard_queries,
+    defaults_files,
     describe_monitor,
     floors,
     gateway_target,
     replica_target,
+    secret_files,
     tuned_accept_length,
 )
 from fleet.status import HostStatus, judge_monitoring, table, with_alerts
@@ -45,14 +51,6 @@ TARGETS = [replica_target("pro6000-1", "10.0.0.1", "pro6000", CLASSES["pro6000"]
            replica_target("pro6000-2", "10.0.0.2", "pro6000", CLASSES["pro6000"]),
            replica_target("a6000-1", "10.0.0.3", "a6000", CLASSES["a6000"]),
            gateway_target("gw-1", "10.0.0.9", "gateway", 29000)]
-
-
-@pytest.fixture(scope="module")
-def tools() -> Path:
-    """promtool and amtool from Debian's packages (tools/debs.sh downloads them once into the cache)."""
-    out = subprocess.run(["bash", str(REPO / "tools/debs.sh")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip().splitlines()[-1]) / "bin"
 
 
 @pytest.fixture(scope="module")
@@ -405,6 +403,90 @@ def test_make_monitor_says_what_is_scraped_fires_and_is_silenced_and_survives_ga
         "  host=p2 until 2026-12-03T10:10:00Z by sglang-fleet: p2's turn"]
     broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "")
     assert "Prometheus' targets: could not read its answer" in broken and "Alertmanager's silences: could not" in broken
+
+
+def test_make_monitor_shows_a_target_without_labels_or_with_labels_of_another_shape():
+    targets = json.dumps({"data": {"activeTargets": [
+        {"scrapeUrl": "http://10.0.0.7:30000/metrics", "health": "up"},
+        {"labels": ["job", "sglang"], "scrapeUrl": "http://10.0.0.8:30000/metrics", "health": "down"},
+        {"labels": {"job": 3, "host": None}, "health": "up"}, "not an object"]}})
+    alerts = json.dumps({"data": {"alerts": [{"state": "firing", "annotations": "a string"}, 7]}})
+    silences = json.dumps([{"status": {"state": "active"}, "matchers": [3, {"name": "host"}]}, {"status": "active"}])
+    text = describe_monitor("mon-1", "link", targets, alerts, silences).splitlines()
+    assert text[1] == "scraped: 4 targets, 2 up"
+    assert "  ?            -                http://10.0.0.7:30000/metrics  up" in text
+    assert "  ?            -                http://10.0.0.8:30000/metrics  down" in text
+    assert "  3            None             ?  up" in text and "  ?            -                ?  ?" in text
+    assert text[6:] == ["firing: 1 (and 1 pending)", "  ? - (?) since ?: ", "silenced: 1 active",
+                        "  None=None, host=None until ? by ?: "]
+
+
+def test_both_ask_for_the_password_and_prometheus_gives_it_from_a_file(tools, tmp_path):
+    files = secret_files(MON, "mon-password-0123", "")
+    web = json.loads(files[WEB_CONFIG])
+    assert list(web) == ["basic_auth_users"]
+    assert bcrypt.checkpw(b"mon-password-0123", web["basic_auth_users"]["sglang-fleet"].encode())
+    (tmp_path / "web.json").write_text(files[WEB_CONFIG])
+    out = promtool(tools, "check", "web-config", str(tmp_path / "web.json"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert all(f"--web.config.file={WEB_CONFIG}" in text for text in defaults_files(MON).values())
+    config = json.loads(bundle(MON, TARGETS, CLASSES, {}, [])["prometheus.json"])
+    auth = {"username": "sglang-fleet", "password_file": PASSWORD_FILE}
+    assert config["alerting"]["alertmanagers"][0]["basic_auth"] == auth
+    assert [j.get("basic_auth") for j in config["scrape_configs"][:2]] == [auth, auth]  # itself and Alertmanager
+    assert "mon-password-0123" not in json.dumps(config)
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for `name` and its key (PEM files), as a PKI would have put on the monitoring host."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return directory / "cert.pem", directory / "key.pem"
+
+
+def test_with_tls_both_serve_https_and_every_call_verifies_the_certificates_name(tools, tmp_path):
+    cert, key = self_signed(tmp_path, "mon.fleet.example")
+    mon = Monitoring(tls={"cert_file": str(cert), "key_file": str(key), "name": "mon.fleet.example",
+                          "ca_file": str(cert)})
+    files = secret_files(mon, "mon-password-0123", "")
+    (tmp_path / "web.json").write_text(files[WEB_CONFIG])
+    out = promtool(tools, "check", "web-config", str(tmp_path / "web.json"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(files[WEB_CONFIG])["tls_server_config"] == {"cert_file": str(cert), "key_file": str(key)}
+    assert files[CURL_CONFIG].splitlines()[1:] == ['resolve = "mon.fleet.example:9090:127.0.0.1"',
+                                                   'resolve = "mon.fleet.example:9093:127.0.0.1"',
+                                                   f'cacert = "{cert}"']
+    assert mon.url(9093, "/api/v2/silences") == "https://mon.fleet.example:9093/api/v2/silences"
+    # a restart when TLS comes or goes (both read whether to serve it at start only): their arguments change
+    assert [t.count("--web.external-url=https://mon.fleet.example:") for t in defaults_files(mon).values()] == [1, 1]
+    assert "--web.external-url" not in "".join(defaults_files(MON).values())
+    for path, text in bundle(mon, TARGETS, CLASSES, {}, []).items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    out = promtool(tools, "check", "config", "prometheus.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = json.loads((tmp_path / "prometheus.json").read_text())
+    tls = {"scheme": "https", "tls_config": {"server_name": "mon.fleet.example", "ca_file": str(cert)}}
+    calls = [*config["scrape_configs"][:2], config["alerting"]["alertmanagers"][0]]  # Prometheus' own
+    assert all(c.items() >= tls.items() for c in calls)
+    with pytest.raises(ValidationError, match="without"):
+        Monitoring(tls={"cert_file": '/etc/x"y', "key_file": "/k", "name": "m"})
 
 
 def test_a_new_bundle_says_which_files_it_adds_changes_and_removes():

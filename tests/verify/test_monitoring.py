@@ -7,8 +7,7 @@ import json
 import shlex
 import time
 
-from fleet.gate import CURL
-from fleet.monitoring import UNITS, is_ready, ready_command
+from fleet.monitoring import AUTH_CURL, SECRET_OWNERS, UNITS, is_ready, ready_command
 
 
 def test_prometheus_and_alertmanager_enabled_active_and_ready(mon_node, monitor):
@@ -25,7 +24,7 @@ def test_every_replica_and_gateway_is_scraped_and_up(mon_node, monitor):
     # a target not scraped yet is "unknown": right after a deploy, give it two scrape intervals
     deadline = time.monotonic() + 2 * monitor.mon.scrape_interval_s + 5
     while True:
-        body = json.loads(mon_node.check_output(f"{CURL} -s --max-time 10 {shlex.quote(url)}"))
+        body = json.loads(mon_node.check_output(f"{AUTH_CURL} -s --max-time 10 {shlex.quote(url)}"))
         health = {(t["labels"].get("job"), t["labels"].get("host")): t["health"]
                   for t in body["data"]["activeTargets"]}
         seen = {k: health.get(k, "not a target") for k in expected}
@@ -33,3 +32,10 @@ def test_every_replica_and_gateway_is_scraped_and_up(mon_node, monitor):
             break
         time.sleep(1)
     assert seen == {k: "up" for k in expected}
+
+
+def test_the_password_files_are_0600_and_their_owners(mon_node):
+    """The web configuration's hash, Prometheus' password file, the deploy's curl configuration: no other user
+    reads them (and so cannot create a silence)."""
+    found = {path: (oct(f.mode), f.user) for path in SECRET_OWNERS if (f := mon_node.file(path)).exists}
+    assert found == {path: (oct(0o600), owner) for path, owner in SECRET_OWNERS.items()}
