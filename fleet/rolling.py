@@ -115,7 +115,7 @@ def go_out(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through)
     """Out of the gateway once a peer of its model is ready there: counted from smg's view, then taken on the gateway
     host only if none of the peers counted is drained by then (another class's turn, a make tune). None: out; else why
     not, once ready_timeout_s has passed or another owner holds the replica itself."""
-    started = gw.now()
+    started, said = gw.now(), False
     while True:
         statuses = gw.statuses()
         problem = peer_problem(me, replicas, statuses)
@@ -123,9 +123,12 @@ def go_out(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through)
             answer = gw.take_out(ready_peers(me, replicas, statuses))
             if answer.ok:
                 return None
-            problem = answer.describe()
             if answer.result != "peer":  # held by another owner, or a drains file not ours: no wait helps
-                return problem
+                return answer.describe()
+            problem = answer.describe()
+            if not said:
+                gw.log(f"waiting for another peer in gateway {gw.name}: {problem}", "yellow")
+                said = True
         if gw.now() - started >= r.ready_timeout_s:
             return problem
         gw.sleep(r.poll_interval_s)

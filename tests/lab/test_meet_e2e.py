@@ -11,6 +11,10 @@ Prometheus and Alertmanager, installed by the same deploy, scraping both classes
    gw-1 never sees a replica listed in smg's discovery file while its server is down (one gateway
    object writes the file for both classes), and not one request fails; every turn of both classes is
    silenced on mon-1, no notification reaches its webhook, and no silence is left active.
+3. One served model on both classes, one replica of it each (the others stopped), both changing in one run under
+   load on that model through smg: the two canaries start together and each saw the other ready in smg; the
+   second finds its peer drained on gw-1 (fleet/drains.py) and waits for it, so the model always has a replica
+   and not one request fails (it was: both left, smg answered 503 no_available_workers then 404).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import pytest
 from e2e import deploy, health, monitoring_overrides, no_silence_left, notifications, prometheus, quiet_alerts, \
     quiet_since, sh, summary_row, wait_for, workdir
 
-from fleet.layout import env_file, gateway_discovery_file
+from fleet import drains
+from fleet.gateway import parse_workers
+from fleet.layout import env_file, gateway_auth_header_file, gateway_discovery_file
 from lab import hf
 from ops.loadgen import Load
 
@@ -149,3 +155,42 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
     assert notifications(lab)[before:] == []  # both classes rolled, no page
     made = no_silence_left(lab, ended)  # each ends once its alerts have resolved after its turn
     assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} >= set(PRO + A6K)
+
+
+def workers(lab) -> dict[str, str]:
+    """smg's /workers on gw-1: url -> status."""
+    return parse_workers(sh(lab, "gw-1", f"curl -s --max-time 5 -H @{gateway_auth_header_file('smg')} "
+                                         "http://127.0.0.1:8000/workers"))
+
+
+def test_one_model_on_two_classes_never_loses_its_last_replica_when_both_change_at_once(meet, tmp_path):
+    lab, tmp, m = meet
+    model = MODELS["pro6000"]
+    change = 'service = {**service, "environment": {"LAB_MEET": "3"}}'
+    same = f'service = {{**service, "served_model_name": "{model}"}}'  # the A6000s serve it too
+    cwd = workdir(tmp / "one-model", pro6000=pro6000(m["index"], change),
+                  a6000=a6000(m["endpoint"], m["target"], m["draft"], f"{change}\n{same}"), gateway=GATEWAY,
+                  monitoring=MONITORING)
+    # one replica of the model each: a6000-1 first serves it (an earlier run), then the others stop
+    first = deploy(lab, cwd, "--limit", "a6000-1,gw-1,mon-1", env=ENV)
+    assert first.returncode == 0, first.out[-6000:]
+    for h in ("pro6000-2", "pro6000-3", "a6000-2"):
+        sh(lab, h, "systemctl stop sglang.service")
+    url = f"http://{lab.host('gw-1').ip}:8000"
+    ips = {lab.host(h).ip for h in ("pro6000-1", "a6000-1")}
+    wait_for("smg routing the model to pro6000-1 and a6000-1 only", lambda: {
+        u.split("//")[1].split(":")[0] for u, s in workers(lab).items() if s == "ready"} == ips, 120)
+    change = 'service = {**service, "environment": {"LAB_MEET": "4"}}'
+    cwd = workdir(tmp / "one-model-2", pro6000=pro6000(m["index"], change),
+                  a6000=a6000(m["endpoint"], m["target"], m["draft"], f"{change}\n{same}"), gateway=GATEWAY,
+                  monitoring=MONITORING)
+    with Load(url, model, KEY, concurrency=4, max_tokens=32) as load:
+        load.wait_completed(8, 120)
+        run = deploy(lab, cwd, "--limit", "pro6000-1,a6000-1,gw-1,mon-1", env=ENV)
+    assert run.returncode == 0, run.out[-6000:]
+    for h in ("pro6000-1", "a6000-1"):
+        assert " OK " in summary_row(run.out, h), run.out
+        assert 'LAB_MEET="4"' in sh(lab, h, f"cat {env_file('sglang')}")
+    assert load.report.failed == 0, load.report.failures()
+    assert load.report.total > 10, load.report.summary()
+    assert sh(lab, "gw-1", f"cat {drains.state_file('smg')}").replace(" ", "") == '{"drains":{},"version":1}'

@@ -231,6 +231,32 @@ def test_a_replica_goes_out_drains_restarts_and_comes_back_ready():
     assert any(str(e).startswith("drained in") for e in gw.events)
 
 
+def test_a_peer_counted_ready_but_drained_by_then_holds_it_back_until_the_peer_is_back():
+    """Two classes' canaries of one model: the other took its drain first; this one waits, then goes."""
+    peer_out = Answer("peer", (Drain("r2", "the rollout of r2", "its turn", 60.0),))
+    gw = Through([BOTH_READY, BOTH_READY, BOTH_READY, ME_OUT, BOTH_READY], drains=[peer_out, peer_out])
+    out, ran = turn(gw)
+    assert out.verdict == "OK" and ran == ["go"] and gw.peers[:3] == [("r2",)] * 3
+    waited = [e for e in gw.events if str(e).startswith("waiting for another peer")]
+    assert waited == ["waiting for another peer in gateway gw: the peer it counted is drained now: r2 drained by the "
+                      "rollout of r2 (its turn), its lease 60s more"]
+
+
+def test_a_peer_drained_for_good_leaves_its_rollout_unchanged():
+    gw = Through([BOTH_READY], drains=[Answer("peer", (Drain("r2", "make tune of r2", "a tune", 900.0),))] * 99)
+    out, ran = turn(gw)
+    assert ran == [] and "out" not in gw.events and out.verdict == "FAILED (service untouched)"
+    assert "r2 drained by make tune of r2" in out.reasons[0] and gw.t >= CFG.ready_timeout_s
+
+
+def test_a_replica_another_owner_holds_out_is_left_untouched_at_once():
+    """A make tune measures it: a deploy meanwhile neither restarts it nor puts it back."""
+    gw = Through([{PEER.url: "ready"}], drains=[Answer("held", (Drain("r1", "make tune of r1", "a tune", 900.0),))])
+    out, ran = turn(gw)
+    assert ran == [] and out.verdict == "FAILED (service untouched)" and gw.t == 0
+    assert "held out by another: r1 drained by make tune of r1 (a tune), its lease 900s more" in out.reasons[0]
+
+
 def test_without_a_ready_peer_it_does_not_go_out():
     gw = Through([{ME.url: "ready", PEER.url: "pending"}])
     out, ran = turn(gw)
