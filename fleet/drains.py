@@ -5,7 +5,7 @@ A replica leaves a gateway only while another replica of its model serves there:
 (fleet/programs/drains.py), so two turns starting together (two classes serving one model) cannot each count the
 other as the ready peer and both leave. The drains are kept on the host, each with its owner and a lease: a deploy's
 gateway step, another run's turn, a make tune between its candidates all see them; only the owner ends one, or anyone
-once its lease has passed. A deploy turn's owner is its rollout (the host's pending record: a run that takes the record
+once its lease has passed (or, released by its owner, the next run that comes). A deploy turn's owner is its rollout (the host's pending record: a run that takes the record
 over takes the drain over); a make tune's is the tune, for its whole run.
 """
 
@@ -22,7 +22,7 @@ from fleet.wire import excerpt, frames, load_json
 
 PROGRAM = (Path(__file__).parent / "programs" / "drains.py").read_text()
 LOCK_WAIT_S = 30  # the program's own wait for the drains' lock (programs/drains.py LOCK_WAIT_S)
-OUT, IN, SYNC = "out", "in", "sync"
+OUT, IN, RELEASE, SYNC = "out", "in", "release", "sync"
 RESULTS = ("ok", "held", "peer", "busy", "unreadable")
 LIMIT = 4096  # drains answered: more than any inventory's replicas
 _OWNER = re.compile(r"[ -~]{1,256}")
@@ -36,7 +36,7 @@ class Drain:
     left_s: float  # of its lease, by the gateway host's clock when it answered
 
     def describe(self) -> str:
-        return f"{self.replica} drained by {self.owner} ({self.why}), its lease {self.left_s:.0f}s more"
+        return f"{self.replica} drained by {self.owner or 'no one now'} ({self.why}), its lease {self.left_s:.0f}s more"
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _drains(text: str | None) -> tuple[Drain, ...]:
         return ()
     found = []
     for replica, d in list(said.items())[:LIMIT]:
-        if isinstance(d, dict) and isinstance(d.get("owner"), str) and _OWNER.fullmatch(d["owner"]) \
+        if isinstance(d, dict) and isinstance(d.get("owner"), str) and _OWNER.fullmatch(d["owner"] or "-") \
                 and isinstance(d.get("left_s"), (int, float)) and isinstance(replica, str):
             why = d.get("why") if isinstance(d.get("why"), str) and _OWNER.fullmatch(d["why"]) else "?"
             found.append(Drain(replica if _OWNER.fullmatch(replica) else excerpt(replica, 64), d["owner"], why,

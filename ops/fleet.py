@@ -101,6 +101,15 @@ class Fleet:
             return str(e.args[0]) if e.args else type(e).__name__
         return ""
 
+    def run(self, host, command: str, timeout_s: float) -> tuple[bool, str]:
+        """One shell command on the host (connected first): (ok, its stdout), or (False, why it could not run)."""
+        why = "" if host.connected else self.connect(host)
+        if why:
+            return False, why
+        with ctx_state.use(self.state), ctx_host.use(host):
+            ok, output = host.run_shell_command(command, _timeout=timeout_s)
+        return ok, output.stdout
+
     def fact(self, host, fact_class, **kwargs):
         return get_fact(self.state, host, fact_class, kwargs=kwargs, apply_failed_hosts=False)
 

@@ -185,6 +185,21 @@ class Tuner:
         return {"owner": f"make tune of {self.name} (pid {os.getpid()} on {socket.gethostname()})",
                 "lease_s": round(bounds.turn_s(self.spec, self.gw_spec.rolling) + measuring + bounds.MARGIN_S)}
 
+    def release_drain(self) -> None:
+        """Interrupted: its drain left to the next run (the host stays out of smg, serving a candidate, until a make
+        deploy or make tune returns it); where that fails, the drain lapses with its lease."""
+        if self.gateway is None:
+            return
+        command = drains.command(self.gw_spec.python, self.gw_spec.unit, self.gw_spec.discovery_file,
+                                 self.gateway.replicas, drains.RELEASE, self.name, self.drain_owner()["owner"],
+                                 why="left by an interrupted make tune: the next run takes it over")
+        for h in self.gateway.hosts:
+            ok, out = self.fleet.run(h, command, bounds.MARGIN_S + drains.LOCK_WAIT_S)
+            answer = drains.parse(out) if ok else None
+            if answer is None or not answer.ok:
+                say(f"{h.name}: {self.name}'s drain not released ({answer.describe() if answer else excerpt(out)}): "
+                    "a make deploy takes it over once its lease has passed")
+
     def measure(self, candidate: tune.Candidate) -> list[tune.Level]:
         t, levels = self.spec.tune, []
         for c in t.concurrency:
@@ -286,6 +301,7 @@ class Tuner:
         except KeyboardInterrupt:
             if getattr(self, "child", None) is not None:
                 self.child.wait()  # it had the Ctrl-C too: let it say where the host is
+            self.release_drain()
             say(f"\ninterrupted: {self.name} keeps its tune mark; the next make deploy (or make tune) returns it "
                 "to its declared spec" + (f" and into gateway {self.gateway.name}" if self.gateway else ""))
             self.write(results, started, finished=False)

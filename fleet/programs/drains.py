@@ -5,13 +5,16 @@ Run on the gateway host, sent whole as `python3 -c <this file> STATE DISCOVERY R
 
     STATE      the drains, JSON: {"version": 1, "drains": {replica: {"owner", "until", "why"}}}
     DISCOVERY  smg's discovery file: every replica in REQUEST's "workers" but those drained
-    REQUEST    JSON: {"op": "out" | "in" | "sync", "replica", "owner", "lease_s", "why", "peers", "workers"}
+    REQUEST    JSON: {"op": "out" | "in" | "release" | "sync", "replica", "owner", "lease_s", "why", "peers",
+               "workers"}
 
 Under an exclusive lock of STATE + ".lock" (waited for at most LOCK_WAIT_S), a drain whose lease ("until", this
 host's clock) has passed is dropped; then
     out   REPLICA drained by OWNER until now + lease_s, unless another owner's drain holds it, or one of "peers"
           (the replicas its caller counted as serving its model) is drained: then nothing changes
     in    REPLICA's drain ended, unless another owner's holds it
+    release  REPLICA's drain, OWNER's, left to whoever comes next (owner ""): it stays out until a run takes it over
+          or its lease passes (an interrupted make tune: the host still serves a candidate)
     sync  nothing: the discovery file rewritten from the drains (a deploy's gateway step)
 and the discovery file is rewritten (atomically, where its content changed). Its answer is framed as fleet.wire's:
 `@@result=ok|held|peer|busy|unreadable`, then its text as one base64 line; `@@drains`, the drains as JSON.
@@ -87,7 +90,7 @@ def change(drains, req, now):
     """(result, the drains that stand in the way); `drains` changed in place where the result is ok."""
     replica, owner = req.get("replica"), req.get("owner")
     held = drains.get(replica)
-    if req["op"] in ("out", "in") and held is not None and held.get("owner") != owner:
+    if req["op"] in ("out", "in", "release") and held is not None and held.get("owner") not in (owner, ""):
         return "held", shown({replica: held}, now)
     if req["op"] == "out":
         drained = [p for p in req.get("peers", []) if p in drains]
@@ -96,6 +99,8 @@ def change(drains, req, now):
         drains[replica] = {"owner": owner, "until": now + float(req["lease_s"]), "why": req.get("why", "")}
     elif req["op"] == "in":
         drains.pop(replica, None)
+    elif req["op"] == "release" and held is not None:
+        held.update(owner="", why=req.get("why", ""))
     return "ok", ""
 
 

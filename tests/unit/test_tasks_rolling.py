@@ -156,6 +156,20 @@ def test_a_drain_is_ended_by_its_owner_or_once_its_lease_has_passed(fleet, tmp_p
     assert disk.drained()["r1"]["owner"] == "the rollout of r1"
 
 
+def test_a_drain_its_owner_released_stays_out_until_the_next_run_takes_it_over(fleet, tmp_path):
+    """An interrupted make tune: its host serves a candidate, out of smg, until a deploy returns it."""
+    disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
+    hosts, gw = fleet({"smg": disk})
+    g = gateway_of(hosts, gw)
+    assert g.change(drains.OUT, "r1", "make tune 1", 600, "a make tune candidate").ok
+    assert g.change(drains.RELEASE, "r1", "someone else", why="x").result == "held"
+    assert g.change(drains.RELEASE, "r1", "make tune 1", why="left by an interrupted make tune").ok
+    assert disk.listed() == ["r2"] and disk.drained()["r1"]["owner"] == ""
+    assert g.change(drains.OUT, "r1", "the rollout of r1", 600, "its turn").ok
+    assert disk.drained()["r1"]["owner"] == "the rollout of r1" and disk.listed() == ["r2"]
+    assert g.change(drains.IN, "r1", "the rollout of r1").ok and disk.listed() == ["r1", "r2"]
+
+
 def test_a_drains_file_that_is_not_ours_is_never_overwritten(fleet, tmp_path):
     disk = GatewayDisk(tmp_path / "smg", workers(R1, R2))
     (tmp_path / "smg" / "drains.json").write_text("[1, 2]")

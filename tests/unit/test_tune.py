@@ -13,6 +13,7 @@ import builtins
 import hashlib
 import io
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -888,8 +889,9 @@ class Scripted:
         self.rows = list(rows or [ok_row()])
         self.deploys = dict(deploys or {})  # candidate (None: the return) -> (rc, row) or an exception
         self.levels = dict(levels or {})  # block size -> levels, or an exception
-        self.peer = None
+        self.peer, self.released = None, []
         t.deploy, t.measure, t.status = self.deploy, self.measure, self.status
+        t.release_drain = lambda: self.released.append(t.name)
         t._peer_problem, t.source, t._api_key = lambda: self.peer, lambda: "SGLang on h1's GPUs", lambda: None
 
     def deploy(self, c):
@@ -1000,8 +1002,27 @@ def test_a_deploy_stopped_by_a_signal_stops_the_sweep_even_if_the_tune_never_saw
 def test_an_interrupt_in_a_deploy_behind_a_gateway_says_the_gateway(here, capsys):
     gw = SimpleNamespace(name="gw1")
     s = Scripted(gateway=gw, replicas=[ME, PEER], deploys={Candidate(4): KeyboardInterrupt()})
-    assert s.t.run() == 130 and s.deployed == [Candidate(4)]
+    assert s.t.run() == 130 and s.deployed == [Candidate(4)] and s.released == ["h1"]
     assert "to its declared spec and into gateway gw1" in capsys.readouterr().out
+
+
+def test_an_interrupted_tune_leaves_its_drain_to_the_next_run_on_every_gateway(capsys):
+    sent = []
+    t = object.__new__(TUNER)
+    t.name, t.spec = "h1", dflash(16, concurrency=[1])
+    t.gw_spec = SimpleNamespace(python="/usr/bin/python3", unit="smg", discovery_file="/etc/smg/smg-workers.json",
+                                rolling=None)
+    t.gateway = SimpleNamespace(hosts=[SimpleNamespace(name="gw-1"), SimpleNamespace(name="gw-2")],
+                                replicas=[ME, PEER])
+    t.fleet = SimpleNamespace(run=lambda h, command, timeout_s: sent.append((h.name, command)) or (
+        (True, "@@result=ok\n\n") if h.name == "gw-1" else (False, "cannot connect")))
+    TUNER.release_drain(t)
+    assert [h for h, _ in sent] == ["gw-1", "gw-2"]
+    request = json.loads(shlex.split(sent[0][1])[-1])
+    assert (request["op"], request["replica"], request["owner"]) == ("release", "h1", t.drain_owner()["owner"])
+    assert [w["id"] for w in request["workers"]] == [ME.host, PEER.host]
+    assert "gw-2: h1's drain not released ('cannot connect'): a make deploy takes it over once its lease has passed" \
+        in capsys.readouterr().out
 
 
 def test_a_failed_return_keeps_the_figures_and_refuses_with_the_log(here, capsys, monkeypatch):
