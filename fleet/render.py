@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from fleet import floating
-from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args, secret_args
+from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
@@ -142,7 +142,7 @@ def render_gateway_unit(gw: Gateway, group: str, node: MeshNode | None = None) -
     start_pre = f"mkdir -p {q(floating.RUN_DIR)} && cp {q(gw.generation_file)} {q(gw.running_file)}" + (
         f" && echo 0 > {stopped}" if stopped else "")
     return _env.get_template("smg.service.j2").render(
-        gw=gw, group=group, command=launch_args(gw, node), secret_args=secret_args(gw),
+        gw=gw, group=group, command=launch_args(gw, node),
         env_files=[gw.secret_file] if gw.api_key is not None else [],
         stop_timeout=_seconds(gw.shutdown_grace_period_s + 15),
         start_pre=["/bin/sh", "-c", start_pre], stop_post=["/bin/sh", "-c", f"echo 1 > {stopped}"] if stopped else [],
@@ -225,5 +225,5 @@ def auth_header(key: str) -> str:
 
 
 def render_gateway_secret(key: str) -> str:
-    """smg's 0600 EnvironmentFile: the key its ExecStart expands."""
+    """smg's 0600 EnvironmentFile: the key its launcher reads (fleet.gateway.LAUNCH_WITH_KEY)."""
     return f"{KEY_VARIABLE}={env_quote(key)}\n"

@@ -119,6 +119,27 @@ def test_a_converged_gateway_host_is_left_as_it_is(group_dir, monkeypatch):
     assert row.action == "none (already as declared)"
 
 
+@pytest.mark.parametrize("key_file_written", [False, True])
+def test_a_new_key_restarts_smg_although_its_unit_is_the_same(group_dir, monkeypatch, key_file_written):
+    """The key is in no argument: the unit stays the same and the generation (which reads the key file) tells.
+    Written: a lost run wrote the new key file, not its restart."""
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    old = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    new_key = "sk-Rotated9876543210"
+    monkeypatch.setenv("SGLANG_FLEET_GATEWAY_KEY", new_key)
+    ops = Ops(monkeypatch, unchanged={"files.put", *(("secret_file",) if key_file_written else ())})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    running = GatewayHost("3.11", "x86_64", "1.13.0", active="active", running=old, generation=old, ready=True)
+    row = converging(group_dir, running, discovery_sha1=sha1(listed))
+    assert "Restart smg.service (it does not run what its files say)" in ops.names(), ops.names()
+    assert row.action.endswith("restart") and ("update key" in row.action) != key_file_written, row.action
+    written = [kw["commands"][0] for kind, kw in ops.queued if kw["name"].startswith("Generation")]
+    assert written == [write_command(gw.generation_file, generation(render_gateway_unit(gw, "gw"),
+                                                                     render_gateway_secret(new_key), gw.version) + "\n")]
+    assert KEY not in render_gateway_unit(gw, "gw") and new_key not in render_gateway_unit(gw, "gw")
+
+
 @pytest.mark.parametrize("read, why", [
     ({"running": "0123456789abcdef"}, "a lost run wrote its files, not its restart"),
     ({"active": "failed"}, "smg is not running"),
