@@ -377,7 +377,8 @@ def launch_args(gw: Gateway, node: MeshNode | None = None) -> list[str]:
         if gw.mesh.tls is not None:
             mesh += ["--mesh-tls-ca-cert", mesh_file(gw, "ca.pem"), "--mesh-tls-cert", mesh_file(gw, "crt"),
                      "--mesh-tls-key", mesh_file(gw, "key")]
-    launch = [f"{gw.venv}/bin/smg", "launch"] if gw.api_key is None else [f"{gw.venv}/bin/python", "-c", LAUNCH_WITH_KEY]
+    launch = [f"{gw.venv}/bin/smg", "launch"] if gw.api_key is None else \
+        [f"{gw.venv}/bin/python", "-c", LAUNCH_WITH_KEY]
     return [
         *launch,
         "--host", gw.host, "--port", str(gw.port),

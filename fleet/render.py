@@ -15,7 +15,7 @@ import jinja2
 
 from fleet import floating
 from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args
-from fleet.secrets import Secrets
+from fleet.secrets import HostSecret, Secrets
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -164,9 +164,12 @@ def render_keepalived(gw: Gateway, group: str, host: str, members: list[str], in
     )
 
 
+AUTH_PASS = "auth_pass "  # keepalived.conf's word before VRRP's password
+
+
 def render_vrrp_auth(password: str) -> str:
     """The 0600 file keepalived.conf includes in its authentication block (floating.password_problem checked it)."""
-    return f"# Managed by sglang-fleet: VRRP's password (0600, root only).\nauth_pass {password}\n"
+    return f"# Managed by sglang-fleet: VRRP's password (0600, root only).\n{AUTH_PASS}{password}\n"
 
 
 def render_keepalived_dropin() -> str:
@@ -220,8 +223,18 @@ def render_auth_header(spec: ClassSpec, secrets: Secrets) -> str | None:
     return auth_header(secrets.api_key) if spec.service.api_key is not None else None
 
 
+BEARER = "Authorization: Bearer "
+
+
 def auth_header(key: str) -> str:
-    return f"Authorization: Bearer {key}\n"
+    return f"{BEARER}{key}\n"
+
+
+def gateway_secrets(gw: Gateway) -> list[HostSecret]:
+    """Where the deploy leaves each secret of a gateway host (make verify looks for them in every process's
+    arguments there): the key in the header file the deploy's requests send, the VRRP password in its file."""
+    return [*([HostSecret("gateway.api_key", gw.auth_header_file, BEARER)] if gw.api_key is not None else []),
+            *([HostSecret("gateway.floating.password", floating.AUTH_FILE, AUTH_PASS)] if gw.floating else [])]
 
 
 def render_gateway_secret(key: str) -> str:

@@ -134,9 +134,9 @@ def test_a_new_key_restarts_smg_although_its_unit_is_the_same(group_dir, monkeyp
     row = converging(group_dir, running, discovery_sha1=sha1(listed))
     assert "Restart smg.service (it does not run what its files say)" in ops.names(), ops.names()
     assert row.action.endswith("restart") and ("update key" in row.action) != key_file_written, row.action
+    new = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(new_key), gw.version)
     written = [kw["commands"][0] for kind, kw in ops.queued if kw["name"].startswith("Generation")]
-    assert written == [write_command(gw.generation_file, generation(render_gateway_unit(gw, "gw"),
-                                                                     render_gateway_secret(new_key), gw.version) + "\n")]
+    assert written == [write_command(gw.generation_file, new + "\n")]
     assert KEY not in render_gateway_unit(gw, "gw") and new_key not in render_gateway_unit(gw, "gw")
 
 
