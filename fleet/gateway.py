@@ -144,7 +144,8 @@ class Gateway(Strict):
                              "(pip, from wheels the controller downloads once into its cache and uploads: the "
                              "host needs no package index).")
     install_dir: CommandPath = Field("/opt/smg", description="Its virtual environment (venv/, whose bin/smg the "
-                                     "unit runs) and wheels (wheels/).")
+                                     "unit runs; with api_key its bin/python, which calls smg with the key from "
+                                     "the environment) and wheels (wheels/).")
     python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
     host: HostAddress = Field("0.0.0.0", description="Bind address of the client API.")
     port: Int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "
@@ -194,7 +195,7 @@ class Gateway(Strict):
 
     @property
     def secret_file(self) -> str:
-        """0600 EnvironmentFile with the API key (SMG_API_KEY), for ExecStart's --api-key."""
+        """0600 EnvironmentFile with the API key (SMG_API_KEY), for LAUNCH_WITH_KEY."""
         return layout.gateway_secret_file(self.unit)
 
     @property
