@@ -140,9 +140,10 @@ def unread(spec: ClassSpec) -> Secrets:
 # --- make verify: no secret in any process's arguments, which every local user reads (ps, /proc/PID/cmdline) ---
 
 # Every process of the host: its pid and its arguments (NUL-separated, as the kernel keeps them) in base64, one
-# line each; a process that ended meanwhile gives an empty line, a kernel thread no arguments.
-ARGUMENTS = ("for d in /proc/[0-9]*; do printf '%s ' \"${d#/proc/}\"; base64 -w0 \"$d/cmdline\" 2>/dev/null; echo; "
-             "done")
+# line each; a process that ended meanwhile gives an empty line, a kernel thread no arguments. Without base64 every
+# line would be empty: the command fails instead.
+ARGUMENTS = ("command -v base64 >/dev/null || exit 127; for d in /proc/[0-9]*; do printf '%s ' \"${d#/proc/}\"; "
+             "base64 -w0 \"$d/cmdline\" 2>/dev/null; echo; done")
 # A value this long shows only where it was put: a shorter one (a VRRP password may be 1 character) counts
 # only as a whole argument or after '=', ':' or a space (--flag=value, user:value, Bearer value)
 DISTINCT = 8

@@ -143,6 +143,11 @@ def test_the_process_list_of_this_machine_finds_a_secret_given_as_an_argument():
         f"process {p.pid} ({Path(sys.executable).name}): its arguments hold k (the value is not shown)"]
 
 
+def test_a_host_without_base64_fails_the_process_list_instead_of_answering_no_arguments():
+    done = subprocess.run(["/bin/bash", "-c", ARGUMENTS], capture_output=True, text=True, env={"PATH": "/nonexistent"})
+    assert (done.returncode, done.stdout) == (127, "")
+
+
 def test_the_gateways_secrets_are_read_back_from_the_files_the_deploy_writes():
     gw = Gateway.model_validate({"routes": ["pro6000"], "api_key": {"env": "K"},
                                  "floating": {"address": "10.0.0.100", "router_id": 7, "password": {"env": "P"}}})
