@@ -15,7 +15,7 @@ import jinja2
 
 from fleet import floating
 from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args
-from fleet.secrets import HostSecret, Secrets
+from fleet.secrets import HostSecret, Secrets, server_field
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -235,6 +235,15 @@ def gateway_secrets(gw: Gateway) -> list[HostSecret]:
     arguments there): the key in the header file the deploy's requests send, the VRRP password in its file."""
     return [*([HostSecret("gateway.api_key", gw.auth_header_file, BEARER)] if gw.api_key is not None else []),
             *([HostSecret("gateway.floating.password", floating.AUTH_FILE, AUTH_PASS)] if gw.floating else [])]
+
+
+def service_secrets(spec: ClassSpec) -> list[HostSecret]:
+    """Where the deploy leaves each secret of a replica (make verify looks for them in every process's arguments
+    there): the server's in its --config YAML (render_config), the environment's in its EnvironmentFile."""
+    return [*(HostSecret(server_field(flag), spec.config_file, f'{flag}: "', '"')
+              for flag in spec.service.server_secrets),
+            *(HostSecret(f"service.secret_environment.{name}", spec.secret_file, f'{name}="', '"', escaped=True)
+              for name in spec.service.secret_environment)]
 
 
 def render_gateway_secret(key: str) -> str:

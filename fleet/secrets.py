@@ -69,13 +69,18 @@ def _read(source: SecretSource, environ: Mapping[str, str], read_file: Callable[
         raise LookupError(f"file {path} cannot be read ({e.strerror or type(e).__name__})") from None
 
 
+def server_field(flag: str) -> str:
+    """The group_data field of a secret server flag (api-key: service.api_key)."""
+    return f"service.{flag.replace('-', '_')}"
+
+
 def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ,
             read_file: Callable[[Path], str] = Path.read_text) -> Secrets:
     """Every secret the spec declares, read now; SecretError naming each field, source and rule
     broken (never a value). where: the group file, for the messages."""
     problems: list[str] = []
     values: dict[str, dict[str, str]] = {"server": {}, "environment": {}, "hub": {}}
-    declared = [("server", flag, f"service.{flag.replace('-', '_')}", source)
+    declared = [("server", flag, server_field(flag), source)
                 for flag, source in spec.service.server_secrets.items()]
     declared += [("environment", name, f"service.secret_environment.{name}", source)
                  for name, source in spec.service.secret_environment.items()]
@@ -152,14 +157,21 @@ DISTINCT = 8
 @dataclass(frozen=True)
 class HostSecret:
     """A secret as the deploy left it on its host: the field that declares it, its 0600 file there, and the
-    text before the value on that file's line."""
+    text around the value on that file's line (escaped: a backslash before each \\, " and $, as env_quote)."""
 
     name: str  # the operator's word for it: the group_data field, e.g. gateway.api_key
     path: str
     before: str
+    after: str = ""
+    escaped: bool = False
 
     def value(self, text: str) -> str | None:
-        return next((line[len(self.before):] for line in text.splitlines() if line.startswith(self.before)), None)
+        for line in text.splitlines():
+            if line.startswith(self.before) and line.endswith(self.after) and \
+                    len(line) >= len(self.before) + len(self.after):
+                inner = line[len(self.before):len(line) - len(self.after)]
+                return re.sub(r"\\(.)", r"\1", inner) if self.escaped else inner
+        return None
 
 
 def parse_arguments(text: str) -> tuple[dict[int, list[str]], list[str]]:

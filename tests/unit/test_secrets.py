@@ -12,7 +12,8 @@ import pytest
 from builders import make_spec
 
 from fleet.gateway import Gateway
-from fleet.render import auth_header, gateway_secrets, render_vrrp_auth
+from fleet.render import auth_header, gateway_secrets, render_config, render_secret_env, render_vrrp_auth, \
+    service_secrets
 from fleet.secrets import ARGUMENTS, SecretError, Secrets, parse_arguments, resolve, secrets_in_arguments, unread
 
 KEY, ADMIN = "sk-Fleet0123456789abcdef", "adm-Fleet0123456789"
@@ -156,3 +157,12 @@ def test_the_gateways_secrets_are_read_back_from_the_files_the_deploy_writes():
     assert key.value(auth_header(KEY)) == KEY and password.value(render_vrrp_auth("vrrp1")) == "vrrp1"
     assert key.value("") is None
     assert gateway_secrets(Gateway.model_validate({"routes": ["pro6000"]})) == []
+
+
+def test_a_replicas_secrets_are_read_back_from_the_files_the_deploy_writes():
+    env = 'hf_a$1 "x" \\n\\'  # what an EnvironmentFile escapes
+    secrets = Secrets({"api-key": KEY, "admin-api-key": ADMIN}, {"HF_TOKEN": env})
+    files = {SPEC.config_file: render_config(SPEC, secrets), SPEC.secret_file: render_secret_env(SPEC, secrets)}
+    found = {s.name: s.value(files[s.path]) for s in service_secrets(SPEC)}
+    assert found == {"service.api_key": KEY, "service.admin_api_key": ADMIN, "service.secret_environment.HF_TOKEN": env}
+    assert service_secrets(make_spec()) == []
