@@ -200,8 +200,15 @@ class Gateway(Strict):
 
     @property
     def auth_header_file(self) -> str:
-        """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file)."""
+        """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file): the key of the
+        smg running there, installed from declared_auth_header_file as it starts."""
         return layout.gateway_auth_header_file(self.unit)
+
+    @property
+    def declared_auth_header_file(self) -> str:
+        """The header of the declared key, written by the deploy: while the gateways of a group restart in turns
+        after a new key, each peer is asked with the key it runs."""
+        return layout.gateway_declared_auth_header_file(self.unit)
 
     @property
     def generation_file(self) -> str:

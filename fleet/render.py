@@ -138,8 +138,10 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
 def render_gateway_unit(gw: Gateway, group: str, node: MeshNode | None = None) -> str:
     q = shlex.quote
     stopped = q(floating.stopped_file(gw.unit)) if gw.floating is not None else ""
-    # what the started smg runs (fleet.gateway.generation), and behind a floating address keepalived's track file
+    # what the started smg runs (fleet.gateway.generation) and the key its host's requests send, and behind a
+    # floating address keepalived's track file
     start_pre = f"mkdir -p {q(floating.RUN_DIR)} && cp {q(gw.generation_file)} {q(gw.running_file)}" + (
+        f" && install -m 0600 {q(gw.declared_auth_header_file)} {q(gw.auth_header_file)}" if gw.api_key else "") + (
         f" && echo 0 > {stopped}" if stopped else "")
     return _env.get_template("smg.service.j2").render(
         gw=gw, group=group, command=launch_args(gw, node),

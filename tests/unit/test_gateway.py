@@ -126,8 +126,10 @@ def test_unit_keeps_the_key_out_of_files_and_arguments_and_names_the_discovery_f
     assert "--discovery-provider file --discovery-file /etc/smg/smg-workers.json" in unit
     assert "KillMode=mixed" in unit
     assert launch_args(gw)[:3] == ["/opt/smg/venv/bin/python", "-c", LAUNCH_WITH_KEY]
+    # the header the host's own requests send follows the key smg started with (a peer in a group's turns)
+    assert "&& install -m 0600 /etc/smg/smg.auth.declared /etc/smg/smg.auth" in unit.split("ExecStartPre=")[1]
     open_gw = render_gateway_unit(Gateway(routes=["pro6000"]), "gateway")
-    assert "--api-key" not in open_gw and "EnvironmentFile" not in open_gw
+    assert "--api-key" not in open_gw and "EnvironmentFile" not in open_gw and "smg.auth" not in open_gw
     assert launch_args(Gateway(routes=["pro6000"]))[:2] == ["/opt/smg/venv/bin/smg", "launch"]
 
 

@@ -334,9 +334,11 @@ def gateway_rendered_as_declared(gw: Gateway) -> str:
                       + [("Service", "EnvironmentFile")] * (gw.api_key is not None))
     assert sorted((s, k) for s, k, _ in found) == expected, found
     value = {(s, k): v for s, k, v in found}
+    header = f" && install -m 0600 {shlex.quote(gw.declared_auth_header_file)} {shlex.quote(gw.auth_header_file)}" \
+        if gw.api_key is not None else ""
     assert systemd_split(value[("Service", "ExecStartPre")], {}) == [
         "/bin/sh", "-c", f"mkdir -p /run/sglang-fleet && cp {shlex.quote(gw.generation_file)} "
-                         f"{shlex.quote(gw.running_file)}"]
+                         f"{shlex.quote(gw.running_file)}{header}"]
     assert value[("Unit", "Description")].replace("%%", "%") == \
         f"SGLang model gateway (smg {gw.version}) for {', '.join(gw.routes)}"
     assert systemd_split(value[("Service", "ExecStart")], {}) == launch_args(gw)  # nothing expanded: no key

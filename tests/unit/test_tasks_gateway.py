@@ -94,7 +94,7 @@ def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_rest
     assert ops.names() == [
         "smg 1.13.0's wheels, from the controller's cache", "Install smg 1.13.0 (pip --no-index)", "Unit " + gw.unit_file,
         "smg's configuration directory", f"Key {gw.secret_file} (0600, not shown)",
-        f"Header {gw.auth_header_file} (0600, not shown)",
+        f"Header {gw.declared_auth_header_file} (0600, not shown)",
         f"Discovery file {gw.discovery_file} (every replica of pro6000)",
         f"Generation {gw.generation_file} (what a restarted smg runs)", "systemctl daemon-reload (the unit changed)",
         "Enable smg.service", "Restart smg.service (it does not run what its files say)",
