@@ -146,7 +146,8 @@ class Gateway(Strict):
                              "(pip, from wheels the controller downloads once into its cache and uploads: the "
                              "host needs no package index).")
     install_dir: CommandPath = Field("/opt/smg", description="Its virtual environment (venv/, whose bin/smg the "
-                                     "unit runs) and wheels (wheels/).")
+                                     "unit runs; with api_key its bin/python, which calls smg with the key from "
+                                     "the environment) and wheels (wheels/).")
     python: AbsPath = Field("/usr/bin/python3", description="The host's Python (>= 3.9) the venv is made from.")
     host: HostAddress = Field("0.0.0.0", description="Bind address of the client API.")
     port: Int = Field(8000, ge=1, le=65535, description="Port of the client API (OpenAI) and admin API (/workers), "
@@ -196,13 +197,20 @@ class Gateway(Strict):
 
     @property
     def secret_file(self) -> str:
-        """0600 EnvironmentFile with the API key (SMG_API_KEY), for ExecStart's --api-key."""
+        """0600 EnvironmentFile with the API key (SMG_API_KEY), for LAUNCH_WITH_KEY."""
         return layout.gateway_secret_file(self.unit)
 
     @property
     def auth_header_file(self) -> str:
-        """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file)."""
+        """0600 `Authorization:` header for the deploy's own requests on the host (curl -H @file): the key of the
+        smg running there, installed from declared_auth_header_file as it starts."""
         return layout.gateway_auth_header_file(self.unit)
+
+    @property
+    def declared_auth_header_file(self) -> str:
+        """The header of the declared key, written by the deploy: while the gateways of a group restart in turns
+        after a new key, each peer is asked with the key it runs."""
+        return layout.gateway_declared_auth_header_file(self.unit)
 
     @property
     def generation_file(self) -> str:
@@ -354,7 +362,13 @@ def routed(statuses: dict[str, str], url: str) -> bool:
     return url in statuses and statuses[url] != DRAINING
 
 
-KEY_VARIABLE = "SMG_API_KEY"  # in the 0600 secret file; systemd puts it on smg's command line
+KEY_VARIABLE = "SMG_API_KEY"  # in the 0600 EnvironmentFile (gateway.secret_file), read by LAUNCH_WITH_KEY
+# smg 1.13.0 takes its key from --api-key only (no environment variable, no file), and every local user reads a
+# process's arguments (ps, /proc/PID/cmdline): what `smg launch` runs, called from Python with the key set from
+# the environment, which only root reads (/proc/PID/environ)
+LAUNCH_WITH_KEY = ("import os, sys; from smg.launch_router import launch_router, parse_router_args; "
+                   f"args = parse_router_args(sys.argv[1:]); args.api_key = os.environ.pop({KEY_VARIABLE!r}); "
+                   "launch_router(args)")
 
 
 @dataclass(frozen=True)
@@ -371,7 +385,8 @@ def mesh_file(gw: Gateway, which: str) -> str:
 
 
 def launch_args(gw: Gateway, node: MeshNode | None = None) -> list[str]:
-    """`smg launch` arguments, the key aside (secret_args); with gateway.mesh, this gateway's place in it."""
+    """smg's command line: `smg launch`, or with gateway.api_key LAUNCH_WITH_KEY (the same arguments, the key from
+    the environment); with gateway.mesh, this gateway's place in it."""
     mesh = []
     if gw.mesh is not None and node is not None:
         mesh = ["--enable-mesh", "--mesh-port", str(gw.mesh.port), "--mesh-advertise-host", node.me]
@@ -379,8 +394,10 @@ def launch_args(gw: Gateway, node: MeshNode | None = None) -> list[str]:
         if gw.mesh.tls is not None:
             mesh += ["--mesh-tls-ca-cert", mesh_file(gw, "ca.pem"), "--mesh-tls-cert", mesh_file(gw, "crt"),
                      "--mesh-tls-key", mesh_file(gw, "key")]
+    launch = [f"{gw.venv}/bin/smg", "launch"] if gw.api_key is None else \
+        [f"{gw.venv}/bin/python", "-c", LAUNCH_WITH_KEY]
     return [
-        f"{gw.venv}/bin/smg", "launch",
+        *launch,
         "--host", gw.host, "--port", str(gw.port),
         "--policy", gw.policy,
         "--discovery-provider", "file", "--discovery-file", gw.discovery_file,
@@ -391,12 +408,6 @@ def launch_args(gw: Gateway, node: MeshNode | None = None) -> list[str]:
         "--shutdown-grace-period-secs", str(gw.shutdown_grace_period_s),
         *mesh,
     ]
-
-
-def secret_args(gw: Gateway) -> list[str]:
-    """Expanded by systemd from the 0600 EnvironmentFile; smg renames its process (`smg::router`)
-    as it starts, so the key is in its arguments only for that moment, and never in a file but that one."""
-    return ["--api-key", f"${{{KEY_VARIABLE}}}"] if gw.api_key is not None else []
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,10 @@ def gateway_auth_header_file(unit: str) -> str:
     return f"{GATEWAY_CONFIG_DIR}/{unit}.auth"
 
 
+def gateway_declared_auth_header_file(unit: str) -> str:
+    return f"{GATEWAY_CONFIG_DIR}/{unit}.auth.declared"
+
+
 def gateway_generation_file(unit: str) -> str:
     return f"{GATEWAY_CONFIG_DIR}/{unit}.generation"
 

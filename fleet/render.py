@@ -14,8 +14,8 @@ from pathlib import Path
 import jinja2
 
 from fleet import floating
-from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args, secret_args
-from fleet.secrets import Secrets
+from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args
+from fleet.secrets import HostSecret, Secrets, server_field
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -138,11 +138,13 @@ def render_unit(spec: ClassSpec, group: str, journal_filter: bool) -> str:
 def render_gateway_unit(gw: Gateway, group: str, node: MeshNode | None = None) -> str:
     q = shlex.quote
     stopped = q(floating.stopped_file(gw.unit)) if gw.floating is not None else ""
-    # what the started smg runs (fleet.gateway.generation), and behind a floating address keepalived's track file
+    # what the started smg runs (fleet.gateway.generation) and the key its host's requests send, and behind a
+    # floating address keepalived's track file
     start_pre = f"mkdir -p {q(floating.RUN_DIR)} && cp {q(gw.generation_file)} {q(gw.running_file)}" + (
+        f" && install -m 0600 {q(gw.declared_auth_header_file)} {q(gw.auth_header_file)}" if gw.api_key else "") + (
         f" && echo 0 > {stopped}" if stopped else "")
     return _env.get_template("smg.service.j2").render(
-        gw=gw, group=group, command=launch_args(gw, node), secret_args=secret_args(gw),
+        gw=gw, group=group, command=launch_args(gw, node),
         env_files=[gw.secret_file] if gw.api_key is not None else [],
         stop_timeout=_seconds(gw.shutdown_grace_period_s + 15),
         start_pre=["/bin/sh", "-c", start_pre], stop_post=["/bin/sh", "-c", f"echo 1 > {stopped}"] if stopped else [],
@@ -164,9 +166,12 @@ def render_keepalived(gw: Gateway, group: str, host: str, members: list[str], in
     )
 
 
+AUTH_PASS = "auth_pass "  # keepalived.conf's word before VRRP's password
+
+
 def render_vrrp_auth(password: str) -> str:
     """The 0600 file keepalived.conf includes in its authentication block (floating.password_problem checked it)."""
-    return f"# Managed by sglang-fleet: VRRP's password (0600, root only).\nauth_pass {password}\n"
+    return f"# Managed by sglang-fleet: VRRP's password (0600, root only).\n{AUTH_PASS}{password}\n"
 
 
 def render_keepalived_dropin() -> str:
@@ -220,10 +225,29 @@ def render_auth_header(spec: ClassSpec, secrets: Secrets) -> str | None:
     return auth_header(secrets.api_key) if spec.service.api_key is not None else None
 
 
+BEARER = "Authorization: Bearer "
+
+
 def auth_header(key: str) -> str:
-    return f"Authorization: Bearer {key}\n"
+    return f"{BEARER}{key}\n"
+
+
+def gateway_secrets(gw: Gateway) -> list[HostSecret]:
+    """Where the deploy leaves each secret of a gateway host (make verify looks for them in every process's
+    arguments there): the key in the header file the deploy's requests send, the VRRP password in its file."""
+    return [*([HostSecret("gateway.api_key", gw.auth_header_file, BEARER)] if gw.api_key is not None else []),
+            *([HostSecret("gateway.floating.password", floating.AUTH_FILE, AUTH_PASS)] if gw.floating else [])]
+
+
+def service_secrets(spec: ClassSpec) -> list[HostSecret]:
+    """Where the deploy leaves each secret of a replica (make verify looks for them in every process's arguments
+    there): the server's in its --config YAML (render_config), the environment's in its EnvironmentFile."""
+    return [*(HostSecret(server_field(flag), spec.config_file, f'{flag}: "', '"')
+              for flag in spec.service.server_secrets),
+            *(HostSecret(f"service.secret_environment.{name}", spec.secret_file, f'{name}="', '"', escaped=True)
+              for name in spec.service.secret_environment)]
 
 
 def render_gateway_secret(key: str) -> str:
-    """smg's 0600 EnvironmentFile: the key its ExecStart expands."""
+    """smg's 0600 EnvironmentFile: the key its launcher reads (fleet.gateway.LAUNCH_WITH_KEY)."""
     return f"{KEY_VARIABLE}={env_quote(key)}\n"

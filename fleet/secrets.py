@@ -8,6 +8,7 @@ other classes deploy. The values live in memory only, until they are written int
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from dataclasses import dataclass, field
@@ -68,13 +69,18 @@ def _read(source: SecretSource, environ: Mapping[str, str], read_file: Callable[
         raise LookupError(f"file {path} cannot be read ({e.strerror or type(e).__name__})") from None
 
 
+def server_field(flag: str) -> str:
+    """The group_data field of a secret server flag (api-key: service.api_key)."""
+    return f"service.{flag.replace('-', '_')}"
+
+
 def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ,
             read_file: Callable[[Path], str] = Path.read_text) -> Secrets:
     """Every secret the spec declares, read now; SecretError naming each field, source and rule
     broken (never a value). where: the group file, for the messages."""
     problems: list[str] = []
     values: dict[str, dict[str, str]] = {"server": {}, "environment": {}, "hub": {}}
-    declared = [("server", flag, f"service.{flag.replace('-', '_')}", source)
+    declared = [("server", flag, server_field(flag), source)
                 for flag, source in spec.service.server_secrets.items()]
     declared += [("environment", name, f"service.secret_environment.{name}", source)
                  for name, source in spec.service.secret_environment.items()]
@@ -134,3 +140,71 @@ def unread(spec: ClassSpec) -> Secrets:
     has, not what they hold (`make verify` runs without the operator's secrets)."""
     return Secrets({flag: "unread" for flag in spec.service.server_secrets},
                    {name: "unread" for name in spec.service.secret_environment})
+
+
+# --- make verify: no secret in any process's arguments, which every local user reads (ps, /proc/PID/cmdline) ---
+
+# Every process of the host: its pid and its arguments (NUL-separated, as the kernel keeps them) in base64, one
+# line each; a process that ended meanwhile gives an empty line, a kernel thread no arguments. Without base64 every
+# line would be empty: the command fails instead.
+ARGUMENTS = ("command -v base64 >/dev/null || exit 127; for d in /proc/[0-9]*; do printf '%s ' \"${d#/proc/}\"; "
+             "base64 -w0 \"$d/cmdline\" 2>/dev/null; echo; done")
+# A value this long shows only where it was put: a shorter one (a VRRP password may be 1 character) counts
+# only as a whole argument or after '=', ':' or a space (--flag=value, user:value, Bearer value)
+DISTINCT = 8
+
+
+@dataclass(frozen=True)
+class HostSecret:
+    """A secret as the deploy left it on its host: the field that declares it, its 0600 file there, and the
+    text around the value on that file's line (escaped: a backslash before each \\, " and $, as env_quote)."""
+
+    name: str  # the operator's word for it: the group_data field, e.g. gateway.api_key
+    path: str
+    before: str
+    after: str = ""
+    escaped: bool = False
+
+    def value(self, text: str) -> str | None:
+        for line in text.splitlines():
+            if line.startswith(self.before) and line.endswith(self.after) and \
+                    len(line) >= len(self.before) + len(self.after):
+                inner = line[len(self.before):len(line) - len(self.after)]
+                return re.sub(r"\\(.)", r"\1", inner) if self.escaped else inner
+        return None
+
+
+def parse_arguments(text: str) -> tuple[dict[int, list[str]], list[str]]:
+    """ARGUMENTS' answer: {pid: arguments}, and what could not be read (a line that is not a pid and base64)."""
+    processes, unreadable = {}, []
+    for n, line in enumerate(text.splitlines(), 1):
+        pid, _, encoded = line.partition(" ")
+        try:
+            if not pid.isdigit() or not pid.isascii():
+                raise ValueError
+            argv = base64.b64decode(encoded, validate=True).decode(errors="replace")
+        except ValueError:
+            unreadable.append(f"line {n} of the process list is not a pid and its arguments in base64")
+            continue
+        processes[int(pid)] = argv.removesuffix("\0").split("\0") if argv else []
+    return processes, unreadable
+
+
+def _shows(value: str, argument: str) -> bool:
+    if len(value) >= DISTINCT:
+        return value in argument
+    return argument == value or argument.endswith(("=" + value, ":" + value, " " + value))
+
+
+def secrets_in_arguments(processes: Mapping[int, list[str]], secrets: Mapping[str, str]) -> list[str]:
+    """Each process whose arguments hold a secret's value, named by its pid and program and the secret by its
+    name: never a value (a program's name that holds one is not shown either)."""
+    problems = []
+    for pid, argv in sorted(processes.items()):
+        program = os.path.basename(argv[0]) if argv and argv[0] else "?"
+        if any(_shows(v, program) for v in secrets.values() if v):
+            program = "its name not shown"
+        found = [name for name, value in secrets.items() if value and any(_shows(value, a) for a in argv)]
+        problems += [f"process {pid} ({program}): its arguments hold {name} (the value is not shown)"
+                     for name in found]
+    return problems

@@ -17,6 +17,7 @@ from pyinfra.api import StringCommand
 from testinfra.backend.base import BaseBackend, CommandResult
 
 from adapter.connection import connector_arguments
+from fleet.secrets import ARGUMENTS, HostSecret, parse_arguments, secrets_in_arguments
 
 
 class CommandDidNotRun(RuntimeError):
@@ -64,3 +65,16 @@ def as_node(host) -> testinfra.host.Host:
     node = testinfra.host.Host(PyinfraBackend(host))
     node.backend.set_host(node)
     return node
+
+
+def secrets_shown(node: testinfra.host.Host, secrets: list[HostSecret]) -> list[str]:
+    """Where the host's processes' arguments hold one of its secrets, read from the 0600 files the deploy left
+    there (make verify runs without the operator's secrets); a secret its file does not hold is named too."""
+    values, problems = {}, []
+    for s in secrets:
+        f = node.file(s.path)
+        values[s.name] = s.value(f.content_string) if f.exists else None
+        if values[s.name] is None:
+            problems.append(f"{s.name}: expected a line '{s.before}...' in {s.path}, found none: not looked for")
+    processes, unreadable = parse_arguments(node.check_output(ARGUMENTS))
+    return problems + unreadable + secrets_in_arguments(processes, {k: v for k, v in values.items() if v})

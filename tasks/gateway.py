@@ -101,7 +101,8 @@ def _converge(report, group_dir: str) -> None:
     if key is not None:
         key_file = secret_file(name=f"Key {gw.secret_file} (0600, not shown)", path=gw.secret_file,
                                content=render_gateway_secret(key))
-        header = secret_file(name=f"Header {gw.auth_header_file} (0600, not shown)", path=gw.auth_header_file,
+        header = secret_file(name=f"Header {gw.declared_auth_header_file} (0600, not shown)",
+                             path=gw.declared_auth_header_file,
                              content=auth_header(key))
     mesh_files = [secret_file(name=f"Mesh TLS {path} (0600, not shown)", path=path, content=text)
                   for path, text in mesh_tls.items()]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fleet.gateway import (
+    KEY_VARIABLE,
+    LAUNCH_WITH_KEY,
     Gateway,
     Replica,
     check_routes,
@@ -115,15 +119,44 @@ def test_routed_until_draining_or_gone():
     assert not routed({"u": "draining"}, "u") and not routed({}, "u")
 
 
-def test_unit_keeps_the_key_out_of_files_and_names_the_discovery_file():
+def test_unit_keeps_the_key_out_of_files_and_arguments_and_names_the_discovery_file():
     gw = Gateway(routes=["pro6000"], api_key={"env": "GW_KEY"})
     unit = render_gateway_unit(gw, "gateway")
-    assert "EnvironmentFile=/etc/smg/smg.secret" in unit and "--api-key ${SMG_API_KEY}" in unit
+    assert "EnvironmentFile=/etc/smg/smg.secret" in unit and "--api-key" not in unit and "${" not in unit
     assert "--discovery-provider file --discovery-file /etc/smg/smg-workers.json" in unit
     assert "KillMode=mixed" in unit
+    assert launch_args(gw)[:3] == ["/opt/smg/venv/bin/python", "-c", LAUNCH_WITH_KEY]
+    # the header the host's own requests send follows the key smg started with (a peer in a group's turns)
+    assert "&& install -m 0600 /etc/smg/smg.auth.declared /etc/smg/smg.auth" in unit.split("ExecStartPre=")[1]
     open_gw = render_gateway_unit(Gateway(routes=["pro6000"]), "gateway")
-    assert "--api-key" not in open_gw and "EnvironmentFile" not in open_gw
-    assert launch_args(gw)[:2] == ["/opt/smg/venv/bin/smg", "launch"]
+    assert "--api-key" not in open_gw and "EnvironmentFile" not in open_gw and "smg.auth" not in open_gw
+    assert launch_args(Gateway(routes=["pro6000"]))[:2] == ["/opt/smg/venv/bin/smg", "launch"]
+
+
+# smg 1.13.0's own entry points, as LAUNCH_WITH_KEY calls them: what they were given, and the process's arguments
+STUB_SMG = """import json, os, sys
+def parse_router_args(argv):
+    return type("RouterArgs", (), {"argv": argv, "api_key": None})()
+def launch_router(args):
+    with open(os.environ["SEEN"], "w") as f:
+        json.dump({"argv": args.argv, "api_key": args.api_key, "environment": os.environ.get("SMG_API_KEY"),
+                   "cmdline": open("/proc/self/cmdline").read().split(chr(0))}, f)
+"""
+
+
+def test_the_launcher_gives_smg_its_key_from_the_environment_never_in_an_argument(tmp_path):
+    (tmp_path / "smg").mkdir()
+    (tmp_path / "smg/__init__.py").write_text("")
+    (tmp_path / "smg/launch_router.py").write_text(STUB_SMG)
+    key = "sk-Launch0123456789"
+    argv = launch_args(Gateway(routes=["pro6000"], api_key={"env": "GW_KEY"}))
+    seen = tmp_path / "seen.json"
+    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60,
+                   env={"PYTHONPATH": str(tmp_path), "SEEN": str(seen), KEY_VARIABLE: key})
+    got = json.loads(seen.read_text())
+    assert got["argv"] == argv[3:] and got["api_key"] == key
+    assert got["environment"] is None  # taken out: no child of smg inherits it
+    assert not [a for a in got["cmdline"] if key in a]
 
 
 def test_parse_gateway_host():

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.gateway import KEY_VARIABLE, Gateway, launch_args
+from fleet.gateway import Gateway, launch_args
 from fleet.groupdata import SpecError, validate_class, validate_gateway
 from fleet.render import render_env, render_gateway_unit, render_unit, server_argv
 from fleet.spec import ClassSpec
@@ -334,13 +334,14 @@ def gateway_rendered_as_declared(gw: Gateway) -> str:
                       + [("Service", "EnvironmentFile")] * (gw.api_key is not None))
     assert sorted((s, k) for s, k, _ in found) == expected, found
     value = {(s, k): v for s, k, v in found}
+    header = f" && install -m 0600 {shlex.quote(gw.declared_auth_header_file)} {shlex.quote(gw.auth_header_file)}" \
+        if gw.api_key is not None else ""
     assert systemd_split(value[("Service", "ExecStartPre")], {}) == [
         "/bin/sh", "-c", f"mkdir -p /run/sglang-fleet && cp {shlex.quote(gw.generation_file)} "
-                         f"{shlex.quote(gw.running_file)}"]
+                         f"{shlex.quote(gw.running_file)}{header}"]
     assert value[("Unit", "Description")].replace("%%", "%") == \
         f"SGLang model gateway (smg {gw.version}) for {', '.join(gw.routes)}"
-    key = ["--api-key", SECRET] if gw.api_key is not None else []
-    assert systemd_split(value[("Service", "ExecStart")], {KEY_VARIABLE: SECRET}) == launch_args(gw) + key
+    assert systemd_split(value[("Service", "ExecStart")], {}) == launch_args(gw)  # nothing expanded: no key
     return unit
 
 
@@ -352,7 +353,8 @@ def test_a_hostile_string_in_a_gateway_field_is_refused_or_rendered_safely(field
     named = field == "gateway.unit"
     install = tmp_path / "smg"
     (install / "venv/bin").mkdir(parents=True)
-    (install / "venv/bin/smg").symlink_to(sys.executable)
+    for program in ("smg", "python"):  # with gateway.api_key, its launcher runs the venv's python
+        (install / "venv/bin" / program).symlink_to(sys.executable)
     units = Units()
 
     @PROFILE
@@ -383,7 +385,8 @@ def test_a_hostile_install_dir_is_refused_or_rendered_safely(tmp_path):
             refused(e.problems, "gateway.install_dir")
             return
         os.makedirs(f"{install}/venv/bin")
-        os.symlink(sys.executable, f"{install}/venv/bin/smg")
+        for program in ("smg", "python"):
+            os.symlink(sys.executable, f"{install}/venv/bin/{program}")
         units.add(None, gateway_rendered_as_declared(gw))
 
     check()

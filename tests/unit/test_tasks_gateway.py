@@ -101,7 +101,7 @@ def test_a_new_gateway_host_gets_smg_its_unit_key_and_discovery_file_then_a_rest
     assert ops.names() == [
         "smg 1.13.0's wheels, from the controller's cache", "Install smg 1.13.0 (pip --no-index)", "Unit " + gw.unit_file,
         "smg's configuration directory", f"Key {gw.secret_file} (0600, not shown)",
-        f"Header {gw.auth_header_file} (0600, not shown)",
+        f"Header {gw.declared_auth_header_file} (0600, not shown)",
         f"Discovery file {gw.discovery_file} (every replica of pro6000)",
         f"Generation {gw.generation_file} (what a restarted smg runs)", "systemctl daemon-reload (the unit changed)",
         "Enable smg.service", "Restart smg.service (it does not run what its files say)",
@@ -141,6 +141,27 @@ def test_a_replica_another_run_drained_stays_out_of_the_discovery_file_a_deploy_
     assert f"Discovery file {gw.discovery_file} (every replica of pro6000, r1 kept out (drained))" in ops.names()
     (sync,) = [kw for _, kw in ops.queued if kw.get("name", "").startswith("Discovery file")]
     assert sync["commands"] == [drains.command(gw.python, gw.unit, gw.discovery_file, r1, drains.SYNC)]
+
+
+@pytest.mark.parametrize("key_file_written", [False, True])
+def test_a_new_key_restarts_smg_although_its_unit_is_the_same(group_dir, monkeypatch, key_file_written):
+    """The key is in no argument: the unit stays the same and the generation (which reads the key file) tells.
+    Written: a lost run wrote the new key file, not its restart."""
+    gw = load_gateways(group_dir, load_class_specs(group_dir))["gw"]
+    cached(gw)
+    old = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(KEY), gw.version)
+    new_key = "sk-Rotated9876543210"
+    monkeypatch.setenv("SGLANG_FLEET_GATEWAY_KEY", new_key)
+    ops = Ops(monkeypatch, unchanged={"files.put", *(("secret_file",) if key_file_written else ())})
+    listed = discovery_file([Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000")], set())
+    running = gw_host("3.11", "x86_64", "1.13.0", active="active", running=old, generation=old, ready=True)
+    row = converging(group_dir, running, discovery_sha1=sha1(listed))
+    assert "Restart smg.service (it does not run what its files say)" in ops.names(), ops.names()
+    assert row.action.endswith("restart") and ("update key" in row.action) != key_file_written, row.action
+    new = generation(render_gateway_unit(gw, "gw"), render_gateway_secret(new_key), gw.version)
+    written = [kw["commands"][0] for kind, kw in ops.queued if kw["name"].startswith("Generation")]
+    assert written == [write_command(gw.generation_file, new + "\n")]
+    assert KEY not in render_gateway_unit(gw, "gw") and new_key not in render_gateway_unit(gw, "gw")
 
 
 @pytest.mark.parametrize("read, why", [

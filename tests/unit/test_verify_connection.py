@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from pyinfra.api import Config, Inventory, State
 
-from ops.verify_backend import CommandDidNotRun, as_node
+from fleet.render import BEARER, auth_header
+from fleet.secrets import HostSecret
+from ops.verify_backend import CommandDidNotRun, as_node, secrets_shown
 
 REPO = Path(__file__).resolve().parents[2]
 INJECTED = "ProxyCommand touch {}"
@@ -109,6 +111,26 @@ def test_testinfra_modules_read_a_file_as_it_is(tmp_path):
     assert (got.exists, got.content_string, f"{got.mode:o}") == (True, "[Unit]\n\nDescription=x\n", "640")
     assert not node.file(str(tmp_path / "absent")).exists
     assert node.check_output("printf 'a\\0b\\0'").split("\0") == ["a", "b", ""]  # as /proc/PID/cmdline
+
+
+def test_a_secret_in_a_process_arguments_is_found_from_the_file_the_deploy_left(tmp_path):
+    """The value read from the host's own file (verify has no secret of the operator's); a file that does not hold
+    its secret is said, never passed over."""
+    key = f"sk-Verify{os.getpid()}0123456789"
+    (tmp_path / "auth").write_text(auth_header(key))
+    secrets = [HostSecret("gateway.api_key", str(tmp_path / "auth"), BEARER),
+               HostSecret("gateway.floating.password", str(tmp_path / "absent"), "auth_pass ")]
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--api-key={key}"])
+    try:
+        shown = secrets_shown(_local(), secrets)
+    finally:
+        p.kill()
+        p.wait()
+    assert shown == [f"gateway.floating.password: expected a line 'auth_pass ...' in {tmp_path}/absent, found none: "
+                     "not looked for",
+                     f"process {p.pid} ({Path(sys.executable).name}): its arguments hold gateway.api_key (the value is "
+                     "not shown)"]
+    assert secrets_shown(_local(), secrets[:1]) == []  # that process gone
 
 
 def test_a_command_cut_short_fails_naming_the_host_and_the_command():

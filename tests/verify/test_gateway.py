@@ -1,5 +1,5 @@
 """The gateway host: smg serves, every declared replica is `ready` in it, and it routes a chat
-completion with the clients' key and refuses one without it."""
+completion with the clients' key and refuses one without it; no process there shows a secret in its arguments."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import shlex
 
 from fleet.gate import CURL
 from fleet.gateway import READY, parse_workers
+from fleet.render import gateway_secrets
+from ops.verify_backend import secrets_shown
 
 
 def _curl(node, gateway, path: str, key: bool = True, body: dict | None = None) -> tuple[int, str]:
@@ -63,3 +65,9 @@ def test_without_the_key_as_declared(gw_node, gateway):
     code, _ = _curl(gw_node, gateway, "/v1/chat/completions", key=False, body=_chat(gateway))
     expected = 401 if gateway.gw.api_key is not None else 200
     assert code == expected, f"a chat completion without the key: the gateway answered {code}, expected {expected}"
+
+
+def test_no_secret_in_any_process_arguments(gw_node, gateway):
+    """Every local user reads them (ps, /proc/PID/cmdline): smg's key and the VRRP password stay in 0600 files."""
+    shown = secrets_shown(gw_node, gateway_secrets(gateway.gw))
+    assert not shown, "\n".join(shown)

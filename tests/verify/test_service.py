@@ -15,10 +15,11 @@ from fleet.hub import MANIFEST, verify_command
 from fleet.gate import CURL, auth_option, url
 from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
 from fleet.plan import workload_of
-from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv
+from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv, service_secrets
 from fleet.rollout import OWNER, desired_files
 from fleet.secrets import unread
 from fleet.spec import SECRET_FLAGS
+from ops.verify_backend import secrets_shown
 
 
 def _curl(node, target, path: str, key: bool = True) -> tuple[int, str]:
@@ -88,6 +89,12 @@ def test_no_secret_in_the_server_arguments(node, target):
     argv = _server_argv(node, target.spec)
     found = [a for a in argv if a.split("=", 1)[0] in SECRET_FLAGS]
     assert not found, f"the server's arguments carry {', '.join(found)}"
+
+
+def test_no_secret_in_any_process_arguments(node, target):
+    """Not the server's only: any process of the host (a hand-run curl with the key, a helper given a token)."""
+    shown = secrets_shown(node, service_secrets(target.spec))
+    assert not shown, "\n".join(shown)
 
 
 def test_declared_workloads_stopped(node, target):
