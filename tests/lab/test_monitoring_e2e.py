@@ -192,7 +192,7 @@ def test_without_the_password_no_one_makes_a_silence_and_no_process_shows_a_secr
     verify = subprocess.run([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider",
                              str(REPO / "tests/verify/test_monitoring.py"), "--inventory", str(lab.inventory)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert verify.returncode == 0 and "3 passed" in verify.stdout, verify.stdout[-3000:]  # make verify, authenticated
+    assert verify.returncode == 0 and "4 passed" in verify.stdout, verify.stdout[-3000:]  # make verify, authenticated
 
 
 def test_with_tls_declared_both_answer_https_only_and_every_call_of_the_deploy_still_reaches_them(mon, tmp_path):

@@ -7,7 +7,9 @@ import json
 import shlex
 import time
 
-from fleet.monitoring import AUTH_CURL, SECRET_OWNERS, UNITS, is_ready, ready_command
+from fleet.monitoring import AUTH_CURL, PASSWORD_FILE, SECRET_OWNERS, UNITS, is_ready, ready_command
+from fleet.secrets import HostSecret
+from ops.verify_backend import secrets_shown
 
 
 def test_prometheus_and_alertmanager_enabled_active_and_ready(mon_node, monitor):
@@ -39,3 +41,8 @@ def test_the_password_files_are_0600_and_their_owners(mon_node):
     reads them (and so cannot create a silence)."""
     found = {path: (oct(f.mode), f.user) for path in SECRET_OWNERS if (f := mon_node.file(path)).exists}
     assert found == {path: (oct(0o600), owner) for path, owner in SECRET_OWNERS.items()}
+
+
+def test_no_process_shows_the_monitoring_password(mon_node):
+    """Read back from Prometheus' 0600 password file; looked for in every process's arguments there."""
+    assert secrets_shown(mon_node, [HostSecret("monitoring.password", PASSWORD_FILE, "")]) == []
