@@ -306,6 +306,8 @@ class TuneMark:
     since: int
     by: str
     candidate: str
+    owner: str = ""  # the make tune that made it (its drain's owner, fleet/drains.py); '' for one of before
+    until: int = 0  # while the tune goes on: its lease (renewed by each candidate), 0 once it stopped or unknown
 
 
 MARK_SINCE_MAX = 1 << 40  # seconds since 1970 (the year 36812), as in pending.json: any later one is no time
@@ -326,8 +328,26 @@ def read_mark(text: str | None) -> TuneMark | None:
                              f"found {excerpt(json.dumps(since), 40)}")
     except Unreadable as e:
         return TuneMark(0, "?", f"unreadable {e}")
-    return TuneMark(since, clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200))
+    until = data.get("until")
+    return TuneMark(since, clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200),
+                    clipped(str(data.get("owner", "")), 256),
+                    until if type(until) is int and 0 <= until < MARK_SINCE_MAX else 0)
 
 
-def mark(since: int, by: str, c: Candidate) -> dict:
-    return {"since": since, "by": by, "candidate": c.describe()}
+def mark(since: int, by: str, c: Candidate, owner: tuple[str, float] | None = None) -> dict:
+    """tune.json; with the tune's owner and lease (drains.requested_owner), a mark no other run takes over until."""
+    lease = {"owner": owner[0], "until": since + int(owner[1])} if owner else {}
+    return {"since": since, "by": by, "candidate": c.describe(), **lease}
+
+
+def under_way(m: TuneMark | None, now: float, owner: str | None) -> str | None:
+    """Why a run may not touch the host: a make tune other than `owner` (this run's, if a tune's) measures it now,
+    its lease running; None if none does (a mark of a tune stopped or cut off is returned by the run)."""
+    if m is None or m.until <= now or (owner is not None and owner == m.owner):
+        return None
+    return (f"expected no make tune under way, found {m.owner or m.by} measuring candidate {m.candidate} (its lease "
+            f"{m.until - now:.0f}s more): the host is left as it is; wait for the tune, or stop it (Ctrl-C), then "
+            "make deploy")
+
+
+LAPSE = "sed -i 's/\"until\": [0-9]*/\"until\": 0/'"  # a stopped tune's mark: any run returns the host now

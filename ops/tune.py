@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -163,8 +164,8 @@ class Tuner:
         argv = [PYINFRA, "-y", "--limit", self.name]
         if candidate is not None:
             argv += ["--data", f"{tune.TUNE_DATA}={json.dumps(candidate.to_json())}"]
-        if self.gateway is not None:  # the host's drain is the tune's, from its first candidate to its return
-            argv += ["--data", f"{drains.OWNER_DATA}={json.dumps(self.drain_owner())}"]
+        # the host is the tune's, from its first candidate to its return: its mark's lease, its drain behind smg
+        argv += ["--data", f"{drains.OWNER_DATA}={json.dumps(self.drain_owner())}"]
         argv += [self.inventory, "deploy.py"]
         log = open(self.log_path, "a")
         log.write(f"\n$ {' '.join(argv)}\n")
@@ -179,15 +180,22 @@ class Tuner:
         return rc, _summary_row(self.log_path, self.name)
 
     def drain_owner(self) -> dict:
-        """Its drain on the gateway host: this tune's, for one candidate's deploy and measuring (renewed by each):
-        a make deploy meanwhile leaves the host out and untouched; once the tune is gone, its lease lapses."""
+        """The host this tune's, for one candidate's deploy and measuring (renewed by each): its tune mark's lease and
+        its drain on the gateway; a make deploy meanwhile refuses it and leaves it out; once the tune is gone, its
+        lease lapses (a stopped tune ends it: release())."""
         measuring = self.spec.tune.level_timeout_s * len(self.spec.tune.concurrency)
+        through = self.gw_spec.rolling if self.gateway is not None else None
         return {"owner": f"make tune of {self.name} (pid {os.getpid()} on {socket.gethostname()})",
-                "lease_s": round(bounds.turn_s(self.spec, self.gw_spec.rolling) + measuring + bounds.MARGIN_S)}
+                "lease_s": round(bounds.turn_s(self.spec, through) + measuring + bounds.MARGIN_S)}
 
-    def release_drain(self) -> None:
-        """Interrupted: its drain left to the next run (the host stays out of smg, serving a candidate, until a make
-        deploy or make tune returns it); where that fails, the drain lapses with its lease."""
+    def release(self) -> None:
+        """Interrupted: the host left to the next run, which returns it to its declared spec: its tune mark's lease
+        ended, and behind smg its drain released (it stays out, serving a candidate, until that run takes it over);
+        where that fails, both lapse with their lease."""
+        ok, out = self.fleet.run(self.host, f"{tune.LAPSE} {shlex.quote(self.spec.tune_file)}", bounds.MARGIN_S)
+        if not ok:
+            say(f"{self.name}: its tune mark's lease not ended ({excerpt(out)}): a make deploy returns it once it "
+                "has passed")
         if self.gateway is None:
             return
         command = drains.command(self.gw_spec.python, self.gw_spec.unit, self.gw_spec.discovery_file,
@@ -301,7 +309,7 @@ class Tuner:
         except KeyboardInterrupt:
             if getattr(self, "child", None) is not None:
                 self.child.wait()  # it had the Ctrl-C too: let it say where the host is
-            self.release_drain()
+            self.release()
             say(f"\ninterrupted: {self.name} keeps its tune mark; the next make deploy (or make tune) returns it "
                 "to its declared spec" + (f" and into gateway {self.gateway.name}" if self.gateway else ""))
             self.write(results, started, finished=False)

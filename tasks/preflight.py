@@ -13,9 +13,9 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet.drains import requested_owner
 from fleet import hosts
 from fleet import bounds, guards, lock, tune
+from fleet.drains import requested_owner
 from fleet.groupdata import SpecError, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
@@ -125,6 +125,10 @@ def _check(report, group_dir: str) -> Preflight | None:
     for warning in guards.drain_warnings(host.name, spec, facts):
         _warn(report, warning)
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
+    own = requested_owner(host.inventory.get_override_data())
+    tuning = tune.under_way(tune.read_mark(facts.deployed.tune), time.time(), own[0] if own else None)
+    if tuning:
+        violations.append(f"{host.name}: make tune: {tuning}")
     held = lock.judge(facts.deployed.lock, spec.lock_file, time.time(), lock.stale_after(spec))
     if not held.free_to_take:
         violations.append(f"{host.name}: deploy lock: expected no other deploy, found {held.message}")

@@ -157,6 +157,10 @@ def test_two_classes_behind_one_gateway_change_in_one_run_and_no_replica_is_list
     assert {m["value"] for s in made for m in s["matchers"] if m["name"] == "host"} >= set(PRO + A6K)
 
 
+def limits(*hosts: str) -> list[str]:
+    return [a for h in hosts for a in ("--limit", h)]
+
+
 def workers(lab) -> dict[str, str]:
     """smg's /workers on gw-1: url -> status."""
     return parse_workers(sh(lab, "gw-1", f"curl -s --max-time 5 -H @{gateway_auth_header_file('smg')} "
@@ -172,8 +176,8 @@ def test_one_model_on_two_classes_never_loses_its_last_replica_when_both_change_
                   a6000=a6000(m["endpoint"], m["target"], m["draft"], f"{change}\n{same}"), gateway=GATEWAY,
                   monitoring=MONITORING)
     # one replica of the model each: a6000-1 first serves it (an earlier run), then the others stop
-    first = deploy(lab, cwd, "--limit", "a6000-1,gw-1,mon-1", env=ENV)
-    assert first.returncode == 0, first.out[-6000:]
+    first = deploy(lab, cwd, *limits("a6000-1", "gw-1", "mon-1"), env=ENV)
+    assert first.returncode == 0 and " OK " in summary_row(first.out, "a6000-1"), first.out[-6000:]
     for h in ("pro6000-2", "pro6000-3", "a6000-2"):
         sh(lab, h, "systemctl stop sglang.service")
     url = f"http://{lab.host('gw-1').ip}:8000"
@@ -186,7 +190,7 @@ def test_one_model_on_two_classes_never_loses_its_last_replica_when_both_change_
                   monitoring=MONITORING)
     with Load(url, model, KEY, concurrency=4, max_tokens=32) as load:
         load.wait_completed(8, 120)
-        run = deploy(lab, cwd, "--limit", "pro6000-1,a6000-1,gw-1,mon-1", env=ENV)
+        run = deploy(lab, cwd, *limits("pro6000-1", "a6000-1", "gw-1", "mon-1"), env=ENV)
     assert run.returncode == 0, run.out[-6000:]
     for h in ("pro6000-1", "a6000-1"):
         assert " OK " in summary_row(run.out, h), run.out

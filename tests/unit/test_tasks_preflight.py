@@ -5,6 +5,8 @@ the warnings; and make rollback's target read from the host's backup sets."""
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -15,6 +17,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
+from fleet import drains, tune
 from fleet import bounds
 from fleet.history import Backup, History
 from fleet.lock import LockFacts
@@ -66,6 +69,23 @@ def test_a_converged_host_is_ok_with_nothing_to_do_from_one_snapshot(checking):
     assert (row.gpu_class, row.verdict, row.action, row.reasons, queued) == (
         "pro6000", "OK", "none (already as declared)", [], [])
     assert row.gpus == "1x NVIDIA RTX PRO 6000 Blackwell Workstation Edition at 18:00.0"
+
+
+def test_a_host_a_make_tune_measures_is_refused_untouched_but_by_the_tunes_own_runs(checking):
+    """A make deploy meanwhile: nothing of the host taken (no lock, no restart); the tune's candidates and return go."""
+    owner = ("make tune of h (pid 7 on c)", 900.0)
+    now = int(Clock().time())
+    measured = converged(SPEC)
+    measured = replace(measured, deployed=replace(measured.deployed, tune=json.dumps(
+        tune.mark(now, "root@c", tune.Candidate(8), owner))))
+    pf, row, _, _, _ = checking(measured)
+    assert pf is None and row.verdict == "REFUSED"
+    assert row.reasons == [f"h: make tune: expected no make tune under way, found {owner[0]} measuring candidate "
+                           "block size 8 (its lease 900s more): the host is left as it is; wait for the tune, or stop "
+                           "it (Ctrl-C), then make deploy"]
+    own = {drains.OWNER_DATA: json.dumps({"owner": owner[0], "lease_s": owner[1]})}
+    pf, row, _, _, _ = checking(measured, override=own)
+    assert pf is not None and row.verdict != "REFUSED"
 
 
 def with_contents(facts, spec=SPEC):

@@ -891,7 +891,7 @@ class Scripted:
         self.levels = dict(levels or {})  # block size -> levels, or an exception
         self.peer, self.released = None, []
         t.deploy, t.measure, t.status = self.deploy, self.measure, self.status
-        t.release_drain = lambda: self.released.append(t.name)
+        t.release = lambda: self.released.append(t.name)
         t._peer_problem, t.source, t._api_key = lambda: self.peer, lambda: "SGLang on h1's GPUs", lambda: None
 
     def deploy(self, c):
@@ -1006,23 +1006,38 @@ def test_an_interrupt_in_a_deploy_behind_a_gateway_says_the_gateway(here, capsys
     assert "to its declared spec and into gateway gw1" in capsys.readouterr().out
 
 
-def test_an_interrupted_tune_leaves_its_drain_to_the_next_run_on_every_gateway(capsys):
+def test_an_interrupted_tune_ends_its_marks_lease_and_leaves_its_drain_to_the_next_run(capsys):
     sent = []
     t = object.__new__(TUNER)
-    t.name, t.spec = "h1", dflash(16, concurrency=[1])
+    t.name, t.spec, t.host = "h1", dflash(16, concurrency=[1]), SimpleNamespace(name="h1")
     t.gw_spec = SimpleNamespace(python="/usr/bin/python3", unit="smg", discovery_file="/etc/smg/smg-workers.json",
                                 rolling=None)
     t.gateway = SimpleNamespace(hosts=[SimpleNamespace(name="gw-1"), SimpleNamespace(name="gw-2")],
                                 replicas=[ME, PEER])
     t.fleet = SimpleNamespace(run=lambda h, command, timeout_s: sent.append((h.name, command)) or (
-        (True, "@@result=ok\n\n") if h.name == "gw-1" else (False, "cannot connect")))
-    TUNER.release_drain(t)
-    assert [h for h, _ in sent] == ["gw-1", "gw-2"]
-    request = json.loads(shlex.split(sent[0][1])[-1])
+        (True, "@@result=ok\n\n") if h.name != "gw-2" else (False, "cannot connect")))
+    TUNER.release(t)
+    assert [h for h, _ in sent] == ["h1", "gw-1", "gw-2"]
+    assert sent[0][1] == f"{tune.LAPSE} {t.spec.tune_file}"
+    request = json.loads(shlex.split(sent[1][1])[-1])
     assert (request["op"], request["replica"], request["owner"]) == ("release", "h1", t.drain_owner()["owner"])
     assert [w["id"] for w in request["workers"]] == [ME.host, PEER.host]
     assert "gw-2: h1's drain not released ('cannot connect'): a make deploy takes it over once its lease has passed" \
         in capsys.readouterr().out
+
+
+def test_a_tune_mark_with_a_lease_keeps_other_runs_off_the_host_until_it_ends():
+    owner = ("make tune of h1 (pid 7 on c)", 900.0)
+    m = tune.read_mark(json.dumps(tune.mark(1000, "root@c", Candidate(8), owner)))
+    assert (m.owner, m.until) == (owner[0], 1900)
+    why = tune.under_way(m, 1000.0, None)
+    assert why.startswith("expected no make tune under way, found make tune of h1 (pid 7 on c) measuring candidate "
+                          "block size 8 (its lease 900s more)")
+    assert tune.under_way(m, 1000.0, owner[0]) is None  # the tune's own runs: its candidates and its return
+    assert tune.under_way(m, 1900.0, None) is None  # lapsed: a killed tune's host is returned by the next run
+    assert tune.under_way(tune.read_mark(json.dumps(tune.mark(1000, "root@c", Candidate(8)))), 0, None) is None
+    for until in ("soon", -1, 1 << 41, 1.5):
+        assert tune.read_mark(json.dumps({**tune.mark(1000, "r", Candidate(8), owner), "until": until})).until == 0
 
 
 def test_a_failed_return_keeps_the_figures_and_refuses_with_the_log(here, capsys, monkeypatch):
@@ -1263,22 +1278,24 @@ def test_a_deploy_is_one_pyinfra_run_on_the_host_its_output_in_the_log(here, mon
     calls = stand_in_pyinfra(here, monkeypatch, "FAILED (rolled back)", "smoke test failed: HTTP 500", rc=1)
     t = object.__new__(TUNER)
     t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", None
+    t.spec, t.drain_owner = SPEC, lambda: {"owner": "make tune of h1", "lease_s": 900}
     t.log_path.write_text("")
     assert TUNER.deploy(t, Candidate(8, 32)) == (
         1, "h1 pro6000 restart FAILED (rolled back) - smoke test failed: HTTP 500")
     assert TUNER.deploy(t, None)[0] == 1
+    owner = f'--data {drains.OWNER_DATA}={{"owner": "make tune of h1", "lease_s": 900}}'
     assert calls.read_text().splitlines() == [
-        '-y --limit h1 --data sglang_fleet_tune={"block_size": 8, "tree_budget": 32} inventory.py deploy.py',
-        "-y --limit h1 inventory.py deploy.py"]
+        f'-y --limit h1 --data sglang_fleet_tune={{"block_size": 8, "tree_budget": 32}} {owner} inventory.py deploy.py',
+        f"-y --limit h1 {owner} inventory.py deploy.py"]
     log = t.log_path.read_text()
     assert log.startswith(f"\n$ {here / 'pyinfra'} -y --limit h1 --data sglang_fleet_tune=") and log.count("\n$ ") == 2
     assert t.child.returncode == 1
     # the --data is what the deploy's own preflight reads back
-    data = calls.read_text().splitlines()[0].split("--data ")[1].split(" inventory.py")[0]
+    data = calls.read_text().splitlines()[0].split("--data ")[1].split(" --data")[0]
     assert tune.requested({tune.TUNE_DATA: data.split("=", 1)[1]}) == Candidate(8, 32)
 
 
-def test_behind_a_gateway_every_run_of_the_tune_owns_the_hosts_drain_for_a_candidates_time(here, monkeypatch):
+def test_every_run_of_the_tune_owns_the_host_for_a_candidates_time(here, monkeypatch):
     calls = stand_in_pyinfra(here, monkeypatch, "OK", "", rc=0)
     t = object.__new__(TUNER)
     t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", SimpleNamespace(name="gw")
@@ -1638,7 +1655,7 @@ def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys
     waits = iter([None, None, 0])  # two progress intervals pass, then it ends
     monkeypatch.setattr(ops_tune, "_wait", lambda child, seconds: (child.wait(), next(waits))[1])
     t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", None
+    t.name, t.inventory, t.log_path, t.gateway, t.spec = "h1", "inventory.py", here / "tune.log", None, SPEC
     t.log_path.write_text("[h1] restart sglang.service: waiting for /health: 30s of 1200s\n")
     assert TUNER.deploy(t, Candidate(8))[0] == 0
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  deploying, ")]
