@@ -15,12 +15,14 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from fleet import floating as floating_lib
+from fleet.layout import gateway_discovery_file
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import (BIN, FAILOVER_S, GATEWAY_FAULTS, Run, deploy, gateway_fault, health, main_pid, records, sh,
                            summary_row)
@@ -143,6 +145,46 @@ def test_tune_cut_off_mid_candidate_then_make_deploy_returns_the_host(gw_lab, tm
     run = deploy(lab, cwd, "--limit", TUNE_HOST, env=ENV)
     assert run.returncode == 0, run.out
     assert "return from make tune" in summary_row(run.out, TUNE_HOST), run.out
+    _on_its_spec(lab, cwd)
+    assert ready_now(lab) == 3
+
+
+def test_a_make_deploy_while_make_tune_measures_leaves_the_candidate_out_and_untouched(gw_lab, tmp_path):
+    """Another operator's make deploy of the whole inventory while the tune measures its first candidate: the tuned
+    host is refused at its preflight (the tune's mark and lease: no lock taken, no restart), its gateway steps keep
+    it out of smg (its drain on both gateways), and the tune ends as it would have, every level measured whole."""
+    lab = gw_lab
+    cwd = workdir(lab, tmp_path, pro6000=TUNE)
+    _declared(lab, cwd)
+    p = subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000", "--host",
+                          TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(p.stdout), daemon=True)
+    reader.start()
+    try:
+        wait("the tune measuring its first candidate", lambda: p.poll() is not None or any(
+            "measuring" in line for line in said), 300)
+        assert p.poll() is None, "".join(said)
+        pid = main_pid(lab, TUNE_HOST)
+        run = deploy(lab, cwd, env=ENV)
+        listed = {g: sh(lab, g, f"cat {gateway_discovery_file('smg')}") for g in GATEWAYS}
+        assert main_pid(lab, TUNE_HOST) == pid  # not restarted
+        assert p.wait(timeout=600) == 0, "".join(said)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGINT)
+            p.wait(timeout=120)
+    reader.join(timeout=30)
+    row = summary_row(run.out, TUNE_HOST)
+    assert "REFUSED" in row and f"make tune of {TUNE_HOST}" in run.out, run.out[-6000:]
+    assert all(lab.host(TUNE_HOST).ip not in text for text in listed.values()), listed  # kept out on both
+    rec = json.loads((cwd / "tuning" / "pro6000.json").read_text())
+    assert [c["candidate"]["block_size"] for c in rec["candidates"]] == [4, 8] and rec["finished"]
+    for c in rec["candidates"]:
+        assert c["deployed"] and all(lv["failed"] == 0 and lv["requests"] == max(lv["concurrency"], 16)
+                                     for lv in c["levels"]), c
     _on_its_spec(lab, cwd)
     assert ready_now(lab) == 3
 
