@@ -4,6 +4,7 @@ network namespace on a private bridge, described by a TOML lab file.
     .venv/bin/python -m lab.lab up [--lab lab/default.toml]
     .venv/bin/python -m lab.lab status [--lab FILE]
     .venv/bin/python -m lab.lab link HOST down|up [--lab FILE]     # a link that drops silently, and its return
+    .venv/bin/python -m lab.lab cut HOST off|on [--lab FILE]       # cut off with its carrier kept, and healed
     .venv/bin/python -m lab.lab throttle HOST KBIT|off [--lab FILE]  # a slow link out of a host (a mirror's)
     .venv/bin/python -m lab.lab down [--lab FILE | --all]
 
@@ -347,6 +348,10 @@ class Lab:
     def link(self, name: str, up: bool) -> float:
         """Drop host `name`'s link silently (up=False) or bring it back: see link()."""
         return link(name, up, self.name)
+
+    def cut(self, name: str, off: bool) -> float:
+        """Cut host `name` off with its carrier kept (off=True) or heal it: see cut()."""
+        return cut(name, off, self.name)
 
     def power(self, name: str, on: bool) -> float:
         """Cut host `name`'s power (on=False) or boot it again: see power()."""
@@ -1084,6 +1089,26 @@ def link(name: str, up: bool, lab: str | None = None) -> float:
     return time.time()
 
 
+# The bridge port's states (the kernel's BR_STATE_*): settable by hand on a bridge without STP, as the lab's are
+PORT_DISABLED, PORT_FORWARDING = 0, 3
+
+
+def cut_command(veth: str, off: bool) -> list[str]:
+    """The bridge port of a host's veth stopping forwarding (off) or forwarding again."""
+    return ["bridge", "link", "set", "dev", veth, "state", str(PORT_DISABLED if off else PORT_FORWARDING)]
+
+
+def cut(name: str, off: bool, lab: str | None = None) -> float:
+    """Cut a host off the lab's network with its carrier kept (off), or heal it: its port on the bridge stops
+    forwarding, as a switch port or an uplink that fails while the NIC's link stays up. Unlike link(), its eth0
+    stays up, so nothing on the host sees the cut (keepalived goes on holding what it holds); frames it sends are
+    dropped and none reach it. The lab's down and a power cycle (a new veth) heal it, as does link() down and up
+    (the port follows its carrier). Returns when the port changed: time.time() once the kernel did it."""
+    _, host = _running_host(name, lab)
+    run(*cut_command(host["veth"], off))
+    return time.time()
+
+
 def power(name: str, on: bool, lab: str | None = None) -> float:
     """Cut a host's power (off) or boot it again (on). Off: its nspawn and every process of it killed at once
     (SIGKILL: nothing shuts down, nothing is given away), and its network namespace gone with whatever its
@@ -1186,6 +1211,10 @@ def main(argv: list[str] | None = None) -> int:
     p_link = which(sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)"))
     p_link.add_argument("host")
     p_link.add_argument("state", choices=("down", "up"))
+    p_cut = which(sub.add_parser("cut", help="cut a host off with its carrier kept (off: its bridge port stops "
+                                             "forwarding, its eth0 stays up), or heal it (on)"))
+    p_cut.add_argument("host")
+    p_cut.add_argument("state", choices=("off", "on"))
     p_power = which(sub.add_parser("power", help="cut a host's power (off: killed at once, its network gone) or "
                                                  "boot it again (on)"))
     p_power.add_argument("host")
@@ -1199,7 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
                     DEFAULT_LAB)
     p_reset.add_argument("hosts", nargs="*", help="these GPU hosts (default: all its GPU hosts)")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "power", "throttle", "reset"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "cut", "power", "throttle", "reset"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
     try:
@@ -1228,6 +1257,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "link":
             link(args.host, args.state == "up", name)
             print(f"{args.host}: link {args.state}")
+            return 0
+        if args.cmd == "cut":
+            cut(args.host, args.state == "off", name)
+            print(f"{args.host}: {'cut off, its carrier kept' if args.state == 'off' else 'back on the network'}")
             return 0
         if args.cmd == "power":
             power(args.host, args.state == "on", name)
