@@ -274,6 +274,13 @@ def test_a_cut_stops_the_hosts_bridge_port_forwarding_and_leaves_its_eth0_alone(
     # the bridge's end of its veth (on this machine), not the host's eth0 (in its namespace): its carrier stays
     assert ran == [["bridge", "link", "set", "dev", "sgltwov0", "state", "0"],
                    ["bridge", "link", "set", "dev", "sgltwov0", "state", "3"]]
+    ran.clear()
+    labmod.cut("pro6000-1", True, "sgltwo", peer="only-sgltwo")  # from one host only: both ports isolated
+    labmod.cut("pro6000-1", False, "sgltwo", peer="only-sgltwo")
+    assert ran == [["bridge", "link", "set", "dev", v, "isolated", state] for state in ("on", "off")
+                   for v in ("sgltwov0", "sgltwov1")]
+    with pytest.raises(labmod.LabError, match="no host 'only-sglone' in lab 'sgltwo'"):
+        labmod.cut("pro6000-1", True, "sgltwo", peer="only-sglone")
 
 
 def test_down_without_a_name_takes_the_one_lab_up_and_refuses_to_guess_between_two(tmp_path, monkeypatch):
