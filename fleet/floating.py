@@ -88,9 +88,19 @@ class Floating(Strict):
     preempt: Bool = Field(False, description="The preferred gateway takes the address back once it is ready again "
                           "(after preempt_delay_s). False (keepalived's nopreempt): the address stays where it is, "
                           "one move per failure; true moves it twice, cutting the requests in flight on the other "
-                          "at the second move (a deploy's own moves keep them: the handoff).")
+                          "at the second move (a deploy's own moves keep them: the handoff). Either way, two "
+                          "gateways that both hold it (a partition healed) leave it to the higher priority (VRRP).")
     preempt_delay_s: Int = Field(0, ge=0, le=1000, description="With preempt, how long a gateway back and ready "
                                  "waits before taking the address back, 0..1000 s.")
+    garp_repeat: Int = Field(5, ge=1, le=100, description="Gratuitous ARPs in each announcement of the address by the "
+                             "gateway holding it, 1..100 (keepalived's default): when it takes the address, 5 s later "
+                             "again, and when it meets another holder of lower priority (a healed partition: it keeps "
+                             "the address, the other gives it up), so that clients and switches follow at once.")
+    garp_refresh_s: Int = Field(10, ge=0, le=3600, description="While it holds the address, the gateway announces it "
+                                "again every garp_refresh_s, 0..3600 s (0: only when it moves): the bound within which "
+                                "a client that missed every announcement (a frame lost) finds the holder again. While "
+                                "two gateways are apart and both hold it, a client that reaches both follows each "
+                                "refresh in turn.")
 
     @model_validator(mode="after")
     def _bounds(self) -> Floating:

@@ -4,6 +4,7 @@ network namespace on a private bridge, described by a TOML lab file.
     .venv/bin/python -m lab.lab up [--lab lab/default.toml]
     .venv/bin/python -m lab.lab status [--lab FILE]
     .venv/bin/python -m lab.lab link HOST down|up [--lab FILE]     # a link that drops silently, and its return
+    .venv/bin/python -m lab.lab cut HOST off|on [--from HOST] [--lab FILE]  # cut off, its carrier kept; healed
     .venv/bin/python -m lab.lab throttle HOST KBIT|off [--lab FILE]  # a slow link out of a host (a mirror's)
     .venv/bin/python -m lab.lab down [--lab FILE | --all]
 
@@ -347,6 +348,11 @@ class Lab:
     def link(self, name: str, up: bool) -> float:
         """Drop host `name`'s link silently (up=False) or bring it back: see link()."""
         return link(name, up, self.name)
+
+    def cut(self, name: str, off: bool, peer: str | None = None) -> float:
+        """Cut host `name` off (from `peer` only, where named) with its carrier kept (off=True) or heal it: see
+        cut()."""
+        return cut(name, off, self.name, peer)
 
     def power(self, name: str, on: bool) -> float:
         """Cut host `name`'s power (on=False) or boot it again: see power()."""
@@ -1084,6 +1090,33 @@ def link(name: str, up: bool, lab: str | None = None) -> float:
     return time.time()
 
 
+# The bridge port's states (the kernel's BR_STATE_*): settable by hand on a bridge without STP, as the lab's are
+PORT_DISABLED, PORT_FORWARDING = 0, 3
+
+
+def cut_commands(veth: str, off: bool, peer_veth: str | None = None) -> list[list[str]]:
+    """The bridge port of a host's veth stopping forwarding (off) or forwarding again; with a peer's, the two ports
+    isolated from each other instead (the kernel's port isolation: isolated ports forward to no isolated port)."""
+    if peer_veth is None:
+        return [["bridge", "link", "set", "dev", veth, "state", str(PORT_DISABLED if off else PORT_FORWARDING)]]
+    return [["bridge", "link", "set", "dev", v, "isolated", "on" if off else "off"] for v in (veth, peer_veth)]
+
+
+def cut(name: str, off: bool, lab: str | None = None, peer: str | None = None) -> float:
+    """Cut a host off the lab's network with its carrier kept (off), or heal it: its port on the bridge stops
+    forwarding, as a switch port or an uplink that fails while the NIC's link stays up. Unlike link(), its eth0
+    stays up, so nothing on the host sees the cut (keepalived goes on holding what it holds); frames it sends are
+    dropped and none reach it. With `peer`, it is cut off from that host only, each still reaching every other
+    host and this machine (their clients): the link between two switches. Isolated ports reach no isolated port,
+    so one such cut at a time. The lab's down and a power cycle (a new veth) heal either; link() down and up heals
+    a whole cut (the port follows its carrier). Returns when the ports changed: time.time() once the kernel did."""
+    st, host = _running_host(name, lab)
+    other = _running_host(peer, st["lab_name"])[1]["veth"] if peer is not None else None
+    for argv in cut_commands(host["veth"], off, other):
+        run(*argv)
+    return time.time()
+
+
 def power(name: str, on: bool, lab: str | None = None) -> float:
     """Cut a host's power (off) or boot it again (on). Off: its nspawn and every process of it killed at once
     (SIGKILL: nothing shuts down, nothing is given away), and its network namespace gone with whatever its
@@ -1186,6 +1219,12 @@ def main(argv: list[str] | None = None) -> int:
     p_link = which(sub.add_parser("link", help="drop a host's link silently (down), or bring it back (up)"))
     p_link.add_argument("host")
     p_link.add_argument("state", choices=("down", "up"))
+    p_cut = which(sub.add_parser("cut", help="cut a host off with its carrier kept (off: its bridge port stops "
+                                             "forwarding, its eth0 stays up), or heal it (on)"))
+    p_cut.add_argument("host")
+    p_cut.add_argument("state", choices=("off", "on"))
+    p_cut.add_argument("--from", dest="peer", metavar="HOST", help="from that host only (both ports isolated), each "
+                       "still reaching the others")
     p_power = which(sub.add_parser("power", help="cut a host's power (off: killed at once, its network gone) or "
                                                  "boot it again (on)"))
     p_power.add_argument("host")
@@ -1199,7 +1238,7 @@ def main(argv: list[str] | None = None) -> int:
                     DEFAULT_LAB)
     p_reset.add_argument("hosts", nargs="*", help="these GPU hosts (default: all its GPU hosts)")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "power", "throttle", "reset"):
+    if os.geteuid() != 0 and args.cmd in ("up", "down", "link", "cut", "power", "throttle", "reset"):
         print("lab: must run as root (network namespaces, overlay mounts, systemd-nspawn)", file=sys.stderr)
         return 2
     try:
@@ -1228,6 +1267,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "link":
             link(args.host, args.state == "up", name)
             print(f"{args.host}: link {args.state}")
+            return 0
+        if args.cmd == "cut":
+            cut(args.host, args.state == "off", name, args.peer)
+            apart = f" from {args.peer}" if args.peer else ""
+            print(f"{args.host}: " + (f"cut off{apart}, its carrier kept" if args.state == "off" else "healed"))
             return 0
         if args.cmd == "power":
             power(args.host, args.state == "on", name)

@@ -3,9 +3,9 @@ address keepalived moves between them), on a lab of its own: lab/gateway.toml un
 (tests/lab/gwlab.py), beside test_gateway_e2e.py's. In order: make tune on one replica while the replicas are on the
 base spec (the planted optimum found, the host returned; without a gateway it asks first; cut off, the next deploy
 returns the host); then an smg change rolled one gateway at a time, a run killed in a gateway's turn, failover (smg
-killed, a link dropped, a box powered off) timed from each fault's own timestamp, and preemption back to gw-1 once
-ready. Through all of it a client streams to the floating address, and no request fails but those in flight on a
-gateway that failed.
+killed, a link dropped, a box powered off) timed from each fault's own timestamp, the holder cut off with its carrier
+kept and healed (lab cut), and preemption back to gw-1 once ready. Through all of it a client streams to the floating
+address, and no request fails but those in flight on a gateway that failed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from fleet.layout import gateway_discovery_file
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import (BIN, FAILOVER_S, GATEWAY_FAULTS, Run, deploy, gateway_fault, health, main_pid, records, sh,
                            summary_row)
-from tests.lab.gwlab import (ENV, GATEWAYS, KEY, LOCK_FILE, MODEL, assert_clean, block_size, deployed, holders,
-                             lab_text, passed, ready_now, url, vip, vrrp, wait, workdir)
+from tests.lab.gwlab import (ENV, GATEWAYS, KEY, LOCK_FILE, MODEL, STEADY, assert_clean, block_size, deployed,
+                             holders, lab_text, passed, ready_now, url, vip, vrrp, wait, workdir)
 
 LAB = lab_text("sglpair", "10.205.0.0/24")
 
@@ -342,6 +342,79 @@ def test_failover_smg_killed_a_link_dropped_a_box_powered_off(gw_lab):
     assert all(r.ok for r in report.requests if r.started > rejoined)  # back, and nothing fails
     after = [r for r in report.requests if r.ok and r.started > faults[-1][2]]
     assert after, report.summary()  # new requests went through the other gateway
+    assert_clean(lab)
+
+
+def _settled(lab, healed: float) -> tuple[str, float]:
+    """Once one gateway holds the address and the other's keepalived has let it go: the holder, and when the address
+    settled (the other's record of leaving MASTER, or the heal where it had left before)."""
+    found = {}
+
+    def one() -> bool:
+        held = holders(lab)
+        if len(held) != 1:
+            return False
+        other = next(g for g in GATEWAYS if g != held[0])
+        state, since = vrrp(lab, other)
+        found.update(holder=held[0], settled=max(healed, since))
+        return state != "MASTER" and vrrp(lab, held[0])[0] == "MASTER"
+
+    wait(f"one holder of {vip(lab)} after the heal", one, 3 * FAILOVER_S)
+    return found["holder"], found["settled"]
+
+
+def _monotonic(at: float) -> float:
+    """A moment by the hosts' clock (this machine's time.time()) on this machine's monotonic clock, as the load's."""
+    return time.monotonic() - (time.time() - at)
+
+
+# How the holder is cut off with its carrier kept (lab cut): from everything (its switch port fails: its replicas are
+# gone too, so its smg turns unready and, mostly, it gives the address up itself) or from the other gateway only (the
+# link between two switches: both still reach the replicas and the clients, and both hold the address while apart).
+CUTS = ("whole", "from the other gateway")
+
+
+def test_a_holder_cut_off_then_healed_moves_no_client_into_a_black_hole(gw_lab):
+    """Each gateway in turn holds the address and is cut off with its carrier kept: nothing on it sees the cut, and
+    the other, missing its advertisements, takes the address. Healed, where both hold it the higher priority keeps it
+    (VRRP, whatever preempt says), and whichever keeps it announces it (gratuitous ARP): no request that starts after
+    the address settled fails, and one gateway holds it within gateway.floating.failover_s of the heal."""
+    lab = gw_lab
+    assert_clean(lab)
+    calm = []  # (gateway, cut, from the address settled to the round's end) on the load's monotonic clock
+    settled_in = {}
+    with Load(url(lab), MODEL, KEY, concurrency=8, max_tokens=48, timeout_s=15) as load:
+        passed(load)
+        for gateway in GATEWAYS:
+            other = next(g for g in GATEWAYS if g != gateway)
+            for cut in CUTS:
+                if holders(lab) != [gateway]:  # the address moved to it first: the holder's smg killed
+                    killed = gateway_fault(lab, other, "smg killed -9", on=True)
+                    _moved(lab, gateway, killed)
+                    _rejoined(lab, other, killed)
+                    passed(load)
+                peer = other if cut != "whole" else None
+                at = lab.cut(gateway, True, peer)
+                _moved(lab, other, at)  # clients follow its gratuitous ARP
+                # healed at once: smg's probes of its replicas, failing from a whole cut, turn it unready only after
+                # about 17 s; a heal about then leaves the address on a gateway about to give it up (its move is no
+                # partition's: a failed gateway's)
+                healed = lab.cut(gateway, False, peer)
+                holder, settled = _settled(lab, healed)
+                settled_in[gateway, cut] = (holder, round(settled - healed, 2))
+                if peer is not None:  # it held the address through the cut: the heal met two holders
+                    journal = sh(lab, gateway, f"journalctl -u keepalived --since @{int(at)} -o cat")
+                    assert "Entering FAULT" not in journal, journal
+                passed(load)
+                assert len(holders(lab)) == 1, settled_in
+                calm.append((gateway, cut, _monotonic(settled), time.monotonic()))
+    assert all(0 <= seconds <= FAILOVER_S for _, seconds in settled_in.values()), settled_in
+    lost = {(gateway, cut): [r for r in load.report.requests if start < r.started < end and not r.ok]
+            for gateway, cut, start, end in calm}
+    assert not any(lost.values()), (  # per round: how many, begun how long after the address settled, the first error
+        {k: (len(rs), round(rs[0].started - s, 2), round(rs[-1].started - s, 2), rs[0].error[:100])
+         for (k, rs), (*_, s, _) in zip(lost.items(), calm) if rs}, settled_in, load.report.summary())
+    assert all(sum(start < r.started < end for r in load.report.requests) >= STEADY for *_, start, end in calm)
     assert_clean(lab)
 
 

@@ -34,6 +34,7 @@ def gateway(**floating_) -> Gateway:
 def test_a_floating_address_with_its_defaults():
     f = gateway().floating
     assert (f.advert_interval_s, f.failover_s, f.preempt, f.preempt_delay_s) == (1, 5, False, 0)
+    assert (f.garp_repeat, f.garp_refresh_s) == (5, 10)
     assert [priority(i) for i in range(3)] == [200, 190, 180] and priority(30) == 1
 
 
@@ -48,6 +49,8 @@ def test_a_floating_address_with_its_defaults():
     ({"advert_interval_s": 2, "failover_s": 6}, "expected at least 3 x advert_interval_s + 1 = 7 s"),
     ({"preempt_delay_s": 10}, "preempt_delay_s without preempt"),
     ({"router_id": "51"}, "expected a whole number written as one"),
+    ({"garp_repeat": 0}, "greater than or equal to 1"),
+    ({"garp_refresh_s": 3601}, "less than or equal to 3600"),
     ({"holder": "gw-1"}, "unknown key"),
 ])
 def test_what_the_floating_spec_refuses(change, said):
@@ -159,7 +162,18 @@ def test_keepalived_config_per_host():
         assert f'file "{f}"' in first
     preempting = render_keepalived(gateway(preempt=True, preempt_delay_s=30), "gateway", "gw-1", ["gw-1"], "eth0", 24)
     assert "preempt_delay 30" in preempting and "nopreempt" not in preempting
+    # the address announced whatever preempt says: on a move, on meeting a lower priority holder, while held; and
+    # a holder giving way to a higher priority says so first, so that the other announces
+    for config in (first, second, preempting):
+        assert _lines(config, "garp_", "higher_prio") == ["garp_master_repeat 5", "garp_lower_prio_repeat 5",
+                                                          "garp_master_refresh 10", "higher_prio_send_advert true"]
+    quiet = render_keepalived(gateway(garp_repeat=2, garp_refresh_s=0), "gateway", "gw-1", ["gw-1"], "eth0", 24)
+    assert _lines(quiet, "garp_") == ["garp_master_repeat 2", "garp_lower_prio_repeat 2", "garp_master_refresh 0"]
     assert render_vrrp_auth("vrrp1234").endswith("auth_pass vrrp1234\n")
+
+
+def _lines(config: str, *starts: str) -> list[str]:
+    return [line.strip() for line in config.splitlines() if line.strip().startswith(starts)]
 
 
 def test_the_smg_unit_records_what_it_runs_and_tells_keepalived_when_it_stops():

@@ -9,6 +9,7 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -261,6 +262,25 @@ def test_a_host_is_found_in_the_one_lab_that_has_it_or_its_lab_must_be_named(tmp
         labmod._running_host("only-sgltwo", "sglone")
     with pytest.raises(labmod.LabError, match="lab 'sglnone' is not up"):
         labmod._running_host("pro6000-1", "sglnone")
+
+
+def test_a_cut_stops_the_hosts_bridge_port_forwarding_and_leaves_its_eth0_alone(tmp_path, monkeypatch):
+    _two_labs(tmp_path, monkeypatch)
+    ran = []
+    monkeypatch.setattr(labmod, "run", lambda *argv, **kw: ran.append(list(argv)))
+    before = time.time()
+    assert labmod.cut("pro6000-1", True, "sgltwo") >= before
+    labmod.cut("pro6000-1", False, "sgltwo")
+    # the bridge's end of its veth (on this machine), not the host's eth0 (in its namespace): its carrier stays
+    assert ran == [["bridge", "link", "set", "dev", "sgltwov0", "state", "0"],
+                   ["bridge", "link", "set", "dev", "sgltwov0", "state", "3"]]
+    ran.clear()
+    labmod.cut("pro6000-1", True, "sgltwo", peer="only-sgltwo")  # from one host only: both ports isolated
+    labmod.cut("pro6000-1", False, "sgltwo", peer="only-sgltwo")
+    assert ran == [["bridge", "link", "set", "dev", v, "isolated", state] for state in ("on", "off")
+                   for v in ("sgltwov0", "sgltwov1")]
+    with pytest.raises(labmod.LabError, match="no host 'only-sglone' in lab 'sgltwo'"):
+        labmod.cut("pro6000-1", True, "sgltwo", peer="only-sglone")
 
 
 def test_down_without_a_name_takes_the_one_lab_up_and_refuses_to_guess_between_two(tmp_path, monkeypatch):
