@@ -124,14 +124,19 @@ def test_tune_without_a_gateway_asks_first(gw_lab, tmp_path):
     _on_its_spec(lab, cwd)
 
 
+def _tune_started(lab, cwd: Path) -> subprocess.Popen:
+    """make tune of candidates 4 and 8 on the host, from its declared spec, in a session of its own (a terminal's)."""
+    _declared(lab, cwd)
+    return subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000",
+                             "--host", TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd,
+                            env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
 def test_tune_cut_off_mid_candidate_then_make_deploy_returns_the_host(gw_lab, tmp_path):
     lab = gw_lab
     cwd = workdir(lab, tmp_path, pro6000=TUNE)
-    _declared(lab, cwd)
-    p = subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000", "--host",
-                          TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = _tune_started(lab, cwd)
     server = "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline"
     deadline = time.monotonic() + 120
     while "--speculative-dflash-block-size 4" not in sh(lab, TUNE_HOST, server):  # the candidate's server loads
@@ -155,11 +160,7 @@ def test_a_make_deploy_while_make_tune_measures_leaves_the_candidate_out_and_unt
     it out of smg (its drain on both gateways), and the tune ends as it would have, every level measured whole."""
     lab = gw_lab
     cwd = workdir(lab, tmp_path, pro6000=TUNE)
-    _declared(lab, cwd)
-    p = subprocess.Popen([str(BIN / "python"), "-m", "ops", "tune", str(lab.inventory), "--class", "pro6000", "--host",
-                          TUNE_HOST, "--block-sizes", "4,8"], cwd=cwd, env={**os.environ, **ENV, "PYTHONUNBUFFERED": "1"},
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = _tune_started(lab, cwd)
     said: list[str] = []
     reader = threading.Thread(target=lambda: said.extend(p.stdout), daemon=True)
     reader.start()
