@@ -240,7 +240,8 @@ def parse_vrrp(said: dict[str, str]) -> Vrrp:
 def connections_command(port: int) -> str:
     """The established client connections on smg's port, counted only where ss ran: a missing or failing ss prints
     nothing, never "0" (`ss | wc -l` counted 0 lines of a program that was not there)."""
-    return f"out=$(ss -Htn state established '( sport = :{port} )') && printf '%s\\n' \"$out\" | grep -c ."
+    return (f"out=$(ss -Htn state established '( sport = :{port} )') && "
+            "printf '%s\\n' \"$out\" | { grep -c . || true; }")  # grep -c exits 1 when it counts 0
 
 
 def connection_count(text: str) -> int | None:

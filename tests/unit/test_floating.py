@@ -133,9 +133,10 @@ def test_a_huge_or_odd_connection_count_is_no_count():
 def test_connections_are_counted_only_where_ss_ran(tmp_path):
     """`ss | wc -l` said 0 connections of a host without ss: the count is now nothing, an error to the turn."""
     def count(path: str) -> int | None:
-        out = subprocess.run(["/bin/sh", "-c", connections_command(8080)], env={"PATH": path}, capture_output=True,
-                             text=True).stdout
-        return connection_count(out)
+        done = subprocess.run(["/bin/sh", "-c", connections_command(8080)], env={"PATH": path}, capture_output=True,
+                              text=True)
+        assert (done.returncode == 0) == (connection_count(done.stdout) is not None)  # a failed command: an error
+        return connection_count(done.stdout)
     ss = tmp_path / "ss"
     ss.write_text("#!/bin/sh\nprintf '0 0 10.0.0.1:8080 10.0.0.9:5000\\n0 0 10.0.0.1:8080 10.0.0.9:5001\\n'\n")
     ss.chmod(0o755)
