@@ -329,8 +329,10 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
     address back (preempt, and it outranks the holder), that move is a handoff too: the route to the other
     stays until the other's own turn (`later`: the gateways whose turns come after this one) or, where it has
     none, until it has no connection left. A turn that finds its gateway held out or routed to (a run lost
-    mid-turn) finishes it. TurnError: the turn stopped, its gateway let back into the election (a route or
-    loopback hold it left is harmless, and the next run's turn ends it); the address is where keepalived put it."""
+    mid-turn) finishes it. Any exception (TurnError, a bug, Ctrl-C, a timeout) undoes the handoff before it
+    goes on up: every route and loopback hold the turn put or found is cleared, the gateway let back into the
+    election (requests still in flight on the old connections may end: the turn failed); the address is where
+    keepalived put it."""
     turn = Turn()
     members = group.members()
     me = _named(members, me_name)
@@ -338,10 +340,14 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
     if me.vrrp.holds and to is None:
         raise TurnError(f"{me.name} holds the floating address and no other gateway is ready to take it "
                         "(keepalived running, not held out, smg ready): it is not restarted")
+    left = _Left({m.name: m for m in members if m.vrrp.forwards_to == me.address},
+                {me.name: me} if me.vrrp.on_loopback else {})
     try:
         if to is not None:
             group.log(f"hands the floating address to {to.name}: its requests in flight end here", "cyan")
+            left.holds[me.name] = me
             group.hold(me, True)
+            left.routes[to.name] = to
             group.forward(to, me)
             group.handoff(me, True)
             group.wait_holder(to)
@@ -354,26 +360,51 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
         members = group.members()
         me, now = _named(members, me_name), holder(members)
         group.wait_ready(me, now if now is not None and now.name != me.name else None)
-        _release(me, members, group, drained=restart)
-    except TurnError:
-        try:  # never left out: keepalived elects whichever gateway is ready, this one too once it is
-            group.handoff(me, False)
-        except TurnError:
-            pass
+        _release(me, members, group, left, drained=restart)
+        takes = now is not None and now.name != me.name and preempt and me.priority > now.priority
+        if takes:  # it takes the address back once let in: that move keeps the holder's requests in flight too
+            group.log(f"takes the floating address back from {now.name} (preempt): its requests in flight end there",
+                      "cyan")
+            left.holds[now.name] = now
+            group.hold(now, True)
+            left.routes[me.name] = me
+            group.forward(me, now)
+        group.handoff(me, False)
+        if takes:
+            group.wait_holder(me)
+            turn.took_back = now.name
+            if now.name not in later:  # no turn of its own to end its connections: wait for them
+                _release(now, group.members(), group, left, drained=False)
+    except BaseException:
+        _undo(me, group, left)
         raise
-    takes = now is not None and now.name != me.name and preempt and me.priority > now.priority
-    if takes:  # it takes the address back once let in: that move keeps the holder's requests in flight too
-        group.log(f"takes the floating address back from {now.name} (preempt): its requests in flight end there",
-                  "cyan")
-        group.hold(now, True)
-        group.forward(me, now)
-    group.handoff(me, False)
-    if takes:
-        group.wait_holder(me)
-        turn.took_back = now.name
-        if now.name not in later:  # no turn of its own to end its connections: wait for them
-            _release(now, group.members(), group, drained=False)
     return turn
+
+
+@dataclass
+class _Left:
+    """What a turn has in place on the group's gateways (or found a lost run's), taken away should it fail."""
+
+    routes: dict[str, Member]  # the gateways routing old connections on
+    holds: dict[str, Member]  # the gateways holding the floating address on their loopback
+
+
+def _undo(me: Member, group: Group, left: _Left) -> None:
+    """Each route, then each hold, then the gateway's handoff, ended whatever the others do: one failing
+    (its host gone too) is logged and the next tried; the turn's own exception is the one that goes up."""
+    steps = [(f"{m.name}'s route for old connections", lambda m=m: group.forward(m, None))
+             for m in left.routes.values()]
+    steps += [(f"the floating address on {m.name}'s loopback", lambda m=m: group.hold(m, False))
+              for m in left.holds.values()]
+    steps.append((f"{me.name} held out of the election", lambda: group.handoff(me, False)))
+    for what, step in steps:
+        try:
+            step()
+        except Exception as e:  # the undo goes on; a second Ctrl-C or a timeout still ends it
+            try:
+                group.log(f"the turn's undo could not end {what}: {e}", "yellow")
+            except Exception:  # a log that fails tells nothing more
+                pass
 
 
 def _named(members: list[Member], name: str) -> Member:
@@ -383,7 +414,7 @@ def _named(members: list[Member], name: str) -> Member:
     return found[0]
 
 
-def _release(me: Member, members: list[Member], group: Group, drained: bool) -> None:
+def _release(me: Member, members: list[Member], group: Group, left: _Left, drained: bool) -> None:
     """The routes to `me` and its hold gone: at once where its restart ended its connections (drained),
     else once it has none left (within the wait's bound)."""
     routes = [m for m in members if m.vrrp.forwards_to == me.address]
@@ -391,5 +422,7 @@ def _release(me: Member, members: list[Member], group: Group, drained: bool) -> 
         group.wait_idle(me)
     for m in routes:
         group.forward(m, None)
+        left.routes.pop(m.name, None)
     if me.vrrp.on_loopback:
         group.hold(me, False)
+        left.holds.pop(me.name, None)
