@@ -74,9 +74,11 @@ class Floating(Strict):
     group's first host is preferred (200), each next one 10 lower."""
 
     address: FloatingAddress = Field(description="The floating IPv4 address: in the subnet of an interface of every "
-                                     "gateway of the group (found on each host), on no host of its own.")
+                                     "gateway of the group (found on each host), on no host of its own, neither the "
+                                     "subnet's network nor its broadcast address.")
     router_id: Int = Field(ge=1, le=255, description="VRRP's virtual router id, 1..255: unique among the VRRP "
-                           "routers of that subnet (two groups with one id fight over each other's address).")
+                           "routers of that subnet (two groups with one id fight over each other's address), and "
+                           "among the gateway groups of group_data.")
     password: Source = Field(description="Where VRRP's password comes from (a secret source): "
                              f"{PASSWORD_RULE}. It keeps a stray router on the subnet from taking the address; it is "
                              "not encryption.")
@@ -125,6 +127,37 @@ def password_problem(value: str) -> str | None:
     return f"expected {PASSWORD_RULE}, found {len(value)} characters that are not"
 
 
+def address_problems(floats: dict[str, Floating], groups: dict[str, list[str]],
+                       hosts_data: dict[str, dict]) -> list[str]:
+    """The floating addresses against what the inventory shows (each host's ssh_hostname, else its name, where
+    that is an IPv4 address): no host's own. The subnet is known only from the hosts' interfaces at deploy
+    (interface_for refuses its network and broadcast addresses there)."""
+    problems = []
+    for group, f in floats.items():
+        where = f"group_data/{group}.py: gateway.floating"
+        for h, data in sorted(hosts_data.items()):
+            said = str(data.get("ssh_hostname") or h)
+            try:
+                taken = ipaddress.IPv4Address(said) == ipaddress.IPv4Address(f.address)
+            except ValueError:  # a DNS name: not known before the deploy resolves it
+                continue
+            if taken:
+                role = f"{group}'s gateway" if h in groups.get(group, []) else "host"
+                problems.append(f"{where}.address: {f.address} is the address of {role} {h} in the inventory: "
+                                "expected a free host address of its subnet (keepalived would claim that host's)")
+    return problems
+
+
+def router_id_problems(floats: dict[str, Floating]) -> list[str]:
+    """Each group's VRRP router id its own: which subnet a group's address is in shows only at deploy, and two
+    groups with one id on one subnet take each other's address."""
+    return [f"group_data/{group}.py: gateway.floating.router_id: {f.router_id} is also gateway group "
+            f"{', '.join(same)}'s: expected one virtual router id per gateway group"
+            for group, f in floats.items()
+            for same in [sorted(g for g, other in floats.items() if g != group and other.router_id == f.router_id)]
+            if same]
+
+
 def instance(group: str) -> str:
     """The VRRP instance's name in keepalived.conf: the gateway group's."""
     return f"sglang_{group}"
@@ -161,6 +194,11 @@ def interface_for(address: str, interfaces: list[Interface]) -> tuple[Interface 
         return None, f"{address} is {own[0].name}'s own address: expected an address no host has"
     found = [i for i in interfaces if vip in i.network.network and i.name != "lo" and i.network.ip != vip]
     if len(found) == 1:
+        subnet = found[0].network.network
+        if subnet.prefixlen < 31 and vip in (subnet.network_address, subnet.broadcast_address):
+            which = "network" if vip == subnet.network_address else "broadcast"
+            return None, (f"{address} is the {which} address of {found[0].name}'s subnet {subnet}: expected a free "
+                          "host address of it")
         return found[0], ""
     seen = ", ".join(f"{i.name} {i.network}" for i in interfaces if i.name != "lo" and i.network.ip != vip) or "none"
     if not found:

@@ -103,6 +103,18 @@ def test_an_interface_that_cannot_carry_the_address_is_named(addresses, said):
     assert iface is None and said in why
 
 
+@pytest.mark.parametrize("address, said", [
+    ("10.0.0.100", "10.0.0.100 is the network address of eth0's subnet 10.0.0.100/30: expected a free host address"),
+    ("10.0.0.103", "10.0.0.103 is the broadcast address of eth0's subnet 10.0.0.100/30: expected a free host address"),
+    ("10.0.0.102", ""),
+])
+def test_the_subnets_network_and_broadcast_address_are_no_floating_address(address, said):
+    iface, why = interface_for(address, [Interface("eth0", ipaddress.IPv4Interface("10.0.0.101/30"))])
+    assert (iface is None, why) == (bool(said), said + (" of it" if said else ""))
+    point_to_point = [Interface("eth0", ipaddress.IPv4Interface("10.0.0.101/31"))]  # RFC 3021: both are hosts
+    assert interface_for("10.0.0.100", point_to_point)[0] is not None
+
+
 def records(**said) -> dict[str, str]:
     return {f"vrrp-{k.replace('_', '-')}": v for k, v in said.items()}
 
