@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import bcrypt
 from pydantic import AfterValidator, Field, model_validator
@@ -37,6 +38,7 @@ RULES_DIR = "rules"  # a file per class and per gateway; rule_files are relative
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}\Z")
 # What a rule's expression says of a class's accept length (the recording rule's name)
 ACCEPT_LENGTH = "sglang_fleet:accept_length"
+NO_RECEIVER = "none"  # the route's default receiver, sending nothing: each receiver of group_data has its own route
 NOTIFY_S = 10  # Prometheus' timeout of a send to Alertmanager: its default, prometheus_config() sets none
 
 
@@ -49,9 +51,28 @@ def _name(v: str) -> str:
 Name = Annotated[str, AfterValidator(_name), Kind("name")]
 
 
+# What Go's url.Parse (Alertmanager's, amtool's) refuses and Python's urlsplit lets by: a port that is not
+# digits (1..65535 here: another cannot be reached), a % not starting an escape of two hex digits
+_PORT = re.compile(r":([^:\]]*)\Z")  # the text after the host's last colon, outside an IPv6 [address]
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _webhook_url(v: str) -> str:
-    return http_url(v, "a webhook", "https://hooks.example/alerts",
-                    "group_data is in git and printed by debug-inventory")
+    http_url(v, "a webhook", "https://hooks.example/alerts", "group_data is in git and printed by debug-inventory")
+    port = _PORT.search(urlsplit(v).netloc)
+    if port and not (re.fullmatch(r"[0-9]{1,5}", port[1], re.ASCII) and 1 <= int(port[1]) <= 65535):
+        raise ValueError(f"a webhook URL whose port is a number 1..65535, found {excerpt(port[1], 16)} "
+                         "(Alertmanager's URL parser refuses it)")
+    if _BAD_ESCAPE.search(v):
+        raise ValueError("a webhook URL whose every % starts an escape of two hex digits (%2F), found one that does "
+                         "not (Alertmanager's URL parser refuses it)")
+    return v
+
+
+def _receiver_name(v: str) -> str:
+    if v == NO_RECEIVER:
+        raise ValueError(f"a receiver name other than {NO_RECEIVER!r}: the route's own receiver of nothing has it")
+    return _name(v)
 
 
 WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
@@ -60,7 +81,8 @@ WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
 class Receiver(Strict):
     """Where Alertmanager sends a notification: a webhook (Alertmanager's webhook_config, JSON POSTs)."""
 
-    name: Name = Field(description="How Alertmanager and the run's summary call it.")
+    name: Annotated[str, AfterValidator(_receiver_name), Kind("name")] = Field(
+        description="How Alertmanager and the run's summary call it; not `none` (the route's own receiver).")
     webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to "
                                     "(no credentials, query or fragment in it).")
     send_resolved: Bool = Field(True, description="Whether a resolved alert is sent too.")
@@ -434,10 +456,11 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
 def alertmanager_config(mon: Monitoring) -> dict:
     receivers = [{"name": r.name, "webhook_configs": [{"url": r.webhook_url, "send_resolved": r.send_resolved}]}
                  for r in mon.receivers]
-    route = {"receiver": "none", "group_by": ["alertname", "gpu_class", "host"], "group_wait": _s(mon.group_wait_s),
-             "group_interval": _s(mon.group_interval_s), "repeat_interval": _s(mon.repeat_interval_s),
+    route = {"receiver": NO_RECEIVER, "group_by": ["alertname", "gpu_class", "host"],
+             "group_wait": _s(mon.group_wait_s), "group_interval": _s(mon.group_interval_s),
+             "repeat_interval": _s(mon.repeat_interval_s),
              "routes": [{"receiver": r.name, "continue": True, "matchers": ['alertname=~".+"']} for r in mon.receivers]}
-    return {"route": route, "receivers": [{"name": "none"}, *receivers]}
+    return {"route": route, "receivers": [{"name": NO_RECEIVER}, *receivers]}
 
 
 def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec], floors: dict[str, float | None],
@@ -450,7 +473,10 @@ def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec
     files[CONFIG] = prometheus_config(mon, targets)
     files[DASHBOARD] = dashboard(mon, scraped, sorted(gateways))
     files[ALERTMANAGER_CONFIG] = alertmanager_config(mon)
-    return {path: json.dumps(doc, indent=2, sort_keys=True) + "\n" for path, doc in sorted(files.items())}
+    # UTF-8 as it is: Prometheus' and Alertmanager's YAML reader refuses JSON's surrogate escapes (\ud83d...)
+    # of a name outside the Basic Multilingual Plane, and with them the whole bundle
+    return {path: json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for path, doc in sorted(files.items())}
 
 
 def bundle_id(files: dict[str, str]) -> str:
