@@ -94,9 +94,11 @@ class AlertBounds(Strict):
 
     accept_length_floor: dict[Text, Number] = Field(
         default_factory=dict, description="Per GPU class, the accept length (generation tokens per verify step, "
-        "over rate_window_s) below which it fires. A class not listed gets accept_length_fraction of its tuned "
-        "figure (tuning/<class>.json, make tune); a class with neither gets no accept-length alert (make check "
-        "says so). A class without speculative decoding gets none.")
+        "over rate_window_s) below which it fires: above 1 and at most what one verify step gives (DFLASH and "
+        "DDTREE: block_size + 1; EAGLE: num_steps + 1; NGRAM: num_draft_tokens + 1). A class not listed gets "
+        "accept_length_fraction of its tuned figure (tuning/<class>.json, make tune); a class with neither gets no "
+        "accept-length alert (make check says so). A class without speculative decoding gets none (a floor for it "
+        "is refused).")
     accept_length_fraction: Number = Field(0.7, ge=0.05, le=1, description="The floor as a fraction of the tuned "
                                            "accept length at the tuned concurrency, 0.05..1.")
     accept_length_for_s: Int = Field(600, ge=0, le=86400, description="How long it stays below the floor, 0..86400 s.")
@@ -244,10 +246,36 @@ def scrape_problems(group: str, classes: dict[str, ClassSpec], scraped_classes: 
             "or 0.0.0.0 / ::" for c in sorted(scraped_classes) if c in classes and is_loopback(classes[c].service.host)]
 
 
+def accept_length_max(spec: ClassSpec) -> float:
+    """The most tokens one verify step can give (ACCEPT_LENGTH's expression: generated tokens per verify step):
+    every drafted token accepted, plus the target's own: the block (DFLASH, DDTREE), the draft's steps (EAGLE:
+    unset, SGLang picks them, at most the spec's 64), the n-gram draft's tokens (unset: SGLang's 12)."""
+    s = spec.speculative
+    if hasattr(s, "block_size"):
+        return s.block_size + 1
+    if s.algorithm == "NGRAM":
+        return (s.num_draft_tokens or 12) + 1
+    return (s.num_steps or 64) + 1
+
+
 def floor_problems(group: str, mon: Monitoring, classes: dict[str, ClassSpec]) -> list[str]:
+    """Each declared floor names a GPU class with a speculative algorithm, and an accept length it can have: above
+    1 (every verify step gives at least the target's token: a floor of 1 or under never fires) and at most
+    accept_length_max (a floor above it always fires)."""
     where = f"group_data/{group}.py: monitoring.alerts.accept_length_floor"
-    return [f"{where}: {c!r} is not a GPU class; expected one of {', '.join(classes)}"
-            for c in mon.alerts.accept_length_floor if c not in classes]
+    problems = []
+    for c, floor in mon.alerts.accept_length_floor.items():
+        spec = classes.get(c)
+        if spec is None:
+            problems.append(f"{where}: {c!r} is not a GPU class; expected one of {', '.join(classes)}")
+        elif spec.speculative.algorithm == "none":
+            problems.append(f"{where}.{c}: {floor:g} for a class without speculative decoding: expected no floor "
+                            "(its accept length is never measured)")
+        elif not 1 < floor <= accept_length_max(spec):
+            problems.append(f"{where}.{c}: {floor:g}: expected above 1 and at most {accept_length_max(spec):g} (the "
+                            f"most one verify step of {spec.speculative.algorithm} gives), else the alert never or "
+                            "always fires")
+    return problems
 
 
 def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
@@ -264,7 +292,8 @@ def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
                 if wanted and c.get("candidate") == wanted:
                     for lv in c.get("levels", []):
                         if lv.get("concurrency") == objective and isinstance(lv.get("accept_length"), (int, float)):
-                            return float(lv["accept_length"])
+                            figure = float(lv["accept_length"])  # one no verify step can give is no figure
+                            return figure if 1 <= figure <= accept_length_max(spec) else None
     except (AttributeError, KeyError, TypeError, ValueError):  # not the shape of a record: no figure
         return None
     return None
@@ -277,7 +306,8 @@ def accept_length_floor(mon: Monitoring, gpu_class: str, spec: ClassSpec, record
     if gpu_class in mon.alerts.accept_length_floor:
         return mon.alerts.accept_length_floor[gpu_class]
     tuned = tuned_accept_length(record, spec) if record else None
-    return round(tuned * mon.alerts.accept_length_fraction, 3) if tuned is not None else None
+    floor = round(tuned * mon.alerts.accept_length_fraction, 3) if tuned is not None else None
+    return floor if floor is not None and floor > 1 else None  # at 1 or under it would never fire
 
 
 def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> dict[str, float | None]:

@@ -25,7 +25,9 @@ from fleet.monitoring import (
     Receiver,
     MonitoringHost,
     firing,
+    floor_problems,
     accept_length_floor,
+    accept_length_max,
     bundle,
     bundle_changes,
     CURL_CONFIG,
@@ -163,6 +165,44 @@ def test_a_broken_monitoring_file_names_the_file_field_and_value(tmp_path):
     (g / "mon.py").write_text('monitoring = {"alerts": {"accept_length_floor": {"nope": 2.0}}}\n')
     with pytest.raises(SpecError, match="'nope' is not a GPU class"):
         load_monitoring(g, CLASSES)
+
+
+@pytest.mark.parametrize("floor, refused", [(-1, True), (0, True), (1, True), (1e300, True), (17.01, True),
+                                           (1.01, False), (17, False)])
+def test_a_floor_is_an_accept_length_the_class_can_have(tmp_path, floor, refused):
+    """pro6000 is DFLASH, block size 16: a verify step gives 1 to 17 tokens. Under or at 1 the alert never fires,
+    over 17 it always does."""
+    g = tmp_path / "group_data"
+    g.mkdir()
+    (g / "mon.py").write_text(f'monitoring = {{"alerts": {{"accept_length_floor": {{"pro6000": {floor!r}}}}}}}\n')
+    if not refused:
+        assert load_monitoring(g, CLASSES)["mon"].alerts.accept_length_floor == {"pro6000": floor}
+        return
+    with pytest.raises(SpecError) as e:
+        load_monitoring(g, CLASSES)
+    assert e.value.problems == [f"group_data/mon.py: monitoring.alerts.accept_length_floor.pro6000: {floor:g}: "
+                                "expected above 1 and at most 17 (the most one verify step of DFLASH gives), else "
+                                "the alert never or always fires"]
+
+
+def test_the_most_a_verify_step_gives_follows_the_algorithm():
+    def spec(**speculative):
+        return CLASSES["pro6000"].model_validate({**CLASSES["pro6000"].model_dump(exclude_none=True),
+                                                  "speculative": speculative})
+    assert accept_length_max(spec(algorithm="DFLASH", block_size=8, draft_model_path="/models/draft")) == 9
+    assert accept_length_max(spec(algorithm="NGRAM")) == 13 and accept_length_max(spec(algorithm="NGRAM",
+                                                                                       num_draft_tokens=4)) == 5
+    assert accept_length_max(spec(algorithm="EAGLE", num_steps=3, topk=1)) == 4
+    assert accept_length_max(spec(algorithm="EAGLE")) == 65
+    none = spec(algorithm="none")
+    classes = {**CLASSES, "pro6000": none}
+    (p,) = floor_problems("mon", Monitoring(alerts={"accept_length_floor": {"pro6000": 2.0}}), classes)
+    assert p == ("group_data/mon.py: monitoring.alerts.accept_length_floor.pro6000: 2 for a class without "
+                 "speculative decoding: expected no floor (its accept length is never measured)")
+    # a tuning record's figure no verify step can give is no figure, and a floor at 1 or under is no floor
+    declared = CLASSES["pro6000"].speculative.block_size
+    assert accept_length_floor(Monitoring(), "pro6000", CLASSES["pro6000"], record(declared, 1e300)) is None
+    assert accept_length_floor(Monitoring(), "pro6000", CLASSES["pro6000"], record(declared, 1.2)) is None
 
 
 def test_the_inventory_has_one_monitoring_host_and_scrapes_no_loopback_class():
