@@ -105,7 +105,8 @@ def pem_problem(value: str) -> str | None:
     if PEM.fullmatch(value.strip() + "\n"):
         return None
     if "\ufffd" in value or "\0" in value:  # read_pem_file's stand-in for bytes that are not text
-        return "expected PEM blocks (-----BEGIN ...-----), found binary data (DER? openssl x509 -inform der converts it)"
+        return ("expected PEM blocks (-----BEGIN ...-----), found binary data (DER? openssl x509 -inform der "
+                "converts it)")
     return "expected PEM blocks (-----BEGIN ...-----), found something else"
 
 
