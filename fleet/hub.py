@@ -294,8 +294,8 @@ def _each_listed(path: str, then: str) -> str:
     return (f"{{ while IFS= read -r line; do size=${{line%% *}}; rest=${{line#* }}; name=${{rest#* }}; "
             f"[ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] || {{ printf '%s\\n' \"$name\"; {then}; }}; "
             f"done < {d}/{MANIFEST}; "
-            f"if LC_ALL=C grep -qvxE {_q(MANIFEST_LINE)} {d}/{MANIFEST}; then echo '{MANIFEST}: a line of another form'; "
-            "fi; }")
+            f"if LC_ALL=C grep -qvxE {_q(MANIFEST_LINE)} {d}/{MANIFEST}; then "
+            f"echo '{MANIFEST}: a line of another form'; fi; }}")
 
 
 @dataclass(frozen=True)
