@@ -74,9 +74,11 @@ class Floating(Strict):
     group's first host is preferred (200), each next one 10 lower."""
 
     address: FloatingAddress = Field(description="The floating IPv4 address: in the subnet of an interface of every "
-                                     "gateway of the group (found on each host), on no host of its own.")
+                                     "gateway of the group (found on each host), on no host of its own, neither the "
+                                     "subnet's network nor its broadcast address.")
     router_id: Int = Field(ge=1, le=255, description="VRRP's virtual router id, 1..255: unique among the VRRP "
-                           "routers of that subnet (two groups with one id fight over each other's address).")
+                           "routers of that subnet (two groups with one id fight over each other's address), and "
+                           "among the gateway groups of group_data.")
     password: Source = Field(description="Where VRRP's password comes from (a secret source): "
                              f"{PASSWORD_RULE}. It keeps a stray router on the subnet from taking the address; it is "
                              "not encryption.")
@@ -125,6 +127,37 @@ def password_problem(value: str) -> str | None:
     return f"expected {PASSWORD_RULE}, found {len(value)} characters that are not"
 
 
+def address_problems(floats: dict[str, Floating], groups: dict[str, list[str]],
+                       hosts_data: dict[str, dict]) -> list[str]:
+    """The floating addresses against what the inventory shows (each host's ssh_hostname, else its name, where
+    that is an IPv4 address): no host's own. The subnet is known only from the hosts' interfaces at deploy
+    (interface_for refuses its network and broadcast addresses there)."""
+    problems = []
+    for group, f in floats.items():
+        where = f"group_data/{group}.py: gateway.floating"
+        for h, data in sorted(hosts_data.items()):
+            said = str(data.get("ssh_hostname") or h)
+            try:
+                taken = ipaddress.IPv4Address(said) == ipaddress.IPv4Address(f.address)
+            except ValueError:  # a DNS name: not known before the deploy resolves it
+                continue
+            if taken:
+                role = f"{group}'s gateway" if h in groups.get(group, []) else "host"
+                problems.append(f"{where}.address: {f.address} is the address of {role} {h} in the inventory: "
+                                "expected a free host address of its subnet (keepalived would claim that host's)")
+    return problems
+
+
+def router_id_problems(floats: dict[str, Floating]) -> list[str]:
+    """Each group's VRRP router id its own: which subnet a group's address is in shows only at deploy, and two
+    groups with one id on one subnet take each other's address."""
+    return [f"group_data/{group}.py: gateway.floating.router_id: {f.router_id} is also gateway group "
+            f"{', '.join(same)}'s: expected one virtual router id per gateway group"
+            for group, f in floats.items()
+            for same in [sorted(g for g, other in floats.items() if g != group and other.router_id == f.router_id)]
+            if same]
+
+
 def instance(group: str) -> str:
     """The VRRP instance's name in keepalived.conf: the gateway group's."""
     return f"sglang_{group}"
@@ -161,6 +194,11 @@ def interface_for(address: str, interfaces: list[Interface]) -> tuple[Interface 
         return None, f"{address} is {own[0].name}'s own address: expected an address no host has"
     found = [i for i in interfaces if vip in i.network.network and i.name != "lo" and i.network.ip != vip]
     if len(found) == 1:
+        subnet = found[0].network.network
+        if subnet.prefixlen < 31 and vip in (subnet.network_address, subnet.broadcast_address):
+            which = "network" if vip == subnet.network_address else "broadcast"
+            return None, (f"{address} is the {which} address of {found[0].name}'s subnet {subnet}: expected a free "
+                          "host address of it")
         return found[0], ""
     seen = ", ".join(f"{i.name} {i.network}" for i in interfaces if i.name != "lo" and i.network.ip != vip) or "none"
     if not found:
@@ -330,8 +368,10 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
     address back (preempt, and it outranks the holder), that move is a handoff too: the route to the other
     stays until the other's own turn (`later`: the gateways whose turns come after this one) or, where it has
     none, until it has no connection left. A turn that finds its gateway held out or routed to (a run lost
-    mid-turn) finishes it. TurnError: the turn stopped, its gateway let back into the election (a route or
-    loopback hold it left is harmless, and the next run's turn ends it); the address is where keepalived put it."""
+    mid-turn) finishes it. Any exception (TurnError, a bug, Ctrl-C, a timeout) undoes the handoff before it
+    goes on up: every route and loopback hold the turn put or found is cleared, the gateway let back into the
+    election (requests still in flight on the old connections may end: the turn failed); the address is where
+    keepalived put it."""
     turn = Turn()
     members = group.members()
     me = _named(members, me_name)
@@ -339,10 +379,14 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
     if me.vrrp.holds and to is None:
         raise TurnError(f"{me.name} holds the floating address and no other gateway is ready to take it "
                         "(keepalived running, not held out, smg ready): it is not restarted")
+    left = _Left({m.name: m for m in members if m.vrrp.forwards_to == me.address},
+                {me.name: me} if me.vrrp.on_loopback else {})
     try:
         if to is not None:
             group.log(f"hands the floating address to {to.name}: its requests in flight end here", "cyan")
+            left.holds[me.name] = me
             group.hold(me, True)
+            left.routes[to.name] = to
             group.forward(to, me)
             group.handoff(me, True)
             group.wait_holder(to)
@@ -355,26 +399,51 @@ def gateway_turn(me_name: str, group: Group, restart: bool, preempt: bool, later
         members = group.members()
         me, now = _named(members, me_name), holder(members)
         group.wait_ready(me, now if now is not None and now.name != me.name else None)
-        _release(me, members, group, drained=restart)
-    except TurnError:
-        try:  # never left out: keepalived elects whichever gateway is ready, this one too once it is
-            group.handoff(me, False)
-        except TurnError:
-            pass
+        _release(me, members, group, left, drained=restart)
+        takes = now is not None and now.name != me.name and preempt and me.priority > now.priority
+        if takes:  # it takes the address back once let in: that move keeps the holder's requests in flight too
+            group.log(f"takes the floating address back from {now.name} (preempt): its requests in flight end there",
+                      "cyan")
+            left.holds[now.name] = now
+            group.hold(now, True)
+            left.routes[me.name] = me
+            group.forward(me, now)
+        group.handoff(me, False)
+        if takes:
+            group.wait_holder(me)
+            turn.took_back = now.name
+            if now.name not in later:  # no turn of its own to end its connections: wait for them
+                _release(now, group.members(), group, left, drained=False)
+    except BaseException:
+        _undo(me, group, left)
         raise
-    takes = now is not None and now.name != me.name and preempt and me.priority > now.priority
-    if takes:  # it takes the address back once let in: that move keeps the holder's requests in flight too
-        group.log(f"takes the floating address back from {now.name} (preempt): its requests in flight end there",
-                  "cyan")
-        group.hold(now, True)
-        group.forward(me, now)
-    group.handoff(me, False)
-    if takes:
-        group.wait_holder(me)
-        turn.took_back = now.name
-        if now.name not in later:  # no turn of its own to end its connections: wait for them
-            _release(now, group.members(), group, drained=False)
     return turn
+
+
+@dataclass
+class _Left:
+    """What a turn has in place on the group's gateways (or found a lost run's), taken away should it fail."""
+
+    routes: dict[str, Member]  # the gateways routing old connections on
+    holds: dict[str, Member]  # the gateways holding the floating address on their loopback
+
+
+def _undo(me: Member, group: Group, left: _Left) -> None:
+    """Each route, then each hold, then the gateway's handoff, ended whatever the others do: one failing
+    (its host gone too) is logged and the next tried; the turn's own exception is the one that goes up."""
+    steps = [(f"{m.name}'s route for old connections", lambda m=m: group.forward(m, None))
+             for m in left.routes.values()]
+    steps += [(f"the floating address on {m.name}'s loopback", lambda m=m: group.hold(m, False))
+              for m in left.holds.values()]
+    steps.append((f"{me.name} held out of the election", lambda: group.handoff(me, False)))
+    for what, step in steps:
+        try:
+            step()
+        except Exception as e:  # the undo goes on; a second Ctrl-C or a timeout still ends it
+            try:
+                group.log(f"the turn's undo could not end {what}: {e}", "yellow")
+            except Exception:  # a log that fails tells nothing more
+                pass
 
 
 def _named(members: list[Member], name: str) -> Member:
@@ -384,7 +453,7 @@ def _named(members: list[Member], name: str) -> Member:
     return found[0]
 
 
-def _release(me: Member, members: list[Member], group: Group, drained: bool) -> None:
+def _release(me: Member, members: list[Member], group: Group, left: _Left, drained: bool) -> None:
     """The routes to `me` and its hold gone: at once where its restart ended its connections (drained),
     else once it has none left (within the wait's bound)."""
     routes = [m for m in members if m.vrrp.forwards_to == me.address]
@@ -392,5 +461,7 @@ def _release(me: Member, members: list[Member], group: Group, drained: bool) -> 
         group.wait_idle(me)
     for m in routes:
         group.forward(m, None)
+        left.routes.pop(m.name, None)
     if me.vrrp.on_loopback:
         group.hold(me, False)
+        left.holds.pop(me.name, None)

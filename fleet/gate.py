@@ -7,6 +7,7 @@ A crash or a restart of the unit ends the wait at the next poll, not at the time
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from dataclasses import dataclass
@@ -188,11 +189,16 @@ def smoke_command(spec: ClassSpec) -> str:
             "messages": [{"role": "user", "content": spec.smoke.prompt}],
             "temperature": 0,
             "max_tokens": spec.smoke.max_tokens,
-        }
+        },
+        ensure_ascii=False,
     )
+    # The body as base64 into curl's stdin: quoted for the shell, each quote of the prompt grew fivefold at each
+    # wrapping (sudo's sh -c, the login shell's), past one argument's 128 KiB; base64 has nothing to quote.
+    sent = base64.b64encode(body.encode()).decode()
     auth_header = auth_option(spec)
-    chat = (f"{CURL} -sS --max-time {spec.smoke.timeout_s:g} -H 'Content-Type: application/json' {auth_header}"
-            f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' -d {shlex.quote(body)} "
+    chat = (f"printf %s {sent} | base64 -d | {CURL} -sS --max-time {spec.smoke.timeout_s:g} "
+            f"-H 'Content-Type: application/json' {auth_header}"
+            f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' --data-binary @- "
             f"{url(spec, '/v1/chat/completions')}")
     info = f"{CURL} -sS --max-time 10 {auth_header}{url(spec, '/server_info')} | {REDACT_KEYS}"
     return f"{captured('chat', chat)}; {block('server-info', info)}"

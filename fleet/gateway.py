@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Literal
 
 from packaging.version import VERSION_PATTERN, Version
@@ -101,7 +102,18 @@ HOST_PLACEHOLDER = "{host}"
 
 def pem_problem(value: str) -> str | None:
     """Why a certificate or key read from its source is not PEM (never showing it), or None."""
-    return None if PEM.fullmatch(value.strip() + "\n") else "expected PEM blocks (-----BEGIN ...-----), found something else"
+    if PEM.fullmatch(value.strip() + "\n"):
+        return None
+    if "\ufffd" in value or "\0" in value:  # read_pem_file's stand-in for bytes that are not text
+        return ("expected PEM blocks (-----BEGIN ...-----), found binary data (DER? openssl x509 -inform der "
+                "converts it)")
+    return "expected PEM blocks (-----BEGIN ...-----), found something else"
+
+
+def read_pem_file(path: Path) -> str:
+    """A certificate or key file as text, a binary one (DER) too: pem_problem names it, where decoding it as
+    UTF-8 would fail as no error of the file's."""
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 class MeshTls(Strict):

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from fleet import floating
 from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, masked_args, names_a_secret
@@ -251,6 +252,7 @@ def load_gateways(group_dir: Path, classes: dict[str, ClassSpec]) -> dict[str, G
         except SpecError as e:
             problems += e.problems
     problems += check_routes(gateways, classes)
+    problems += floating.router_id_problems({g: gw.floating for g, gw in gateways.items() if gw.floating is not None})
     if problems:
         raise SpecError(problems)
     return gateways
@@ -303,7 +305,8 @@ def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], g
     one_host += [("gateway", g, f"clients would not know which to use: declare gateway.floating in group_data/{g}.py, "
                   "the address in front of them", lambda g=g, gw=gw: key_problems(g, gw, specs))
                  for g, gw in gateways.items()]
-    problems = []
+    problems = floating.address_problems({g: gw.floating for g, gw in gateways.items() if gw.floating is not None},
+                                         groups, hosts_data)
     for kind, group, why, checked_against_classes in one_host:
         hosts = groups.get(group, [])
         if hosts:

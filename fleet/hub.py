@@ -271,22 +271,31 @@ def verify_command(path: str, python: str = "python3") -> str:
 
 
 def manifest_sizes_ok(path: str) -> str:
-    """Shell: true if every file the manifest of `path` lists has its size (a stat each)."""
+    """Shell: true if the manifest of `path` is all of fetch_revision.py's lines and every file it lists has its
+    size (a stat each)."""
     return f"! {_each_listed(path, 'break')} | grep -q ."
 
 
 def damaged_files(path: str) -> str:
-    """Shell printing the files (at most 5) of `path`'s manifest whose size differs."""
+    """Shell printing the files (at most 5) of `path`'s manifest whose size differs, and a line saying so where
+    the manifest has a line of another form: damaged all the same, fetched again."""
     return f"{_each_listed(path, 'true')} | head -n 5"
+
+
+# fetch_revision.py's manifest line (its manifest_line()): SIZE DIGEST NAME
+MANIFEST_LINE = "[0-9]{1,15} (sha256:[0-9a-f]{64}|blob:[0-9a-f]{40}|-) .+"
 
 
 def _each_listed(path: str, then: str) -> str:
     """Shell printing each file of the manifest whose size differs (`then` after the first: break or
-    true). Each line read whole and cut at its first two spaces: a name's own blanks are kept."""
+    true), then a line of its own where the manifest has a line of another form. Each line read whole and cut at
+    its first two spaces: a name's own blanks are kept."""
     d = _q(path)
-    return (f"while IFS= read -r line; do size=${{line%% *}}; rest=${{line#* }}; name=${{rest#* }}; "
+    return (f"{{ while IFS= read -r line; do size=${{line%% *}}; rest=${{line#* }}; name=${{rest#* }}; "
             f"[ \"$(stat -c %s -- {d}/\"$name\" 2>/dev/null)\" = \"$size\" ] || {{ printf '%s\\n' \"$name\"; {then}; }}; "
-            f"done < {d}/{MANIFEST}")
+            f"done < {d}/{MANIFEST}; "
+            f"if LC_ALL=C grep -qvxE {_q(MANIFEST_LINE)} {d}/{MANIFEST}; then "
+            f"echo '{MANIFEST}: a line of another form'; fi; }}")
 
 
 @dataclass(frozen=True)

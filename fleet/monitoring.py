@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import bcrypt
 from pydantic import AfterValidator, Field, model_validator
@@ -37,6 +38,7 @@ RULES_DIR = "rules"  # a file per class and per gateway; rule_files are relative
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}\Z")
 # What a rule's expression says of a class's accept length (the recording rule's name)
 ACCEPT_LENGTH = "sglang_fleet:accept_length"
+NO_RECEIVER = "none"  # the route's default receiver, sending nothing: each receiver of group_data has its own route
 NOTIFY_S = 10  # Prometheus' timeout of a send to Alertmanager: its default, prometheus_config() sets none
 
 
@@ -49,9 +51,28 @@ def _name(v: str) -> str:
 Name = Annotated[str, AfterValidator(_name), Kind("name")]
 
 
+# What Go's url.Parse (Alertmanager's, amtool's) refuses and Python's urlsplit lets by: a port that is not
+# digits (1..65535 here: another cannot be reached), a % not starting an escape of two hex digits
+_PORT = re.compile(r":([^:\]]*)\Z")  # the text after the host's last colon, outside an IPv6 [address]
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _webhook_url(v: str) -> str:
-    return http_url(v, "a webhook", "https://hooks.example/alerts",
-                    "group_data is in git and printed by debug-inventory")
+    http_url(v, "a webhook", "https://hooks.example/alerts", "group_data is in git and printed by debug-inventory")
+    port = _PORT.search(urlsplit(v).netloc)
+    if port and not (re.fullmatch(r"[0-9]{1,5}", port[1], re.ASCII) and 1 <= int(port[1]) <= 65535):
+        raise ValueError(f"a webhook URL whose port is a number 1..65535, found {excerpt(port[1], 16)} "
+                         "(Alertmanager's URL parser refuses it)")
+    if _BAD_ESCAPE.search(v):
+        raise ValueError("a webhook URL whose every % starts an escape of two hex digits (%2F), found one that does "
+                         "not (Alertmanager's URL parser refuses it)")
+    return v
+
+
+def _receiver_name(v: str) -> str:
+    if v == NO_RECEIVER:
+        raise ValueError(f"a receiver name other than {NO_RECEIVER!r}: the route's own receiver of nothing has it")
+    return _name(v)
 
 
 WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
@@ -60,7 +81,8 @@ WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
 class Receiver(Strict):
     """Where Alertmanager sends a notification: a webhook (Alertmanager's webhook_config, JSON POSTs)."""
 
-    name: Name = Field(description="How Alertmanager and the run's summary call it.")
+    name: Annotated[str, AfterValidator(_receiver_name), Kind("name")] = Field(
+        description="How Alertmanager and the run's summary call it; not `none` (the route's own receiver).")
     webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to "
                                     "(no credentials, query or fragment in it).")
     send_resolved: Bool = Field(True, description="Whether a resolved alert is sent too.")
@@ -72,9 +94,11 @@ class AlertBounds(Strict):
 
     accept_length_floor: dict[Text, Number] = Field(
         default_factory=dict, description="Per GPU class, the accept length (generation tokens per verify step, "
-        "over rate_window_s) below which it fires. A class not listed gets accept_length_fraction of its tuned "
-        "figure (tuning/<class>.json, make tune); a class with neither gets no accept-length alert (make check "
-        "says so). A class without speculative decoding gets none.")
+        "over rate_window_s) below which it fires: above 1 and at most what one verify step gives (DFLASH and "
+        "DDTREE: block_size + 1; EAGLE: num_steps + 1; NGRAM: num_draft_tokens + 1). A class not listed gets "
+        "accept_length_fraction of its tuned figure (tuning/<class>.json, make tune); a class with neither gets no "
+        "accept-length alert (make check says so). A class without speculative decoding gets none (a floor for it "
+        "is refused).")
     accept_length_fraction: Number = Field(0.7, ge=0.05, le=1, description="The floor as a fraction of the tuned "
                                            "accept length at the tuned concurrency, 0.05..1.")
     accept_length_for_s: Int = Field(600, ge=0, le=86400, description="How long it stays below the floor, 0..86400 s.")
@@ -222,10 +246,36 @@ def scrape_problems(group: str, classes: dict[str, ClassSpec], scraped_classes: 
             "or 0.0.0.0 / ::" for c in sorted(scraped_classes) if c in classes and is_loopback(classes[c].service.host)]
 
 
+def accept_length_max(spec: ClassSpec) -> float:
+    """The most tokens one verify step can give (ACCEPT_LENGTH's expression: generated tokens per verify step):
+    every drafted token accepted, plus the target's own: the block (DFLASH, DDTREE), the draft's steps (EAGLE:
+    unset, SGLang picks them, at most the spec's 64), the n-gram draft's tokens (unset: SGLang's 12)."""
+    s = spec.speculative
+    if hasattr(s, "block_size"):
+        return s.block_size + 1
+    if s.algorithm == "NGRAM":
+        return (s.num_draft_tokens or 12) + 1
+    return (s.num_steps or 64) + 1
+
+
 def floor_problems(group: str, mon: Monitoring, classes: dict[str, ClassSpec]) -> list[str]:
+    """Each declared floor names a GPU class with a speculative algorithm, and an accept length it can have: above
+    1 (every verify step gives at least the target's token: a floor of 1 or under never fires) and at most
+    accept_length_max (a floor above it always fires)."""
     where = f"group_data/{group}.py: monitoring.alerts.accept_length_floor"
-    return [f"{where}: {c!r} is not a GPU class; expected one of {', '.join(classes)}"
-            for c in mon.alerts.accept_length_floor if c not in classes]
+    problems = []
+    for c, floor in mon.alerts.accept_length_floor.items():
+        spec = classes.get(c)
+        if spec is None:
+            problems.append(f"{where}: {c!r} is not a GPU class; expected one of {', '.join(classes)}")
+        elif spec.speculative.algorithm == "none":
+            problems.append(f"{where}.{c}: {floor:g} for a class without speculative decoding: expected no floor "
+                            "(its accept length is never measured)")
+        elif not 1 < floor <= accept_length_max(spec):
+            problems.append(f"{where}.{c}: {floor:g}: expected above 1 and at most {accept_length_max(spec):g} (the "
+                            f"most one verify step of {spec.speculative.algorithm} gives), else the alert never or "
+                            "always fires")
+    return problems
 
 
 def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
@@ -242,7 +292,8 @@ def tuned_accept_length(record: dict, spec: ClassSpec) -> float | None:
                 if wanted and c.get("candidate") == wanted:
                     for lv in c.get("levels", []):
                         if lv.get("concurrency") == objective and isinstance(lv.get("accept_length"), (int, float)):
-                            return float(lv["accept_length"])
+                            figure = float(lv["accept_length"])  # one no verify step can give is no figure
+                            return figure if 1 <= figure <= accept_length_max(spec) else None
     except (AttributeError, KeyError, TypeError, ValueError):  # not the shape of a record: no figure
         return None
     return None
@@ -255,7 +306,8 @@ def accept_length_floor(mon: Monitoring, gpu_class: str, spec: ClassSpec, record
     if gpu_class in mon.alerts.accept_length_floor:
         return mon.alerts.accept_length_floor[gpu_class]
     tuned = tuned_accept_length(record, spec) if record else None
-    return round(tuned * mon.alerts.accept_length_fraction, 3) if tuned is not None else None
+    floor = round(tuned * mon.alerts.accept_length_fraction, 3) if tuned is not None else None
+    return floor if floor is not None and floor > 1 else None  # at 1 or under it would never fire
 
 
 def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> dict[str, float | None]:
@@ -434,10 +486,11 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
 def alertmanager_config(mon: Monitoring) -> dict:
     receivers = [{"name": r.name, "webhook_configs": [{"url": r.webhook_url, "send_resolved": r.send_resolved}]}
                  for r in mon.receivers]
-    route = {"receiver": "none", "group_by": ["alertname", "gpu_class", "host"], "group_wait": _s(mon.group_wait_s),
-             "group_interval": _s(mon.group_interval_s), "repeat_interval": _s(mon.repeat_interval_s),
+    route = {"receiver": NO_RECEIVER, "group_by": ["alertname", "gpu_class", "host"],
+             "group_wait": _s(mon.group_wait_s), "group_interval": _s(mon.group_interval_s),
+             "repeat_interval": _s(mon.repeat_interval_s),
              "routes": [{"receiver": r.name, "continue": True, "matchers": ['alertname=~".+"']} for r in mon.receivers]}
-    return {"route": route, "receivers": [{"name": "none"}, *receivers]}
+    return {"route": route, "receivers": [{"name": NO_RECEIVER}, *receivers]}
 
 
 def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec], floors: dict[str, float | None],
@@ -450,7 +503,10 @@ def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec
     files[CONFIG] = prometheus_config(mon, targets)
     files[DASHBOARD] = dashboard(mon, scraped, sorted(gateways))
     files[ALERTMANAGER_CONFIG] = alertmanager_config(mon)
-    return {path: json.dumps(doc, indent=2, sort_keys=True) + "\n" for path, doc in sorted(files.items())}
+    # UTF-8 as it is: Prometheus' and Alertmanager's YAML reader refuses JSON's surrogate escapes (\ud83d...)
+    # of a name outside the Basic Multilingual Plane, and with them the whole bundle
+    return {path: json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for path, doc in sorted(files.items())}
 
 
 def bundle_id(files: dict[str, str]) -> str:

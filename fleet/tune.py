@@ -66,6 +66,10 @@ def requested(command_line_data: dict) -> Candidate | None:
             or not all(type(v) is int for v in value.values()):
         raise ValueError(f"--data {TUNE_DATA}: expected {{\"block_size\": N}} (and \"tree_budget\": N for DDTREE), "
                          f"found {excerpt(json.dumps(value), 120)}")
+    for key, most in (("block_size", MAX_BLOCK_SIZE), ("tree_budget", MAX_TREE_BUDGET)):
+        if key in value and not 1 <= value[key] <= most:
+            raise ValueError(f"--data {TUNE_DATA}: {key}: expected 1..{most} (SGLang's bound), found "
+                             f"{excerpt(str(value[key]), 24)}")
     return Candidate(value["block_size"], value.get("tree_budget"))
 
 

@@ -32,7 +32,7 @@ from facts.gateway import GatewayFacts
 from fleet import bounds, drains, floating, hosts
 from fleet.floating import interface_for
 from fleet.gateway import HOST_PLACEHOLDER, Gateway, GatewayHost, MeshNode, discovery_file, generation, \
-    health_command, mesh_file, pem_problem
+    health_command, mesh_file, pem_problem, read_pem_file
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
@@ -165,7 +165,7 @@ def _mesh_tls(gw: Gateway, where: str) -> dict[str, str]:
         mine = source if source.file is None else source.model_copy(
             update={"file": source.file.replace(HOST_PLACEHOLDER, host.name)})
         read[mesh_file(gw, which)] = read_key(mine, where, f"gateway.mesh.tls.{field}", problem=pem_problem,
-                                              what="certificate or key") + "\n"
+                                              what="certificate or key", read_file=read_pem_file) + "\n"
     return read
 
 

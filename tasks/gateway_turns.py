@@ -90,8 +90,11 @@ def take_turn(state, host, gw: Gateway, group: str, restart: bool) -> bool:
         except (TurnError, PeerError, HostLost) as e:
             why = getattr(e, "why", None) or str(e)
             turns.stopped = f"{host.name}'s turn failed"
-            return fail(host, f"{host.name}: gateway turn: {why}; back in the floating address's election, what its "
-                              "turn left (a handoff's route or hold) ended by the next deploy")
+            return fail(host, f"{host.name}: gateway turn: {why}; its handoff undone, back in the floating address's "
+                              "election (what the undo could not end, the next deploy's turn does)")
+        except BaseException:  # its handoff undone by the turn; the gateways after it keep serving as they are
+            turns.stopped = f"{host.name}'s turn failed"
+            raise
         if turn.handed_to:
             report.notes.append(f"handed the floating address {gw.floating.address} to {turn.handed_to} for its "
                                 "restart, its requests in flight ended here")

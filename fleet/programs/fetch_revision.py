@@ -59,13 +59,30 @@ def wrong(files, root, name, hashed):
     return None if h.hexdigest() == want else kind + " differs"
 
 
+def manifest_line(line):
+    """(name, (size, digest)) of one manifest line as fetch() writes it, or None for any other line."""
+    parts = line.rstrip("\n").split(" ", 2)
+    if len(parts) != 3 or not parts[2] or not (parts[0].isascii() and parts[0].isdigit() and len(parts[0]) <= 15):
+        return None
+    size, digest, name = parts
+    kind, _, want = digest.partition(":")
+    if digest != "-" and not ((kind, len(want)) in (("sha256", 64), ("blob", 40))
+                              and all(c in "0123456789abcdef" for c in want)):
+        return None
+    return name, (int(size), digest)
+
+
 def verify(root):
-    """make verify: every file of a revision's manifest, its size and digest."""
+    """make verify: every file of a revision's manifest, its size and digest; a line not of the manifest's
+    form is said as damaged too (the revision is fetched again), never a traceback."""
     files = {}
-    with open(os.path.join(root, MANIFEST)) as f:
-        for line in f:
-            size, digest, name = line.rstrip("\n").split(" ", 2)
-            files[name] = (int(size), digest)
+    with open(os.path.join(root, MANIFEST), encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            read = manifest_line(line)
+            if read is None:
+                print("%s line %d: not SIZE DIGEST NAME (sha256:HEX64, blob:HEX40 or -): damaged" % (MANIFEST, number))
+            else:
+                files[read[0]] = read[1]
     for name in sorted(files):
         why = wrong(files, root, name, True)
         if why:

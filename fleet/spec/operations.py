@@ -112,6 +112,15 @@ TreeBudget = Annotated[int, Field(strict=True, ge=1, le=1024)]
 Concurrency = Annotated[int, Field(strict=True, ge=1, le=1024)]
 
 
+def _said(v: str) -> str:
+    if not v.strip():
+        raise ValueError("a prompt with something to answer, not empty or only blanks (it measures nothing)")
+    return v
+
+
+Prompt = Annotated[Text, AfterValidator(_said)]
+
+
 def _distinct_sorted(v: list | None) -> list | None:
     if v is not None and len(set(v)) != len(v):
         raise ValueError("each value once")
@@ -136,7 +145,7 @@ class Tune(Strict):
                               "with, 1..10000.")
     max_tokens: Int = Field(256, ge=1, le=8192, description="max_tokens of every request, 1..8192 (all run to it: "
                             "the figures compare like with like).")
-    prompts: Annotated[list[Text], Field(min_length=1, max_length=256)] | None = Field(
+    prompts: Annotated[list[Prompt], Field(min_length=1, max_length=256)] | None = Field(
         None, description="The prompts, sent in turn; unset: the shipped set (fleet/tune.py PROMPTS: prose, code, "
         "reasoning, chat; accept lengths differ by kind).")
     level_timeout_s: Number = Field(600, ge=1, le=7200, description="The most one concurrency's requests may take, "

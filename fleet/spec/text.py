@@ -27,8 +27,8 @@ NOT_TEXT = {"Cc": "a control character", "Zl": "a line separator", "Zp": "a para
             "Cs": "a lone surrogate"}
 TEXT_MAX = 4096  # characters in any text field: PATH_MAX, and far inside one argument (128 KiB)
 NAME_MAX = 256  # characters of service.served_model_name (it is in every smoke request too)
-# The smoke prompt travels JSON-escaped (\uXXXX: up to 12 bytes a character) inside one `sh -c`
-# argument (128 KiB at most): 4096 characters keep the request body under 49 KiB.
+# The smoke prompt travels as UTF-8 JSON (up to 4 bytes a character), base64 inside one `sh -c` argument
+# (128 KiB at most, sudo's wrapping included): 4096 characters keep it under 30 KiB.
 PROMPT_MAX = 4096
 
 

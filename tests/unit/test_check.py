@@ -25,6 +25,7 @@ from fleet.groupdata import (
     check_or_exit,
     class_files,
     inventory_groups,
+    load_gateways,
     load_class_specs,
     read_group_file,
     validate_host,
@@ -375,6 +376,42 @@ def test_two_gateway_hosts_need_a_floating_address_in_front_of_them(fleet_dir):
                              '"router_id": 51, "password": {"env": "VRRP_PASSWORD"}}}\n')
     specs = check_inventory({**groups, "gw": ["g1", "g2", "g3"]}, {"a": {}, "g1": {}, "g2": {}, "g3": {}}, g)
     assert "pro6000" in specs
+
+
+FLOATING = '"floating": {"address": "10.0.0.100", "router_id": 51, "password": {"env": "VRRP_PASSWORD"}}'
+
+
+@pytest.mark.parametrize("hosts, said", [
+    ({"a": {"ssh_hostname": "10.0.0.100"}}, "host a"),
+    ({"10.0.0.100": {}}, "host 10.0.0.100"),
+    ({"g2": {"ssh_hostname": "10.0.0.100"}}, "gw's gateway g2"),
+])
+def test_a_floating_address_that_is_a_hosts_own_is_refused(fleet_dir, hosts, said):
+    g = fleet_dir / "group_data"
+    (g / "pro6000.py").write_text(class_file(service='"host": "0.0.0.0"'))
+    (g / "gw.py").write_text(f'gateway = {{"routes": ["pro6000"], {FLOATING}}}\n')
+    hosts = {"a": {}, "g1": {}, "g2": {}, **hosts}
+    groups = {"pro6000": [h for h in hosts if h not in ("g1", "g2")], "gw": ["g1", "g2"]}
+    (p,) = inventory_problems(fleet_dir, groups, hosts)
+    assert p == (f"group_data/gw.py: gateway.floating.address: 10.0.0.100 is the address of {said} in the inventory: "
+                 "expected a free host address of its subnet (keepalived would claim that host's)")
+    assert check_inventory({"pro6000": ["a"], "gw": ["g1", "g2"]},
+                           {"a": {"ssh_hostname": "10.0.0.1"}, "g1": {}, "g2": {"ssh_hostname": "gw-2.example"}}, g)
+
+
+def test_two_gateway_groups_with_one_router_id_are_refused(fleet_dir, capsys):
+    g = fleet_dir / "group_data"
+    for cls in ("pro6000", "a6000"):
+        (g / f"{cls}.py").write_text(class_file(service='"host": "0.0.0.0"'))
+    (g / "gw.py").write_text(f'gateway = {{"routes": ["pro6000"], {FLOATING}}}\n')
+    (g / "gw2.py").write_text(f'gateway = {{"routes": ["a6000"], {FLOATING.replace(".100", ".101")}}}\n')
+    with pytest.raises(SpecError) as e:
+        load_gateways(g, load_class_specs(g))
+    assert e.value.problems == [
+        "group_data/gw.py: gateway.floating.router_id: 51 is also gateway group gw2's: expected one virtual router "
+        "id per gateway group",
+        "group_data/gw2.py: gateway.floating.router_id: 51 is also gateway group gw's: expected one virtual router "
+        "id per gateway group"]
 
 
 def test_inventory_problems_reported_together(fleet_dir):

@@ -103,6 +103,18 @@ def test_an_interface_that_cannot_carry_the_address_is_named(addresses, said):
     assert iface is None and said in why
 
 
+@pytest.mark.parametrize("address, said", [
+    ("10.0.0.100", "10.0.0.100 is the network address of eth0's subnet 10.0.0.100/30: expected a free host address"),
+    ("10.0.0.103", "10.0.0.103 is the broadcast address of eth0's subnet 10.0.0.100/30: expected a free host address"),
+    ("10.0.0.102", ""),
+])
+def test_the_subnets_network_and_broadcast_address_are_no_floating_address(address, said):
+    iface, why = interface_for(address, [Interface("eth0", ipaddress.IPv4Interface("10.0.0.101/30"))])
+    assert (iface is None, why) == (bool(said), said + (" of it" if said else ""))
+    point_to_point = [Interface("eth0", ipaddress.IPv4Interface("10.0.0.101/31"))]  # RFC 3021: both are hosts
+    assert interface_for("10.0.0.100", point_to_point)[0] is not None
+
+
 def records(**said) -> dict[str, str]:
     return {f"vrrp-{k.replace('_', '-')}": v for k, v in said.items()}
 
@@ -228,6 +240,7 @@ class Sim:
         self.calls: list[tuple] = []
         self.connections = {g: 0 for g in self.names}  # clients on each gateway
         self.connections[self.holder] = 5
+        self.failed = False  # a turn failed: its undo may end the connections it kept (the failure's cost)
 
     def address(self, name: str) -> str:
         return f"10.0.0.{11 + self.names.index(name)}"
@@ -241,7 +254,7 @@ class Sim:
             self.holder = next((g for g in self.names if self.eligible(g)), None)
         elif self.preempt:
             self.holder = next(g for g in self.names if self.eligible(g))
-        if self.holder != before and before is not None and self.connections[before]:
+        if self.holder != before and before is not None and self.connections[before] and not self.failed:
             # a planned move: the old holder's connections must land on it still
             assert self.lo[before], f"{before}'s connections lost: the address left it without its loopback hold"
             assert self.holder is not None and self.route.get(self.holder) == before, \
@@ -265,7 +278,8 @@ class Sim:
         self.calls.append(("forward", m.name, to.name if to else None))
         if to is None:
             gone = self.route.pop(m.name, None)
-            assert gone is None or self.connections[gone] == 0, f"{gone}'s connections cut: its route went first"
+            assert gone is None or self.connections[gone] == 0 or self.failed, \
+                f"{gone}'s connections cut: its route went first"
         else:
             self.route[m.name] = to.name
 
@@ -346,6 +360,105 @@ def test_a_turn_that_fails_after_the_handoff_lets_its_gateway_back_into_the_elec
     with pytest.raises(TurnError, match="expected gw-2 holding"):
         gateway_turn("gw-1", sim, restart=True, preempt=False)
     assert sim.calls[-1] == ("handoff", "gw-1", False) and not sim.flag["gw-1"] and not sim.restarted
+
+
+class Faulty:
+    """The simulated group with one exception injected at its `at`-th call (before the call does anything, or
+    after: done on the host, its answer lost); with `down`, every later call on that gateway fails too."""
+
+    def __init__(self, sim: Sim, at: int, after: bool, error: BaseException, down: bool = False):
+        self.sim, self.at, self.after, self.error, self.down = sim, at, after, error, down
+        self.n, self.on = 0, ""
+        self.tried: list[tuple] = []
+
+    def __getattr__(self, name):
+        call = getattr(self.sim, name)
+        if name == "log":
+            return call
+
+        def step(*args):
+            self.n += 1
+            on = args[0].name if args and isinstance(args[0], Member) else ""
+            self.tried.append((name, *(a.name if isinstance(a, Member) else a for a in args)))
+            if self.on and on == self.on:
+                raise RuntimeError(f"{on} is gone")
+            if self.n == self.at and not self.after:
+                self.fire(on)
+            out = call(*args)
+            if self.n == self.at and self.after:
+                self.fire(on)
+            return out
+        return step
+
+    def fire(self, on: str):
+        self.sim.failed, self.on = True, on if self.down else ""
+        raise self.error
+
+
+TURNS = {  # a turn of each kind: the sim, the gateway, restart, preempt, later
+    "the holder hands over": (lambda: Sim(2, 0, False), "gw-1", True, False, frozenset()),
+    "a backup restarts": (lambda: Sim(3, 0, False), "gw-2", True, False, frozenset()),
+    "preempt takes back, waiting": (lambda: Sim(2, 0, True), "gw-1", True, True, frozenset()),
+    "preempt takes back, the other's turn next": (lambda: Sim(2, 0, True), "gw-1", True, True, frozenset({"gw-2"})),
+    "a lost run's turn finished": (lambda: _lost_run(), "gw-1", False, False, frozenset()),
+    "a lost run's turn restarted": (lambda: _lost_run(), "gw-1", True, False, frozenset()),
+}
+
+
+def _lost_run() -> Sim:
+    sim = Sim(2, 1, preempt=False, flagged={"gw-1"})
+    sim.lo["gw-1"], sim.route["gw-2"], sim.connections["gw-1"] = True, "gw-1", 2
+    return sim
+
+
+def _steps(kind: str) -> int:
+    make, me, restart, preempt, later = TURNS[kind]
+    clean = Faulty(make(), 0, False, RuntimeError())
+    gateway_turn(me, clean, restart, preempt, later)
+    return clean.n
+
+
+ERRORS = [lambda: TurnError("expected gw-2 holding the address within 7s"), lambda: ValueError("int('²')"),
+          lambda: RuntimeError("a bug"), lambda: KeyboardInterrupt(), lambda: __import__("gevent").Timeout(5)]
+
+
+@pytest.mark.parametrize("kind", TURNS)
+@pytest.mark.parametrize("error", ERRORS, ids=["TurnError", "ValueError", "RuntimeError", "Ctrl-C", "gevent-Timeout"])
+def test_an_exception_at_any_step_of_a_turn_undoes_its_handoff(kind, error):
+    """Each call of the turn failing, before it acts or after (its answer lost): the exception goes up as it
+    was, and from the first read on, the gateway ends in the election, no route or loopback hold left anywhere,
+    one gateway holding."""
+    make, me, restart, preempt, later = TURNS[kind]
+    for at in range(1, _steps(kind) + 1):
+        for after in (False, True):
+            sim, raised = make(), error()
+            with pytest.raises(type(raised)) as e:
+                gateway_turn(me, Faulty(sim, at, after, raised), restart, preempt, later)
+            where = f"failing at step {at}{' after it acted' if after else ''}: {sim.calls}"
+            assert e.value is raised, where
+            if at == 1:  # its first read: nothing known, nothing done (a lost run's left for the next run)
+                before = make()
+                assert (sim.flag, sim.lo, sim.route) == (before.flag, before.lo, before.route), where
+                continue
+            assert not any(sim.flag.values()) and not any(sim.lo.values()) and not sim.route, where
+            assert sim.holder is not None, where
+
+
+@pytest.mark.parametrize("kind", TURNS)
+def test_a_gateway_gone_mid_turn_leaves_the_others_clean(kind):
+    """The turn's own gateway stops answering: the undo still ends the routes and holds on the others, tries
+    to let it back in, and the first error is the one that goes up."""
+    make, me, restart, preempt, later = TURNS[kind]
+    for at in range(2, _steps(kind) + 1):  # its first read is where nothing is done yet
+        sim, raised = make(), TurnError("gw-1 lost")
+        group = Faulty(sim, at, False, raised, down=True)
+        with pytest.raises(TurnError) as e:
+            gateway_turn(me, group, restart, preempt, later)
+        gone = group.on
+        assert e.value is raised
+        if gone == me:
+            assert ("handoff", me, False) in group.tried[at:]
+        assert not [g for g in sim.route if g != gone] and not [g for g, on in sim.lo.items() if on and g != gone]
 
 
 def test_the_successor_is_the_highest_priority_eligible_one():

@@ -427,7 +427,8 @@ def test_smoke_command_runs_and_parses(tmp_path):
     env = fake_bin(tmp_path, {
         # as curl: `-H @file` sends the file's lines as headers
         "curl": f'for a in "$@"; do case "$prev" in -H) case "$a" in @*) cat "${{a#@}}";; *) printf "%s\\n" "$a";; '
-                f'esac;; *) printf "%s\\n" "$a";; esac; prev="$a"; done >> {args_log}; echo ---- >> {args_log}\n'
+                f'esac;; --data-binary) cat; echo;; *) printf "%s\\n" "$a";; esac; prev="$a"; done >> {args_log}; '
+                f'echo ---- >> {args_log}\n'
                 'for a in "$@"; do last="$a"; done\n'
                 f'case "$last" in\n'
                 f'  */v1/chat/completions) cat {chat}; printf "\\nhttp=200 time=0.500000\\n" ;;\n'
@@ -442,7 +443,7 @@ def test_smoke_command_runs_and_parses(tmp_path):
     assert r.text == "Hello there, friend!" and r.accept_length == 3.25 and r.tokens_per_s == 10.0
     chat_args = args_log.read_text().split("----\n")[0].splitlines()
     assert f"Authorization: Bearer {KEY}" in chat_args
-    body = json.loads(chat_args[chat_args.index("-d") + 1])
+    body = json.loads(chat_args[chat_args.index("--data-binary") + 1])  # read from its stdin
     assert body == {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
                     "temperature": 0, "max_tokens": 16}
     assert chat_args[-1] == "http://127.0.0.1:30007/v1/chat/completions"
@@ -454,10 +455,11 @@ def test_smoke_prompt_with_quotes_is_sent_intact(tmp_path):
         "smoke": {"prompt": "Say 'hi' and \"bye\"; $(id) `x`", "max_tokens": 4, "timeout_s": 5},
     })
     args_log = tmp_path / "args"
-    env = fake_bin(tmp_path, {"curl": f'for a in "$@"; do printf "%s\\n" "$a"; done >> {args_log}\n'})
+    env = fake_bin(tmp_path, {"curl": f'for a in "$@"; do printf "%s\\n" "$a"; [ "$a" != @- ] || {{ cat; echo; }}; '
+                                      f'done >> {args_log}\n'})
     subprocess.run(["sh", "-c", smoke_command(spec)], env=env, check=True, capture_output=True)
     args = args_log.read_text().splitlines()
-    body = json.loads(args[args.index("-d") + 1])
+    body = json.loads(args[args.index("@-") + 1])
     assert body["messages"][0]["content"] == "Say 'hi' and \"bye\"; $(id) `x`"
     assert body["max_tokens"] == 4
     assert "--max-time" in args and args[args.index("--max-time") + 1] == "5"
@@ -482,3 +484,28 @@ def test_requests_to_the_local_server_ignore_the_hosts_proxy(tmp_path):
         assert parse_observation(bare.stdout).health == 0  # what the gate saw before
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("login", [False, True])
+def test_the_longest_prompt_of_quotes_reaches_the_server_whole_under_a_sudo_user(tmp_path, login):
+    """4096 quotes, as pyinfra sends the smoke under sudo (the command quoted once more for sudo's sh -c, the
+    whole one argument of the login shell): no `Argument list too long`, the body arrives as written."""
+    from pyinfra.api import StringCommand
+    from pyinfra.connectors.util import make_unix_command
+
+    from fleet import wire
+    from fleet.spec.text import PROMPT_MAX
+
+    prompt = "'" * (PROMPT_MAX // 2) + '"' * (PROMPT_MAX // 2)
+    spec = ClassSpec.model_validate({**json.loads(make_spec().model_dump_json()),
+                                     "smoke": {"prompt": prompt, "max_tokens": 4, "timeout_s": 5}})
+    sent = make_unix_command(StringCommand(wire.transported(smoke_command(spec))), _sudo=True, _sudo_user="svc",
+                             _use_sudo_login=login).get_raw_value()
+    assert len(sent.encode()) < 128 * 1024  # one argument of the login shell
+    body = tmp_path / "body"
+    env = fake_bin(tmp_path, {
+        "sudo": 'while [ "$1" != sh ]; do shift; done; exec "$@"\n',  # as root would run it: its sh -c COMMAND
+        "curl": f'for a in "$@"; do [ "$a" != @- ] || cat > {body}; done\n'})
+    done = subprocess.run(["sh", "-c", sent], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Argument list too long" not in done.stdout + done.stderr, done.stderr
+    assert json.loads(body.read_text())["messages"][0]["content"] == prompt

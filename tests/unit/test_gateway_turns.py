@@ -69,6 +69,20 @@ def test_a_failed_turn_stops_the_groups_roll(monkeypatch):
                               "the next deploy rolls it"]
 
 
+def test_a_turn_ended_by_any_other_exception_stops_the_groups_roll_too(monkeypatch):
+    """A bug or a timeout in a turn (its handoff undone by gateway_turn) goes up as it is; the turns after it
+    do not run, as after a TurnError."""
+    hosts = group()
+    monkeypatch.setattr(gateway_turns, "gateway_turn", lambda *a: (_ for _ in ()).throw(ValueError("a bug")))
+    state = hosts["gw-1"].host.state
+    for n in ("gw-1", "gw-2"):
+        gateway_turns.enlist(hosts[n].host, "gateway", first=False)
+    jobs = [gevent.spawn(gateway_turns.take_turn, state, hosts[n].host, GW, "gateway", True) for n in ("gw-1", "gw-2")]
+    gevent.joinall(jobs, timeout=5)
+    assert isinstance(jobs[0].exception, ValueError) and jobs[1].value is True
+    assert this_run().report.hosts["gw-2"].verdict == "NOT ROLLED (serving as before)"
+
+
 def test_a_gateway_failed_before_its_turn_stops_the_roll_at_once(monkeypatch):
     hosts = group()
     monkeypatch.setattr(gateway_turns, "gateway_turn", lambda *a: pytest.fail("no turn may run"))

@@ -287,6 +287,27 @@ def test_an_altered_file_of_the_right_size_is_found_and_fetched_again(endpoint, 
     assert shard.read_bytes() == committed(hf.DRAFT, rev, shard.name)
 
 
+@pytest.mark.parametrize("damage", ["garbage line", "digest ab:cd", "size x", "no name"])
+def test_a_manifest_of_another_form_reads_as_damaged_and_is_fetched_again(endpoint, tmp_path, damage):
+    """A line fetch_revision.py never writes: make verify says so (no traceback), preflight finds the revision
+    damaged, and the fetch does it again, its manifest whole once more."""
+    rev = revision(hf.DRAFT, 0)
+    fetch(endpoint, tmp_path, hf.DRAFT, rev)
+    final = tmp_path / "models" / hf.DRAFT / rev
+    whole = (final / hub.MANIFEST).read_text()
+    size, digest, name = whole.splitlines()[0].split(" ", 2)
+    line = {"garbage line": "\u00b2\u00b2 \x00garbage", "digest ab:cd": f"{size} ab:cd {name}",
+            "size x": f"x {digest} {name}", "no name": f"{size} {digest}"}[damage]
+    (final / hub.MANIFEST).write_text(whole + line + "\n")
+    done = subprocess.run(hub.verify_command(str(final), sys.executable), shell=True, capture_output=True, text=True)
+    assert done.returncode == 0 and "not SIZE DIGEST NAME (sha256:HEX64, blob:HEX40 or -): damaged" in done.stdout, \
+        done.stdout + done.stderr
+    seen = models_of(tmp_path, str(final))
+    assert seen.status == "damaged" and "a line of another form" in seen.message, seen
+    assert fetch(endpoint, tmp_path, hf.DRAFT, rev).outcome == "new"
+    assert (final / hub.MANIFEST).read_text() == whole and models_of(tmp_path, str(final)).status == "ok"
+
+
 def test_an_interrupted_fetch_resumes_from_its_partial(endpoint, tmp_path):
     rev = revision(hf.TARGET, 0)
     partial = tmp_path / "models" / hf.TARGET / f".{rev}.partial"

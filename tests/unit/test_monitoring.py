@@ -22,9 +22,12 @@ from fleet.monitoring import (
     PACKAGES,
     UNITS,
     Monitoring,
+    Receiver,
     MonitoringHost,
     firing,
+    floor_problems,
     accept_length_floor,
+    accept_length_max,
     bundle,
     bundle_changes,
     CURL_CONFIG,
@@ -90,6 +93,67 @@ def test_bad_monitoring_tables_are_refused(data, words):
         Monitoring(**data)
 
 
+def amtool_accepts(tools: Path, tmp_path: Path, mon: Monitoring) -> subprocess.CompletedProcess:
+    path = tmp_path / "alertmanager.json"
+    path.write_text(bundle(mon, TARGETS, CLASSES, {}, [])["alertmanager.json"], encoding="utf-8")
+    return subprocess.run([str(tools / "amtool"), "check-config", str(path)], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("name, url, refused", [
+    ("none", "https://h.example/x", "a receiver name other than 'none'"),
+    ("chat", "https://h.example:abc/x", "port is a number 1..65535, found 'abc'"),
+    ("chat", "https://h.example:99999/x", "found '99999'"),
+    ("chat", "https://h.example:0/x", "found '0'"),
+    ("chat", "https://h.example:\u00b2/x", "found '\u00b2'"),
+    ("chat", "https://h.example:/x", "found ''"),
+    ("chat", "https://h.example/a%zz", "every % starts an escape of two hex digits"),
+    ("chat", "https://h.example/a%2", "every % starts an escape"),
+    ("chat", "https://h.example/\U0001f680/hook", ""),  # outside the BMP: written as UTF-8, read as it is
+    ("chat", "https://[fd00::5]:9099/hook%2Fx", ""),
+    ("chat", "http://10.0.0.5:9099/alerts", ""),
+])
+def test_receivers_are_accepted_only_as_amtool_reads_them(tools, tmp_path, name, url, refused):
+    """What make check accepts, amtool accepts on the host; what amtool would refuse, make check names first."""
+    try:
+        mon = Monitoring(receivers=[{"name": name, "webhook_url": url}])
+    except ValidationError as e:
+        assert refused and refused in str(e), str(e)
+        return
+    assert not refused, f"accepted: {url}"
+    out = amtool_accepts(tools, tmp_path, mon)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_refused_receivers_are_those_amtool_refuses(tools, tmp_path):
+    """The rules above are amtool's own: the same receivers, let past the spec, fail amtool's check."""
+    for name, url in (("none", "https://h.example/x"), ("chat", "https://h.example:abc/x"),
+                      ("chat", "https://h.example/a%zz")):
+        mon = Monitoring.model_construct(**{**Monitoring().__dict__, "receivers": [
+            Receiver.model_construct(name=name, webhook_url=url, send_resolved=True)]})
+        assert amtool_accepts(tools, tmp_path, mon).returncode != 0, url
+
+
+def test_names_outside_the_bmp_are_written_as_utf8_and_promtool_and_amtool_take_them(tools, tmp_path):
+    spec = CLASSES["pro6000"].model_validate({**CLASSES["pro6000"].model_dump(exclude_none=True), "service": {
+        **CLASSES["pro6000"].service.model_dump(exclude_none=True), "served_model_name": "qwen-\U0001f680"}})
+    classes = {**CLASSES, "pro6000": spec}
+    targets = [replica_target("gpu-\U0001f525", "10.0.0.1", "pro6000", spec),
+               gateway_target("gw-\U0001f525", "10.0.0.9", "gateway", 29000)]
+    mon = Monitoring(receivers=[{"name": "chat", "webhook_url": "https://h.example/\U0001f680"}],
+                     alerts={"accept_length_floor": {"pro6000": 3.0}})
+    for path, text in bundle(mon, targets, classes, floors(mon, classes, tmp_path / "none"), ["gateway"]).items():
+        assert "\\ud83d" not in text
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text, encoding="utf-8")
+    assert "qwen-\U0001f680" in (tmp_path / "prometheus.json").read_text(encoding="utf-8")
+    out = promtool(tools, "check", "config", "prometheus.json", cwd=tmp_path)
+    assert out.returncode == 0 and "SUCCESS: 2 rule files found" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run([str(tools / "amtool"), "check-config", str(tmp_path / "alertmanager.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_a_broken_monitoring_file_names_the_file_field_and_value(tmp_path):
     g = tmp_path / "group_data"
     g.mkdir()
@@ -101,6 +165,44 @@ def test_a_broken_monitoring_file_names_the_file_field_and_value(tmp_path):
     (g / "mon.py").write_text('monitoring = {"alerts": {"accept_length_floor": {"nope": 2.0}}}\n')
     with pytest.raises(SpecError, match="'nope' is not a GPU class"):
         load_monitoring(g, CLASSES)
+
+
+@pytest.mark.parametrize("floor, refused", [(-1, True), (0, True), (1, True), (1e300, True), (17.01, True),
+                                           (1.01, False), (17, False)])
+def test_a_floor_is_an_accept_length_the_class_can_have(tmp_path, floor, refused):
+    """pro6000 is DFLASH, block size 16: a verify step gives 1 to 17 tokens. Under or at 1 the alert never fires,
+    over 17 it always does."""
+    g = tmp_path / "group_data"
+    g.mkdir()
+    (g / "mon.py").write_text(f'monitoring = {{"alerts": {{"accept_length_floor": {{"pro6000": {floor!r}}}}}}}\n')
+    if not refused:
+        assert load_monitoring(g, CLASSES)["mon"].alerts.accept_length_floor == {"pro6000": floor}
+        return
+    with pytest.raises(SpecError) as e:
+        load_monitoring(g, CLASSES)
+    assert e.value.problems == [f"group_data/mon.py: monitoring.alerts.accept_length_floor.pro6000: {floor:g}: "
+                                "expected above 1 and at most 17 (the most one verify step of DFLASH gives), else "
+                                "the alert never or always fires"]
+
+
+def test_the_most_a_verify_step_gives_follows_the_algorithm():
+    def spec(**speculative):
+        return CLASSES["pro6000"].model_validate({**CLASSES["pro6000"].model_dump(exclude_none=True),
+                                                  "speculative": speculative})
+    assert accept_length_max(spec(algorithm="DFLASH", block_size=8, draft_model_path="/models/draft")) == 9
+    assert accept_length_max(spec(algorithm="NGRAM")) == 13 and accept_length_max(spec(algorithm="NGRAM",
+                                                                                       num_draft_tokens=4)) == 5
+    assert accept_length_max(spec(algorithm="EAGLE", num_steps=3, topk=1)) == 4
+    assert accept_length_max(spec(algorithm="EAGLE")) == 65
+    none = spec(algorithm="none")
+    classes = {**CLASSES, "pro6000": none}
+    (p,) = floor_problems("mon", Monitoring(alerts={"accept_length_floor": {"pro6000": 2.0}}), classes)
+    assert p == ("group_data/mon.py: monitoring.alerts.accept_length_floor.pro6000: 2 for a class without "
+                 "speculative decoding: expected no floor (its accept length is never measured)")
+    # a tuning record's figure no verify step can give is no figure, and a floor at 1 or under is no floor
+    declared = CLASSES["pro6000"].speculative.block_size
+    assert accept_length_floor(Monitoring(), "pro6000", CLASSES["pro6000"], record(declared, 1e300)) is None
+    assert accept_length_floor(Monitoring(), "pro6000", CLASSES["pro6000"], record(declared, 1.2)) is None
 
 
 def test_the_inventory_has_one_monitoring_host_and_scrapes_no_loopback_class():

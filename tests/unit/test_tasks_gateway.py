@@ -399,3 +399,15 @@ def test_a_gateways_missing_certificate_refuses_it_naming_the_file(group_dir, tm
     row = converging(group_dir)
     assert row.verdict == "REFUSED" and ops.names() == ["Refuse host (preflight failed)"]
     assert any(f"gateway.mesh.tls.cert: file {pki}/smg.crt cannot be read" in r for r in row.reasons), row.reasons
+
+
+def test_a_der_certificate_is_refused_naming_the_field_and_pem(group_dir, tmp_path, monkeypatch):
+    """A DER file (binary, not UTF-8) is the operator's file's fault, named so; not "could not judge" the host."""
+    pki = mesh_dir(group_dir, tmp_path)
+    (pki / "smg.crt").write_bytes(b"0\x82\x01\xb30\x82\x01Y\xa0\x03\x02\x01\x02\x02\x14_jt\xff\xfe")
+    ops = Ops(monkeypatch)
+    row = converging(group_dir)
+    assert row.verdict == "REFUSED" and ops.names() == ["Refuse host (preflight failed)"]
+    (reason,) = [r for r in row.reasons if "gateway.mesh.tls.cert" in r]
+    assert "expected PEM blocks (-----BEGIN ...-----), found binary data (DER?" in reason, row.reasons
+    assert "could not judge" not in str(row.reasons)

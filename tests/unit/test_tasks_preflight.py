@@ -222,7 +222,8 @@ def test_a_tune_candidate_is_planned_on_the_declared_spec_with_its_knobs_and_alw
 
 @pytest.mark.parametrize("override, reason", [
     ({"sglang_fleet_tune": "8"}, 'h: tune: --data sglang_fleet_tune: expected {"block_size": N}'),
-    ({"sglang_fleet_tune": {"block_size": 17}}, "h: tune: block size 17: block_size: Input should be less than or equal to 16"),
+    ({"sglang_fleet_tune": {"block_size": 17}},
+     "h: tune: --data sglang_fleet_tune: block_size: expected 1..16 (SGLang's bound), found '17'"),
     ({"sglang_fleet_tune": {"block_size": 8}, "sglang_fleet_rollback": STAMP}, "h: tune: a rollback deploys no candidate"),
 ])
 def test_a_tune_candidate_that_cannot_be_is_refused_before_the_host_is_read(checking, override, reason):

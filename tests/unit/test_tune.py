@@ -115,6 +115,19 @@ def test_requested_refuses_what_is_not_a_candidate(value, found):
     assert found in str(e.value)
 
 
+@pytest.mark.parametrize("value, said", [
+    ('{"block_size": 100000000000000000000}', "block_size: expected 1..16 (SGLang's bound), found '1000000000"),
+    ({"block_size": 0}, "block_size: expected 1..16 (SGLang's bound), found '0'"),
+    ({"block_size": -3}, "found '-3'"),
+    ({"block_size": 8, "tree_budget": 10 ** 7}, "tree_budget: expected 1..1024 (SGLang's bound), found '10000000'"),
+    ('{"block_size": 1e20}', "expected {\"block_size\": N}"),  # a float is no block size
+])
+def test_requested_refuses_a_candidate_out_of_sglangs_bounds(value, said):
+    with pytest.raises(ValueError) as e:
+        tune.requested({tune.TUNE_DATA: value})
+    assert said in str(e.value) and str(e.value).startswith("--data sglang_fleet_tune: ")
+
+
 def test_requested_refuses_a_string_that_is_not_json():
     with pytest.raises(ValueError) as e:
         tune.requested({tune.TUNE_DATA: "block_size=8"})
@@ -280,6 +293,10 @@ def test_the_tune_sections_lists_are_sorted_and_each_value_once():
     ({"min_requests": 0}, "min_requests"),
     ({"max_tokens": 8193}, "max_tokens"),
     ({"prompts": []}, "prompts"),
+    ({"prompts": [""]}, "a prompt with something to answer"),
+    ({"prompts": ["hi", "   "]}, "a prompt with something to answer"),
+    ({"block_sizes": [1e20]}, "block_sizes"),
+    ({"block_sizes": [10 ** 20]}, "block_sizes"),
     ({"level_timeout_s": 0.5}, "level_timeout_s"),
     ({"level_timeout_s": float("inf")}, "level_timeout_s"),
     ({"p99_latency_s": 0}, "p99_latency_s"),
