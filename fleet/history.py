@@ -170,9 +170,11 @@ def describe_history(name: str, history: History) -> str:
         out.append(f"  ({history.unreadable} unreadable record lines)")
     out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default: previous, the set "
                "before the last successful change)")
-    out += capped([f"  {b.stamp}  {shown(b.summary(), LINE)}  "
-                   f"[{shown(', '.join(capped(sorted(b.files), FILES_SHOWN)), LINE)}]"
-                   for b in reversed(history.backups)], BACKUPS_SHOWN)
+    for b in reversed(history.backups[-BACKUPS_SHOWN:]):
+        files = ", ".join(capped([shown(n) for n in sorted(b.files)], FILES_SHOWN))
+        out.append(f"  {shown(f'{b.stamp}  {shown(b.summary(), LINE)}  [{files}]', LINE)}")
+    if len(history.backups) > BACKUPS_SHOWN:
+        out.append(f"  ... and {len(history.backups) - BACKUPS_SHOWN} older")
     if not history.backups:
         out.append("  none")
     return "\n".join(out)
