@@ -183,7 +183,7 @@ def _judge_floating(row: HostStatus, gw: Gateway, v: Vrrp) -> None:
     address = gw.floating.address
     row.floating = {"address": address, "state": v.state or "-", "holds": v.holds}
     why = next((text for text, yes in (
-        ("keepalived is not running", not v.active), (v.problem, bool(v.problem)),
+        ("keepalived is not running", not v.active), (f"{row.host}: unreadable: {v.problem}", bool(v.problem)),
         ("held out of the election by a deploy's turn that did not end (the next make deploy finishes it)", v.handoff),
         ("its smg stopped", v.stopped), ("keepalived says FAULT: its smg is not ready", v.state == "FAULT"))
                 if yes), "")

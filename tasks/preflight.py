@@ -202,7 +202,7 @@ def _show(pf: Preflight) -> None:
             report.action if pf.plan.has_work else "none (the host has those files already)")
     report.verdict = HostVerdict.PASSED_PREFLIGHT if pf.plan.has_work else HostVerdict.OK
     if pf.plan.interrupted:
-        host.log_styled(f"an earlier rollout was interrupted: {pf.plan.action()}", fg="yellow")
+        host.log_styled(f"an earlier rollout was interrupted: {shown(pf.plan.action(), LINE)}", fg="yellow")
     for why in pf.plan.why:
         host.log_styled(f"drift: {shown(why, LINE)}", fg="yellow")
     if not state.config.DIFF:

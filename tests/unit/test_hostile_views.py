@@ -292,3 +292,11 @@ def test_make_status_says_an_answer_of_another_shape_as_unreadable_naming_the_ho
     row = judge_monitoring("mon-1", "monitoring", UP, "200 1 200 1", '{"data": []}', "0" * 16)
     assert row.reasons == ["""mon-1: unreadable: Prometheus' /api/v1/alerts: expected {"data": {"alerts": [...]}}, """
                            """found '{"data": []}'"""]
+
+
+def test_keepalived_state_of_another_shape_is_unreadable_naming_the_gateway():
+    read = {**status_read("MASTER", True), "vrrp-state": "\x1b[2JPWNED 1"}
+    row = judge_gateway("gw-1", "gateway", gateway(), read, [])
+    assert row.verdict == "UNHEALTHY" and row.floating["state"] == "-"
+    assert "- floating address 10.0.0.100: gw-1: unreadable: vrrp state '\ufffd[2JPWNED 1' is not one of MASTER" \
+        in table([row])
