@@ -171,7 +171,7 @@ def describe_history(name: str, history: History) -> str:
     out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default: previous, the set "
                "before the last successful change)")
     for b in reversed(history.backups[-BACKUPS_SHOWN:]):
-        files = ", ".join(capped([shown(n) for n in sorted(b.files)], FILES_SHOWN))
+        files = ", ".join(capped(sorted(b.files), FILES_SHOWN, shown))
         out.append(f"  {shown(f'{b.stamp}  {shown(b.summary(), LINE)}  [{files}]', LINE)}")
     if len(history.backups) > BACKUPS_SHOWN:
         out.append(f"  ... and {len(history.backups) - BACKUPS_SHOWN} older")

@@ -509,5 +509,6 @@ def describe_diff(path: str, on_host: str, declared: str) -> str:
     (wire.shown; a tab as four spaces), at most DIFF_SHOWN of them."""
     diff = difflib.unified_diff(on_host.splitlines(), declared.splitlines(), fromfile=f"{path} (on the host)",
                                 tofile=f"{path} (declared)", lineterm="")
-    return "\n".join([f"Will change {path}", *capped([shown(line[:LINE].replace("\t", "    "), LINE, strip=False)
-                                                       for line in diff], DIFF_SHOWN)])
+    return "\n".join([f"Will change {path}", *capped(list(diff), DIFF_SHOWN,
+                                                      lambda line: shown(line[:LINE].replace("\t", "    "), LINE,
+                                                                         strip=False))])

@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, Callable
 
 MARK = "@@"
 BLOCK_LIMIT = 4 << 20  # bytes of one block: SGLang's --help is ~190 kB, a config.json a few kB
@@ -113,9 +113,11 @@ def shown(value: object, limit: int = CELL, strip: bool = True) -> str:
     return _cut(text.strip() if strip else text, limit, _UNSHOWN)
 
 
-def capped(lines: list[str], most: int) -> list[str]:
-    """A view's list of lines at most `most` long: what is over it said as a count."""
-    return lines if len(lines) <= most else [*lines[:most], f"... and {len(lines) - most} more"]
+def capped(items: list, most: int, line: Callable[[Any], str] = str) -> list[str]:
+    """A view's list: the first `most` items, each as `line` writes it (only those: a server may send 40,000),
+    then how many were left out."""
+    lines = [line(item) for item in items[:most]]
+    return lines if len(items) <= most else [*lines, f"... and {len(items) - most} more"]
 
 
 def excerpt(text: str, limit: int = 120) -> str:

@@ -407,7 +407,8 @@ def test_make_monitor_says_what_is_scraped_fires_and_is_silenced_and_survives_ga
         "  host=p2 until 2026-12-03T10:10:00Z by sglang-fleet: p2's turn"]
     broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "").splitlines()
     assert broken[1].startswith("  mon-1: unreadable: Prometheus' targets: not valid JSON")
-    assert broken[2] == """  mon-1: unreadable: Prometheus' alerts: expected {"data": {"alerts": [...]}}, found '{"data": 3}'"""
+    assert broken[2] == ("""  mon-1: unreadable: Prometheus' alerts: expected {"data": {"alerts": [...]}}, """
+                         """found '{"data": 3}'""")
     assert broken[3].startswith("  mon-1: unreadable: Alertmanager's silences: not valid JSON")
 
 
