@@ -71,8 +71,9 @@ json_any = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=4
                                                      st.dictionaries(small_text, inner, max_size=4)), max_leaves=16)
 
 
-def big(shape: dict) -> str:
-    """A 4 MiB answer of this shape: its string leaves ("*") each a quarter of it, of escapes a terminal acts on."""
+def big(shape: object) -> str:
+    """A MiB-sized answer of this shape: each string leaf ("*") 200,000 characters of escapes a terminal acts on
+    (600 kB of JSON, as its \\u escapes)."""
     return json.dumps(shape).replace('"*"', json.dumps("\x1b]0;\u202e" * (BLOCK_LIMIT // 100)))
 
 
