@@ -446,11 +446,12 @@ class GatewayHost:
         return "cp" + self.python.replace(".", "")
 
 
+SMG_RELEASE = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}", re.ASCII)  # smg's version as the gateway host says it
 # They name the controller's wheel cache directory: nothing else may pass (no `/`, no `..`).
 HOST_FIELDS = (
     ("python", re.compile(r"3\.[0-9]{1,2}", re.ASCII), "a Python version such as 3.11"),
     ("machine", re.compile(r"[a-z0-9_]{1,16}", re.ASCII), "a machine name such as x86_64"),
-    ("smg", re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}", re.ASCII), "a version such as 1.13.0"),
+    ("smg", SMG_RELEASE, "a version such as 1.13.0"),
 )
 GENERATION = re.compile(r"[0-9a-f]{16}")
 SHA1_LINE = re.compile(r"^([0-9a-f]{40})  (/[^\n]{1,4096})$", re.M)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Annotated
@@ -25,7 +26,7 @@ from fleet.render import server_argv
 from fleet.rollout import KEEP_BACKUPS, ManagedFile, desired_files, spec_record
 from fleet.secrets import unread
 from fleet.spec import ClassSpec
-from fleet.wire import Unreadable, block, frames, load_json
+from fleet.wire import LINE, Unreadable, block, capped, frames, load_json, shown
 
 RECORD_VERSION = 2
 PREVIOUS = "previous"  # make rollback's default: the set from before the last successful change (before_last_change)
@@ -102,6 +103,17 @@ class Record:
         return self.commit[:12] + ("+dirty" if self.dirty else "")
 
 
+def when(ts: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def describe_record(r: Record | None) -> str:
+    if r is None:
+        return "-"
+    what = f"rollback to {r.to}" if r.kind == "rollback" else "deploy"
+    return f"{when(r.time)} {what} by {r.by}: {r.result or '?'} ({r.describe_commit()})"
+
+
 @dataclass(frozen=True)
 class Backup:
     stamp: str
@@ -139,6 +151,33 @@ class History:
 
     def stamps(self) -> list[str]:
         return [b.stamp for b in self.backups]
+
+
+BACKUPS_SHOWN = 50  # backup sets make history lists (the deploy keeps KEEP_BACKUPS; a host may have any number)
+FILES_SHOWN = 32  # files named per set
+
+
+def describe_history(name: str, history: History) -> str:
+    """make history: the host's rollouts and backup sets, newest first; whatever the host's records and file names
+    hold, each line printable and bounded (wire.shown), the sets at most BACKUPS_SHOWN."""
+    out = [f"{name}: rollouts, newest first"]
+    for r in reversed(history.records):
+        line = f"{describe_record(r)}; {r.algorithm or '?'} {r.served_model or ''}".rstrip()
+        line += "".join(f"; {label}{value}" for label, value in (
+            ("engine ", r.engine), ("weights ", r.weights), ("", r.action), ("", r.reason)) if value)
+        out.append(f"  {shown(line, LINE)}")
+    if history.unreadable:
+        out.append(f"  ({history.unreadable} unreadable record lines)")
+    out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default: previous, the set "
+               "before the last successful change)")
+    for b in reversed(history.backups[-BACKUPS_SHOWN:]):
+        files = ", ".join(capped(sorted(b.files), FILES_SHOWN, shown))
+        out.append(f"  {shown(f'{b.stamp}  {shown(b.summary(), LINE)}  [{files}]', LINE)}")
+    if len(history.backups) > BACKUPS_SHOWN:
+        out.append(f"  ... and {len(history.backups) - BACKUPS_SHOWN} older")
+    if not history.backups:
+        out.append("  none")
+    return "\n".join(out)
 
 
 def parse_history(answer: str | list[str]) -> History:

@@ -29,7 +29,7 @@ from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
     is_loopback
 from fleet.spec.names import http_url
-from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
+from fleet.wire import Unreadable, capped, excerpt, frames, load_json, shown
 
 TUNING = Path("tuning")  # the tuning records (make tune), beside group_data: the default accept-length floors
 CONFIG = "prometheus.json"  # Prometheus' --config.file, in the configuration directory
@@ -596,7 +596,7 @@ class MonitoringHost:
 _VERSION = re.compile(r"[A-Za-z0-9.+~:-]{1,64}")
 _ID = re.compile(r"[0-9a-f]{16}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
-_STATE = re.compile(r"[a-z-]{1,32}")
+UNIT_STATE = re.compile(r"[a-z-]{1,32}")  # a unit's ActiveState, SubState or UnitFileState
 
 
 def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
@@ -611,7 +611,7 @@ def parse_monitoring_host(answer: str | list[str]) -> MonitoringHost:
         installed={p: one(f"version:{p}", _VERSION) for p in PACKAGES},
         live=one("live", _ID),
         defaults_sha1={path: one(f"sha1:{path}", _SHA1) for path in DEFAULTS.values()},
-        active={u: one(f"active:{u}", _STATE) for u in UNITS},
+        active={u: one(f"active:{u}", UNIT_STATE) for u in UNITS},
         ready=is_ready(said.get("ready", "")),
         secrets_sha1={path: one(f"sha1:{path}", _SHA1) for path in SECRET_OWNERS},
         web_hash=one("hash", BCRYPT))
@@ -650,19 +650,21 @@ def is_ready(answer: str) -> bool:
     return answer.split() == ["200", "1", "200", "1"]
 
 
-def firing(alerts_json: str) -> dict[str, list[str]]:
-    """Prometheus' /api/v1/alerts: host -> the names of the alerts firing for it (sorted); a host-less
-    alert (a gateway's worker, say) under its gateway host. Unreadable: Unreadable."""
-    doc = load_json(alerts_json, "Prometheus' /api/v1/alerts")
-    alerts = doc.get("data", {}).get("alerts") if isinstance(doc, dict) and isinstance(doc.get("data"), dict) else None
-    if not isinstance(alerts, list):
-        raise Unreadable(f"Prometheus' /api/v1/alerts: expected data.alerts, a list, found {excerpt(alerts_json)}")
+def firing(alerts_json: str) -> tuple[dict[str, list[str]], int]:
+    """Prometheus' /api/v1/alerts: host -> the names of the alerts firing for it (sorted; a host-less alert under
+    "-"), each printable and bounded (wire.shown); and how many alerts are not of an alert's shape (an object with
+    labels, a string alertname, and a string host if any). An answer without data.alerts, a list: Unreadable."""
+    alerts, odd = _objects(alerts_json, "Prometheus' /api/v1/alerts", ("data", "alerts"),
+                           '{"data": {"alerts": [...]}}')
     out: dict[str, set[str]] = {}
     for a in alerts:
-        labels = a.get("labels") if isinstance(a, dict) else None
-        if isinstance(labels, dict) and a.get("state") == "firing":
-            out.setdefault(str(labels.get("host", "-")), set()).add(str(labels.get("alertname", "?")))
-    return {h: sorted(names) for h, names in sorted(out.items())}
+        labels = a.get("labels") if isinstance(a.get("labels"), dict) else {}
+        name, where = labels.get("alertname"), labels.get("host", "-")
+        if not isinstance(name, str) or not isinstance(where, str):
+            odd += 1
+        elif a.get("state") == "firing":
+            out.setdefault(shown(where, 256), set()).add(shown(name))
+    return {h: sorted(names) for h, names in sorted(out.items())}, odd
 
 
 def bundle_staging(bundle: str) -> str:
@@ -788,12 +790,19 @@ def turn_ended(silences: list[Silence], now: float, mon: Monitoring) -> dict[str
 
 
 # --- make monitor -----------------------------------------------------------------------------------
+MONITOR_LISTED = 100  # lines of each of make monitor's lists (targets, alerts, silences): a server may say any number
 
-def _items(value) -> list[dict]:
-    """A list of objects as a server said it: what is not an object in it is shown as one with nothing known."""
+
+def _objects(text: str, what: str, path: tuple[str, ...], expected: str) -> tuple[list[dict], int]:
+    """The list at `path` in a server's JSON answer: its objects, and how many of it are not objects. Unreadable,
+    saying what was expected, for an answer without that list."""
+    value = load_json(text, what)
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
     if not isinstance(value, list):
-        raise TypeError(f"expected a list, found {type(value).__name__}")
-    return [v if isinstance(v, dict) else {} for v in value]
+        raise Unreadable(f"{what}: expected {expected}, found {excerpt(text)}")
+    items = [v for v in value if isinstance(v, dict)]
+    return items, len(value) - len(items)
 
 
 def _labels(item: dict) -> dict:
@@ -805,44 +814,53 @@ def _labels(item: dict) -> dict:
 def describe_monitor(host: str, link: str, targets_json: str, alerts_json: str, silences_json: str) -> str:
     """What the monitoring host scrapes (and whether each answers), what fires, what is silenced, and where
     to look: Prometheus' answers (/api/v1/targets, /api/v1/alerts) and Alertmanager's (/api/v2/silences),
-    each read as untrusted (one that does not read is said, the others still shown)."""
+    each read as untrusted: one that does not read is said, the others still shown; an item that is not an
+    object is counted; every value shown printable and bounded (wire.shown), each list at most MONITOR_LISTED."""
     out = [f"{host}: Prometheus {link}"]
 
-    def c(value, limit: int = 80) -> str:  # every value shown is what a server said: printable, bounded
-        return clipped(str(value), limit)
-
-    def read(text: str, what: str, pick):
+    def read(text: str, what: str, path: tuple[str, ...], expected: str) -> tuple[list[dict] | None, str]:
         try:
-            return pick(load_json(text, what))
-        except (Unreadable, AttributeError, KeyError, TypeError) as e:
-            out.append(f"  {what}: could not read its answer ({excerpt(str(e), 200)})")
-            return None
+            items, odd = _objects(text, what, path, expected)
+        except Unreadable as e:
+            out.append(f"  {host}: unreadable: {e}")
+            return None, ""
+        return items, f"; {odd} unreadable (expected an object each)" if odd else ""
 
-    targets = read(targets_json, "Prometheus' targets", lambda d: _items(d["data"]["activeTargets"]))
+    def target(t: dict) -> str:
+        lab = _labels(t)
+        why = f" ({shown(t.get('lastError'), 120)})" if t.get("lastError") else ""
+        return (f"  {shown(lab.get('job', '?')):<12} {shown(lab.get('host', '-')):<16} "
+                f"{shown(t.get('scrapeUrl', '?'))}  {shown(t.get('health', '?'))}{why}")
+
+    def alert(a: dict) -> str:
+        lab, said = _labels(a), a.get("annotations")
+        summary = said.get("summary", "") if isinstance(said, dict) else ""
+        return (f"  {shown(lab.get('alertname', '?'))} {shown(lab.get('host', '-'))} "
+                f"({shown(lab.get('severity', '?'))}) since {shown(a.get('activeAt', '?'))}: {shown(summary, 200)}")
+
+    def silence(s: dict) -> str:
+        matchers = s.get("matchers") if isinstance(s.get("matchers"), list) else []
+        on = ", ".join(f"{shown(m.get('name', '?'))}={shown(m.get('value', '?'))}" if isinstance(m, dict) else "?"
+                       for m in matchers[:MONITOR_LISTED])
+        return (f"  {shown(on, 200)} until {shown(s.get('endsAt', '?'))} by {shown(s.get('createdBy', '?'))}: "
+                f"{shown(s.get('comment', ''), 200)}")
+
+    targets, odd = read(targets_json, "Prometheus' targets", ("data", "activeTargets"),
+                        '{"data": {"activeTargets": [...]}}')
     if targets is not None:
         up = [t for t in targets if t.get("health") == "up"]
-        out.append(f"scraped: {len(targets)} targets, {len(up)} up")
-        for t in sorted(targets, key=lambda t: (str(_labels(t).get("job", "")), str(_labels(t).get("host", "")))):
-            lab = _labels(t)
-            why = f" ({c(t.get('lastError'), 120)})" if t.get("lastError") else ""
-            out.append(f"  {c(lab.get('job', '?')):<12} {c(lab.get('host', '-')):<16} {c(t.get('scrapeUrl', '?'))}  "
-                       f"{c(t.get('health', '?'))}{why}")
-    alerts = read(alerts_json, "Prometheus' alerts", lambda d: _items(d["data"]["alerts"]))
+        out.append(f"scraped: {len(targets)} targets, {len(up)} up{odd}")
+        order = sorted(targets, key=lambda t: (str(_labels(t).get("job", "")), str(_labels(t).get("host", ""))))
+        out += capped(order, MONITOR_LISTED, target)
+    alerts, odd = read(alerts_json, "Prometheus' alerts", ("data", "alerts"), '{"data": {"alerts": [...]}}')
     if alerts is not None:
         firing_now = [a for a in alerts if a.get("state") == "firing"]
         out.append(f"firing: {len(firing_now)}" + (f" (and {len(alerts) - len(firing_now)} pending)"
-                                                    if len(alerts) > len(firing_now) else ""))
-        for a in firing_now:
-            lab, said = _labels(a), a.get("annotations")
-            summary = said.get("summary", "") if isinstance(said, dict) else ""
-            out.append(f"  {c(lab.get('alertname', '?'))} {c(lab.get('host', '-'))} ({c(lab.get('severity', '?'))}) "
-                       f"since {c(a.get('activeAt', '?'))}: {c(summary, 200)}")
-    silences = read(silences_json, "Alertmanager's silences", _items)
+                                                    if len(alerts) > len(firing_now) else "") + odd)
+        out += capped(firing_now, MONITOR_LISTED, alert)
+    silences, odd = read(silences_json, "Alertmanager's silences", (), "a list of silences")
     if silences is not None:
         active = [s for s in silences if isinstance(s.get("status"), dict) and s["status"].get("state") == "active"]
-        out.append(f"silenced: {len(active)} active")
-        for s in active:
-            on = ", ".join(f"{c(m.get('name'))}={c(m.get('value'))}" for m in _items(s.get("matchers", [])))
-            out.append(f"  {on} until {c(s.get('endsAt', '?'))} by {c(s.get('createdBy', '?'))}: "
-                       f"{c(s.get('comment', ''), 200)}")
+        out.append(f"silenced: {len(active)} active{odd}")
+        out += capped(active, MONITOR_LISTED, silence)
     return "\n".join(out)

@@ -16,6 +16,7 @@ same spec is finished, not retried.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,7 +41,7 @@ from fleet.spec import (
     workload_name,
 )
 from fleet.tune import Candidate, TuneMark, read_mark
-from fleet.wire import Unreadable, excerpt, load_json
+from fleet.wire import LINE, Unreadable, capped, excerpt, load_json, shown
 
 PENDING_VERSION = 3  # 3: the begun phase; 2: scope and process workloads (what was found of them); 1, 2 are read still
 # How far a rollout got, as its host records it: begun (lock, backup, record; nothing live: waiting for
@@ -498,3 +499,16 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         tune=tune,
         tune_left=tune_left,
     )
+
+
+DIFF_SHOWN = 200  # lines of one file's diff make dry shows: the host's file may be of any length
+
+
+def describe_diff(path: str, on_host: str, declared: str) -> str:
+    """make dry's diff of a managed file, the host's text against the declared: each line printable and bounded
+    (wire.shown; a tab as four spaces), at most DIFF_SHOWN of them."""
+    diff = difflib.unified_diff(on_host.splitlines(), declared.splitlines(), fromfile=f"{path} (on the host)",
+                                tofile=f"{path} (declared)", lineterm="")
+    return "\n".join([f"Will change {path}", *capped(list(diff), DIFF_SHOWN,
+                                                      lambda line: shown(line[:LINE].replace("\t", "    "), LINE,
+                                                                         strip=False))])

@@ -8,23 +8,22 @@ Plain functions over what one round trip read (the preflight facts, the deploy r
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
 from fleet.engine import running_engine
 from fleet.hub import served_weights
 from fleet.floating import Vrrp, parse_vrrp
-from fleet.gateway import READY, Gateway, Replica, parse_workers
-from fleet.history import History, Record, describe_serving
-from fleet.monitoring import MonitoringHost, firing, is_ready
+from fleet.gateway import READY, SMG_RELEASE, Gateway, Replica, parse_workers
+from fleet.history import History, Record, describe_record, describe_serving, when
+from fleet.monitoring import UNIT_STATE, MonitoringHost, firing, is_ready
 from fleet.parse import HostFacts
 from fleet.plan import declared_files, plan, read_pending
 from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import Secrets, unread
 from fleet.spec import ClassSpec
-from fleet.wire import Unreadable, ascii_int, finite
+from fleet.wire import LINE, Unreadable, ascii_int, capped, excerpt, finite, shown
 
 # the verdicts, worst first: the exit code is non-zero for all but OK
 UNREACHABLE, REFUSED, UNHEALTHY, DRIFT, OK = "UNREACHABLE", "REFUSED", "UNHEALTHY", "DRIFT", "OK"
@@ -122,7 +121,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     interrupted = read_pending(facts.deployed.pending, spec) if facts.deployed.pending else None
     p = plan(spec, want, facts, interrupted, "-", int(now), "-")
     if p.tune_left:
-        row.tuning = f"{p.tune_left.candidate}, since {_when(p.tune_left.since)} by {p.tune_left.by}"
+        row.tuning = f"{p.tune_left.candidate}, since {when(p.tune_left.since)} by {p.tune_left.by}"
     if p.has_work:
         row.drift = p.action()
         row.reasons[:0] = [*p.why] + [_file_drift(f, facts) for f in p.swap]
@@ -133,28 +132,46 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     return row
 
 
+def unreadable(host: str, what: str, expected: str, found: str) -> str:
+    """A reason: what of a host's answer is not of the shape expected (quoted bounded and printable)."""
+    return f"{host}: unreadable: {what}: expected {expected}, found {excerpt(found)}"
+
+
 def judge_gateway(host: str, group: str, gw: Gateway, read: dict[str, str], replicas: list[Replica]) -> HostStatus:
     """The gateway host's row (facts.gateway.GatewayStatus read it): smg serving, its version, which declared
-    replicas it routes to; behind a floating address, its keepalived's state and whether it holds the address."""
-    unit = dict(line.split("=", 1) for line in read.get("unit", "").splitlines() if "=" in line)
-    row = HostStatus(host, gpu_class=group, gpus="-", sglang=f"smg {read.get('installed') or 'not installed'}")
-    row.unit = f"{unit.get('ActiveState', '?')} ({unit.get('SubState', '?')}), {unit.get('UnitFileState') or 'no unit file'}"
+    replicas it routes to; behind a floating address, its keepalived's state and whether it holds the address.
+    A value not of its shape is `?`, and a reason says what it was."""
+    problems = []
+
+    def checked(what: str, text: str, pattern, expected: str) -> str:
+        if text and not pattern.fullmatch(text):
+            problems.append(unreadable(host, what, expected, text))
+            return "?"
+        return text
+
+    said = dict(line.split("=", 1) for line in read.get("unit", "").splitlines() if "=" in line)
+    unit = {k: checked(f"systemctl show's {k}", said.get(k, ""), UNIT_STATE, "a unit state ([a-z-], 1 to 32)")
+            for k in ("ActiveState", "SubState", "UnitFileState")}
+    installed = checked("smg's version", read.get("installed", ""), SMG_RELEASE, "a version such as 1.13.0")
+    row = HostStatus(host, gpu_class=group, gpus="-", sglang=f"smg {installed or 'not installed'}")
+    row.unit = f"{unit['ActiveState'] or '?'} ({unit['SubState'] or '?'}), {unit['UnitFileState'] or 'no unit file'}"
     row.health = ascii_int(read.get("readiness"), 0, 999) or 0
     try:
         statuses = parse_workers(read.get("workers", ""))
     except Unreadable as e:
         statuses = {}
-        row.reasons.append(str(e))
+        problems.append(f"{host}: unreadable: {e}")
     ready = [r for r in replicas if statuses.get(r.url) == READY]
     row.served_model = f"{len(ready)}/{len(replicas)} replicas ready"
     row.speculative = f"routes {', '.join(gw.routes)}"
-    if read.get("installed") != gw.version:
+    if installed != gw.version:
         row.verdict = DRIFT
         row.drift = f"install smg {gw.version}"
     for r in replicas:
         if statuses.get(r.url) != READY:
             row.reasons.append(f"{r.host} ({r.url}): {statuses.get(r.url, 'not in the gateway')}")
-    if unit.get("ActiveState") != "active" or row.health != 200 or len(ready) < len(replicas):
+    row.reasons += problems
+    if unit["ActiveState"] != "active" or row.health != 200 or len(ready) < len(replicas):
         row.verdict = UNHEALTHY
         row.reasons.insert(0, f"/readiness {row.health or 'no answer'}")
     if gw.floating is not None:
@@ -166,7 +183,7 @@ def _judge_floating(row: HostStatus, gw: Gateway, v: Vrrp) -> None:
     address = gw.floating.address
     row.floating = {"address": address, "state": v.state or "-", "holds": v.holds}
     why = next((text for text, yes in (
-        ("keepalived is not running", not v.active), (v.problem, bool(v.problem)),
+        ("keepalived is not running", not v.active), (f"{row.host}: unreadable: {v.problem}", bool(v.problem)),
         ("held out of the election by a deploy's turn that did not end (the next make deploy finishes it)", v.handoff),
         ("its smg stopped", v.stopped), ("keepalived says FAULT: its smg is not ready", v.state == "FAULT"))
                 if yes), "")
@@ -208,16 +225,19 @@ def judge_monitoring(host: str, group: str, facts: MonitoringHost, ready: str, a
     row.unit = ", ".join(f"{u.removesuffix('.service')} {s or '?'}" for u, s in facts.active.items())
     row.health = 200 if is_ready(ready) else 0
     try:
-        row.firing = firing(alerts)
+        row.firing, odd = firing(alerts)
+        if odd:
+            row.reasons.append(f"{host}: unreadable: {odd} of Prometheus' /api/v1/alerts (expected an object with "
+                               "labels, a string alertname and host)")
     except Unreadable as e:
-        row.reasons.append(str(e))
+        row.reasons.append(f"{host}: unreadable: {e}")
     row.served_model = f"{sum(len(v) for v in row.firing.values())} alert(s) firing"
     if facts.live != declared_bundle:
         row.verdict = DRIFT
         row.drift = f"write configuration {declared_bundle} (the host has {facts.live or 'none'})"
     if not all(facts.installed.values()) or any(s != "active" for s in facts.active.values()) or not row.health:
         row.verdict = UNHEALTHY
-        row.reasons.insert(0, f"ready: {ready.strip() or 'no answer'} (expected /-/ready 200 and "
+        row.reasons.insert(0, f"ready: {shown(' '.join(ready.split()), 40) or 'no answer'} (expected /-/ready 200 and "
                               "the configuration loaded, each)")
     return row
 
@@ -235,25 +255,19 @@ def exit_code(rows: list[HostStatus]) -> int:
     return 0 if all(r.verdict == OK for r in rows) else 1
 
 
-def _when(ts: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
-
-
-def describe_record(r: Record | None) -> str:
-    if r is None:
-        return "-"
-    what = f"rollback to {r.to}" if r.kind == "rollback" else "deploy"
-    return f"{_when(r.time)} {what} by {r.by}: {r.result or '?'} ({r.describe_commit()})"
+REASONS_SHOWN = 20  # lines under a row: a host's answer may give it any number of reasons
 
 
 def table(rows: list[HostStatus]) -> str:
+    """The rows as make status prints them: every cell and line printable and bounded (wire.shown), whatever the
+    hosts said; at most REASONS_SHOWN reasons under a row."""
     head = ("host", "class", "GPUs", "unit", "/health", "serving", "speculative", "weights", "SGLang", "accept",
             "tok/s", "last deploy", "verdict")
-    cells = [
-        (r.host, r.gpu_class, r.gpus, r.unit, str(r.health or "-"), r.served_model, r.speculative, r.weights, r.sglang,
-         f"{r.accept_length:.2f}" if r.accept_length is not None else "-",
-         f"{r.gen_throughput:.1f}" if r.gen_throughput is not None else "-",
-         describe_record(r.last_deploy), r.verdict)
+    cells = [tuple(map(shown, (
+        r.host, r.gpu_class, r.gpus, r.unit, str(r.health or "-"), r.served_model, r.speculative, r.weights, r.sglang,
+        f"{r.accept_length:.2f}" if r.accept_length is not None else "-",
+        f"{r.gen_throughput:.1f}" if r.gen_throughput is not None else "-",
+        describe_record(r.last_deploy), r.verdict)))
         for r in rows
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *cells)]
@@ -261,13 +275,13 @@ def table(rows: list[HostStatus]) -> str:
     out = [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths))]
     for r, c in zip(rows, cells):
         out.append(fmt.format(*c).rstrip())
-        if r.drift:
-            out.append(f"    drift: make deploy would {r.drift}")
-        out += [f"    - {reason}" for reason in r.reasons]
+        under = [f"drift: make deploy would {r.drift}"] if r.drift else []
+        under += capped([f"- {reason}" for reason in r.reasons], REASONS_SHOWN)
         if r.floating:
             f = r.floating
-            out.append(f"    floating {f['address']}: {f['state']}" + (", holds it" if f["holds"] else "") + (
+            under.append(f"floating {f['address']}: {f['state']}" + (", holds it" if f["holds"] else "") + (
                 f"; held by {', '.join(f['held_by'])}" if f.get("held_by") and not f["holds"] else ""))
         if r.alerts:
-            out.append(f"    firing: {', '.join(r.alerts)}")
+            under.append(f"firing: {', '.join(r.alerts)}")
+        out += [f"    {shown(line, LINE)}" for line in under]
     return "\n".join(out)

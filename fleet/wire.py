@@ -29,13 +29,19 @@ import re
 import shlex
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, Callable
 
 MARK = "@@"
 BLOCK_LIMIT = 4 << 20  # bytes of one block: SGLang's --help is ~190 kB, a config.json a few kB
 JSON_DEPTH = 64  # nesting a record or config.json may have (json.loads would recurse ~1000 deep)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a view's line may not hold besides those: tab and newline (a cell is one line), the line and paragraph
+# separators, the bidirectional marks, embeddings, overrides and isolates (they reorder what follows them on the
+# terminal), and lone surrogates (JSON's \ud800 escapes: printing one raises UnicodeEncodeError).
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+CELL = 100  # characters of a view's cell: a value a host or server said
+LINE = 300  # characters of a view's line of its own: a reason, an alert, a diff's line
 _STRING = re.compile(r'"[^"]*"?')  # escapes removed first: a string ends at its next quote, or the text's end
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # an opening bracket +1, a closing one -1 (signed bytes)
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[{]}")))
@@ -89,10 +95,29 @@ def printable(text: str) -> str:
     return _CONTROL.sub("\ufffd", text)
 
 
+def _cut(text: str, limit: int, unshown: re.Pattern) -> str:
+    head = unshown.sub("\ufffd", text[:limit])  # cut first: a 4 MiB answer is rewritten no further than its limit
+    return head if len(text) <= limit else head[: limit - 3] + "..."
+
+
 def clipped(text: str, limit: int = 120) -> str:
     """Host text for a message: printable, stripped, at most `limit` characters."""
-    shown = printable(text.strip())
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    return _cut(text.strip(), limit, _CONTROL)
+
+
+def shown(value: object, limit: int = CELL, strip: bool = True) -> str:
+    """What a host or server said (text, or a JSON value of any type), as a view shows it: one line, printable
+    on any terminal (what _UNSHOWN lists as U+FFFD), stripped unless told (a diff's line keeps its indent), at most
+    `limit` characters."""
+    text = value if isinstance(value, str) else str(value)
+    return _cut(text.strip() if strip else text, limit, _UNSHOWN)
+
+
+def capped(items: list, most: int, line: Callable[[Any], str] = str) -> list[str]:
+    """A view's list: the first `most` items, each as `line` writes it (only those: a server may send 40,000),
+    then how many were left out."""
+    lines = [line(item) for item in items[:most]]
+    return lines if len(items) <= most else [*lines, f"... and {len(items) - most} more"]
 
 
 def excerpt(text: str, limit: int = 120) -> str:

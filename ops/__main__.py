@@ -32,7 +32,7 @@ from facts.status import StatusSnapshot
 from fleet import hosts
 from fleet import status
 from fleet.gate import base_url, url_host
-from fleet.history import History
+from fleet.history import describe_history
 from fleet.monitoring import describe_monitor
 from fleet.secrets import SecretError, resolve
 from fleet.wire import excerpt
@@ -91,23 +91,6 @@ def show_status(args) -> int:
     else:
         print(status.table(rows))
     return status.exit_code(rows)
-
-
-def describe_history(name: str, history: History) -> str:
-    out = [f"{name}: rollouts, newest first"]
-    for r in reversed(history.records):
-        d = status.describe_record(r)
-        out.append(f"  {d}; {r.algorithm or '?'} {r.served_model or ''}".rstrip() + (f"; engine {r.engine}" if r.engine else "") + (f"; weights {r.weights}" if r.weights else "")
-                   + (f"; {r.action}" if r.action else "") + (f"; {r.reason}" if r.reason else ""))
-    if history.unreadable:
-        out.append(f"  ({history.unreadable} unreadable record lines)")
-    out.append(f"{name}: backups, newest first (make rollback HOST={name} TO=<stamp>; default: previous, the set "
-               "before the last successful change)")
-    for b in reversed(history.backups):
-        out.append(f"  {b.stamp}  {b.summary()}  [{', '.join(sorted(b.files))}]")
-    if not history.backups:
-        out.append("  none")
-    return "\n".join(out)
 
 
 def show_history(args) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import time
 import traceback
 from dataclasses import dataclass
@@ -20,14 +19,14 @@ from fleet.groupdata import SpecError, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
 from fleet.parse import HostFacts
-from fleet.plan import Plan, declared_files, plan, read_pending
+from fleet.plan import Plan, declared_files, describe_diff, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.outcome import HostVerdict
 from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
-from fleet.wire import excerpt
+from fleet.wire import LINE, excerpt, shown
 from adapter import run as runs
 
 # make rollback: `--data sglang_fleet_rollback=STAMP` on that one pyinfra run's command line, the backup
@@ -203,9 +202,9 @@ def _show(pf: Preflight) -> None:
             report.action if pf.plan.has_work else "none (the host has those files already)")
     report.verdict = HostVerdict.PASSED_PREFLIGHT if pf.plan.has_work else HostVerdict.OK
     if pf.plan.interrupted:
-        host.log_styled(f"an earlier rollout was interrupted: {pf.plan.action()}", fg="yellow")
+        host.log_styled(f"an earlier rollout was interrupted: {shown(pf.plan.action(), LINE)}", fg="yellow")
     for why in pf.plan.why:
-        host.log_styled(f"drift: {why}", fg="yellow")
+        host.log_styled(f"drift: {shown(why, LINE)}", fg="yellow")
     if not state.config.DIFF:
         return
     for f in pf.plan.swap:
@@ -215,8 +214,4 @@ def _show(pf: Preflight) -> None:
         if f.secret or f.path not in pf.facts.deployed.contents:
             host.log(f"Will write {f.path} (content not shown)")
             continue
-        diff = difflib.unified_diff(
-            pf.facts.deployed.contents[f.path].splitlines(), (f.content or "").splitlines(),
-            fromfile=f"{f.path} (on the host)", tofile=f"{f.path} (declared)", lineterm="",
-        )
-        host.log("\n".join(["Will change " + f.path, *diff]))
+        host.log(describe_diff(f.path, pf.facts.deployed.contents[f.path], f.content or ""))

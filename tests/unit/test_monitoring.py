@@ -444,10 +444,14 @@ def alerts_body(*alerts: tuple[str, str, str]) -> str:
 def test_firing_alerts_by_host_and_garbage_refused():
     body = alerts_body(("SGLangAcceptLengthLow", "p1", "firing"), ("SGLangReplicaDown", "p1", "firing"),
                        ("SGLangQueueDeep", "p2", "pending"))
-    assert firing(body) == {"p1": ["SGLangAcceptLengthLow", "SGLangReplicaDown"]}
+    assert firing(body) == ({"p1": ["SGLangAcceptLengthLow", "SGLangReplicaDown"]}, 0)
     for garbage in ("", "<html>", '{"data": {"alerts": 5}}', "[" * 10000):
         with pytest.raises(Unreadable):
             firing(garbage)
+    odd = json.dumps({"data": {"alerts": [None, 7, {"labels": ["alertname", "X"], "state": "firing"},
+                                          {"labels": {"alertname": "Y", "host": {"a": 1}}, "state": "firing"},
+                                          {"labels": {"alertname": "Z\x1b]0;pwned\x07"}, "state": "firing"}]}})
+    assert firing(odd) == ({"-": ["Z\ufffd]0;pwned\ufffd"]}, 4)  # what reads is kept, the rest counted
 
 
 def test_the_monitoring_row_and_each_hosts_firing_alerts():
@@ -503,8 +507,11 @@ def test_make_monitor_says_what_is_scraped_fires_and_is_silenced_and_survives_ga
         "  SGLangAcceptLengthLow p1 (warning) since 2026-12-03T10:00:00Z: accept length 1.40 under 3",
         "silenced: 1 active",
         "  host=p2 until 2026-12-03T10:10:00Z by sglang-fleet: p2's turn"]
-    broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "")
-    assert "Prometheus' targets: could not read its answer" in broken and "Alertmanager's silences: could not" in broken
+    broken = describe_monitor("mon-1", "link", "<html>", '{"data": 3}', "").splitlines()
+    assert broken[1].startswith("  mon-1: unreadable: Prometheus' targets: not valid JSON")
+    assert broken[2] == ("""  mon-1: unreadable: Prometheus' alerts: expected {"data": {"alerts": [...]}}, """
+                         """found '{"data": 3}'""")
+    assert broken[3].startswith("  mon-1: unreadable: Alertmanager's silences: not valid JSON")
 
 
 def test_make_monitor_shows_a_target_without_labels_or_with_labels_of_another_shape():
@@ -515,12 +522,12 @@ def test_make_monitor_shows_a_target_without_labels_or_with_labels_of_another_sh
     alerts = json.dumps({"data": {"alerts": [{"state": "firing", "annotations": "a string"}, 7]}})
     silences = json.dumps([{"status": {"state": "active"}, "matchers": [3, {"name": "host"}]}, {"status": "active"}])
     text = describe_monitor("mon-1", "link", targets, alerts, silences).splitlines()
-    assert text[1] == "scraped: 4 targets, 2 up"
+    assert text[1] == "scraped: 3 targets, 2 up; 1 unreadable (expected an object each)"
     assert "  ?            -                http://10.0.0.7:30000/metrics  up" in text
     assert "  ?            -                http://10.0.0.8:30000/metrics  down" in text
-    assert "  3            None             ?  up" in text and "  ?            -                ?  ?" in text
-    assert text[6:] == ["firing: 1 (and 1 pending)", "  ? - (?) since ?: ", "silenced: 1 active",
-                        "  None=None, host=None until ? by ?: "]
+    assert "  3            None             ?  up" in text
+    assert text[5:] == ["firing: 1; 1 unreadable (expected an object each)", "  ? - (?) since ?: ",
+                        "silenced: 1 active", "  ?, host=? until ? by ?: "]
 
 
 def test_both_ask_for_the_password_and_prometheus_gives_it_from_a_file(tools, tmp_path):
