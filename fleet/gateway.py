@@ -26,6 +26,7 @@ from fleet.drains import active, workers
 from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
 from fleet.gate import CURL, local_address, url_host
 from fleet.prerequisites import parse_probe
+from fleet.secrets import HOST_PLACEHOLDER
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
     is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
@@ -96,7 +97,6 @@ class GatewayRolling(Strict):
 
 PEM = re.compile(r"(-----BEGIN [A-Z0-9 ]{1,40}-----\n[A-Za-z0-9+/=\n]{16,65536}-----END [A-Z0-9 ]{1,40}-----\n){1,16}",
                  re.ASCII)  # a CA's file may hold its chain
-HOST_PLACEHOLDER = "{host}"
 
 
 def pem_problem(value: str) -> str | None:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator
 
 from fleet import layout
+from fleet.wire import excerpt
 from fleet.spec.text import SEGMENT_BYTES, Kind
 
 # --- names: hosts, units, environment variables ----------------------------------------------
@@ -34,6 +35,22 @@ def _host(v: str) -> str:
 
 
 HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
+
+HOST_RULE = "a DNS name (letters, digits and '-', labels of 1 to 63, at most 253 in all) or an IP address"
+
+
+def host_name_problem(name: object) -> str | None:
+    """Why an inventory host name (or its ssh_hostname) may not reach a file, a path or a command (keepalived.conf,
+    the mesh TLS files named by {host}, lock and record paths, shell commands), or None: a DNS name or an address,
+    so no line break, space, path separator, `..`, `$`, `@` or quote."""
+    if isinstance(name, str):
+        try:
+            _host(name)
+            return None
+        except ValueError:
+            pass
+    found = excerpt(name) if isinstance(name, str) else f"a value of type {type(name).__name__}"
+    return f"expected {HOST_RULE}, found {found}"
 
 
 def http_url(v: str, what: str, example: str, why_no_secret: str) -> str:
