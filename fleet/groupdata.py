@@ -19,9 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, host_name_problem, masked_args, \
-    names_a_secret
-from fleet.wire import excerpt
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, host_name_problem, \
+    masked_args, names_a_secret, shown_name
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -289,9 +288,8 @@ def name_problems(groups: dict[str, list[str]], hosts_data: dict[str, dict], sou
     keepalived.conf's router_id, the mesh TLS files' {host}, lock and record paths take them as they are."""
     problems = []
     for h in dict.fromkeys([*(h for hosts in groups.values() for h in hosts), *hosts_data]):
-        shown = excerpt(h if isinstance(h, str) else repr(h))
         if broken := host_name_problem(h):
-            problems.append(f"{source}: host {shown}: its name: {broken}")
+            problems.append(f"{source}: host {shown_name(h)}: its name: {broken}")
             continue
         address = hosts_data.get(h, {}).get("ssh_hostname")
         if address is not None and (broken := host_name_problem(address)):

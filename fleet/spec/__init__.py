@@ -42,6 +42,7 @@ from fleet.spec.names import (
     HostAddress,
     host_name_problem,
     is_loopback,
+    shown_name,
     ServiceUnit,
     WorkloadUnit,
 )
@@ -229,6 +230,7 @@ __all__ = [
     "masked_args",
     "names_a_secret",
     "read_as",
+    "shown_name",
     "text",
     "workload_name",
 ]

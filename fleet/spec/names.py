@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator
 
 from fleet import layout
-from fleet.wire import excerpt
+from fleet.wire import clipped
 from fleet.spec.text import SEGMENT_BYTES, Kind
 
 # --- names: hosts, units, environment variables ----------------------------------------------
@@ -49,8 +49,14 @@ def host_name_problem(name: object) -> str | None:
             return None
         except ValueError:
             pass
-    found = excerpt(name) if isinstance(name, str) else f"a value of type {type(name).__name__}"
-    return f"expected {HOST_RULE}, found {found}"
+    return f"expected {HOST_RULE}, found {shown_name(name)}" + (
+        "" if isinstance(name, str) else f" (a {type(name).__name__})")
+
+
+def shown_name(name: object) -> str:
+    """A host name as a message quotes it: escaped (repr), so that a line break or a trailing space shows, and
+    bounded."""
+    return clipped(repr(name))
 
 
 def http_url(v: str, what: str, example: str, why_no_secret: str) -> str:
