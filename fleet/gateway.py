@@ -110,7 +110,8 @@ class MeshTls(Strict):
 
     ca_cert: Source = Field(description="Where the CA certificate (PEM) the gateways' certificates chain to comes from.")
     cert: Source = Field(description="Each gateway's certificate (PEM), its address as a SAN: a file whose path "
-                         "names `{host}`, the gateway's inventory name (~/pki/smg/{host}.crt).")
+                         "names `{host}`, the gateway's inventory name (~/pki/smg/{host}.crt). The file, links "
+                         "followed, must be in the directory before `{host}` (~/pki/smg).")
     key: Source = Field(description="Each gateway's private key (PKCS#8 PEM): a file whose path names `{host}`, as "
                         "cert.")
 
