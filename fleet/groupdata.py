@@ -285,7 +285,7 @@ def _sets_the_spec(kind: str, name: str, data: dict) -> str | None:
 
 def name_problems(groups: dict[str, list[str]], hosts_data: dict[str, dict], source: str = "inventory") -> list[str]:
     """Each host name, and ssh_hostname, that may not reach a file, a path or a command (fleet.spec.host_name_problem):
-    keepalived.conf's router_id, the mesh TLS files' {host}, lock and record paths take them as they are."""
+    keepalived.conf's router_id, the mesh TLS files' {host}, URLs and labels take them as they are."""
     problems = []
     for h in dict.fromkeys([*(h for hosts in groups.values() for h in hosts), *hosts_data]):
         if broken := host_name_problem(h):

@@ -41,7 +41,7 @@ HOST_RULE = "a DNS name (letters, digits and '-', labels of 1 to 63, at most 253
 
 def host_name_problem(name: object) -> str | None:
     """Why an inventory host name (or its ssh_hostname) may not reach a file, a path or a command (keepalived.conf,
-    the mesh TLS files named by {host}, lock and record paths, shell commands), or None: a DNS name or an address,
+    the mesh TLS files named by {host}, URLs, monitoring labels, shell commands), or None: a DNS name or an address,
     so no line break, space, path separator, `..`, `$`, `@` or quote."""
     if isinstance(name, str):
         try:
