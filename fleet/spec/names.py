@@ -36,13 +36,17 @@ def _host(v: str) -> str:
 
 HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
 
-HOST_RULE = "a DNS name (letters, digits and '-', labels of 1 to 63, at most 253 in all) or an IP address"
+HOST_RULE = ("a DNS name (letters, digits and '-', labels of 1 to 63, at most 253 in all), an IP address or "
+             "@local")
+LOCAL_CONNECTOR = "@local"  # pyinfra's name for the machine it runs on: a fixed word, no path, no line break
 
 
 def host_name_problem(name: object) -> str | None:
     """Why an inventory host name (or its ssh_hostname) may not reach a file, a path or a command (keepalived.conf,
     the mesh TLS files named by {host}, URLs, monitoring labels, shell commands), or None: a DNS name or an address,
     so no line break, space, path separator, `..`, `$`, `@` or quote."""
+    if name == LOCAL_CONNECTOR:
+        return None
     if isinstance(name, str):
         try:
             _host(name)

@@ -39,15 +39,16 @@ FIELD = "gateway.mesh.tls.key"
 # The issue's: keepalived's variable syntax and a line break register a startup_script run as root
 STARTUP = "gw-1\n$S=startup_script \"/bin/sh -c id\"\n    ${S}\n@gw-1 include /etc/passwd"
 NASTY = [STARTUP, "gw-1\nstartup_script /tmp/x", "gw-1\r", "gw-1\r\n", "gw\u2028x", "gw\x85x", "gw\x00", "gw\x1b[2J",
-         "$X", "${X}", "@gw-1", "@^gw-1", "gw-1 include /etc/passwd", "gw 1", "gw\t1", "../../other-env/gw-1", "gw/1",
-         "..", ".", "gw-1.", ".gw-1", "gw..1", "{host}", "gw-{", "gw-}", '"gw-1"', "'gw-1'", "gw-1#", "gw-1!", "gw;id",
-         "$(id)", "`id`", "gw_1", "-gw", "gw-", "gw-é", "xn--gw-é", "gw-😀", "ｇｗ１", "gw\u202e1", "a" * 300, "a" * 64,
-         ".".join(["a" * 63] * 4), "", "fe80::1%eth0", "fe80::1%../x", "1.2.3.4/24", "~gw", "gw:1", "\\gw", "gw*"]
+         "$X", "${X}", "@gw-1", "@^gw-1", "@local\n", "@docker/debian", "@ssh/gw-1", "gw-1 include /etc/passwd",
+         "gw 1", "gw\t1", "../../other-env/gw-1", "gw/1", "..", ".", "gw-1.", ".gw-1", "gw..1", "{host}", "gw-{",
+         "gw-}", '"gw-1"', "'gw-1'", "gw-1#", "gw-1!", "gw;id", "$(id)", "`id`", "gw_1", "-gw", "gw-", "gw-é",
+         "xn--gw-é", "gw-😀", "ｇｗ１", "gw\u202e1", "a" * 300, "a" * 64, ".".join(["a" * 63] * 4), "", "fe80::1%eth0",
+         "fe80::1%../x", "1.2.3.4/24", "~gw", "gw:1", "\\gw", "gw*"]
 # The nastiest names accepted: as long as DNS allows, keepalived's keywords as labels, all digits, addresses
 ACCEPTED = [".".join(["include", "a" * 63, "b" * 63, "c" * 63, "startup-script-" + "x" * 38]),
             ".".join(["a" * 63] * 3 + ["b" * 61]), "startup-script", "global-defs", "include", "vrrp-script",
             "0.0.0.0", "255.255.255.255", "::", "::ffff:127.0.0.1", "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
-            "1-2-3", "0x7f", "GW-1.EXAMPLE", "xn--bcher-kva.example", "9" * 63, "a"]
+            "1-2-3", "0x7f", "GW-1.EXAMPLE", "xn--bcher-kva.example", "9" * 63, "a", "@local"]
 
 
 def test_the_accepted_names_are_as_nasty_as_the_rule_allows():
@@ -275,7 +276,7 @@ def test_any_name_is_refused_or_harmless_wherever_it_goes(tmp_path_factory, name
         with pytest.raises(SecretError):
             for_host(key_source("~/pki/{host}.key"), name, "x", FIELD)
         return
-    assert re.fullmatch(r"[A-Za-z0-9.:-]{1,253}", name) and ".." not in name.replace("::", ""), name
+    assert re.fullmatch(r"[A-Za-z0-9.:-]{1,253}|@local", name) and ".." not in name.replace("::", ""), name
     assert template_lines(render_keepalived(GW, "gateway", name, [name], "eth0", 24), name, [name])
     pki = tmp_path_factory.mktemp("pki")
     assert Path(for_host(key_source(f"{pki}/{{host}}.key"), name, "x", FIELD).file).parent == pki
