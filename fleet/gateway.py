@@ -27,6 +27,7 @@ from fleet.drains import active, workers
 from fleet.floating import Floating, Interface, Vrrp, parse_interfaces, parse_vrrp
 from fleet.gate import CURL, local_address, url_host
 from fleet.prerequisites import parse_probe
+from fleet.secrets import HOST_PLACEHOLDER
 from fleet.spec import AbsPath, ClassSpec, CommandPath, HostAddress, Int, Kind, Number, ServiceUnit, Source, Strict, \
     is_loopback
 from fleet.wire import Unreadable, excerpt, frames, load_json
@@ -97,7 +98,6 @@ class GatewayRolling(Strict):
 
 PEM = re.compile(r"(-----BEGIN [A-Z0-9 ]{1,40}-----\n[A-Za-z0-9+/=\n]{16,65536}-----END [A-Z0-9 ]{1,40}-----\n){1,16}",
                  re.ASCII)  # a CA's file may hold its chain
-HOST_PLACEHOLDER = "{host}"
 
 
 def pem_problem(value: str) -> str | None:
@@ -122,7 +122,8 @@ class MeshTls(Strict):
 
     ca_cert: Source = Field(description="Where the CA certificate (PEM) the gateways' certificates chain to comes from.")
     cert: Source = Field(description="Each gateway's certificate (PEM), its address as a SAN: a file whose path "
-                         "names `{host}`, the gateway's inventory name (~/pki/smg/{host}.crt).")
+                         "names `{host}`, the gateway's inventory name (~/pki/smg/{host}.crt). The file, links "
+                         "followed, must be in the directory before `{host}` (~/pki/smg).")
     key: Source = Field(description="Each gateway's private key (PKCS#8 PEM): a file whose path names `{host}`, as "
                         "cert.")
 

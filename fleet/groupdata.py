@@ -20,7 +20,8 @@ from pydantic import BaseModel, ValidationError
 from fleet import floating
 from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, masked_args, names_a_secret
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, host_name_problem, \
+    masked_args, names_a_secret, shown_name
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -284,16 +285,34 @@ def _sets_the_spec(kind: str, name: str, data: dict) -> str | None:
             f"in group_data/, not per {kind}")
 
 
+def name_problems(groups: dict[str, list[str]], hosts_data: dict[str, dict], source: str = "inventory") -> list[str]:
+    """Each host name, and ssh_hostname, that may not reach a file, a path or a command (fleet.spec.host_name_problem):
+    keepalived.conf's router_id, the mesh TLS files' {host}, URLs and labels take them as they are."""
+    problems = []
+    for h in dict.fromkeys([*(h for hosts in groups.values() for h in hosts), *hosts_data]):
+        if broken := host_name_problem(h):
+            problems.append(f"{source}: host {shown_name(h)}: its name: {broken}")
+            continue
+        address = hosts_data.get(h, {}).get("ssh_hostname")
+        if address is not None and (broken := host_name_problem(address)):
+            problems.append(f"{source}: host {h}: ssh_hostname: {broken}")
+    return problems
+
+
 def check_inventory(groups: dict[str, list[str]], hosts_data: dict[str, dict], group_dir: Path,
-                    groups_data: dict[str, dict] | None = None) -> dict[str, ClassSpec]:
+                    groups_data: dict[str, dict] | None = None, source: str = "inventory") -> dict[str, ClassSpec]:
     """Validate group_data and the inventory's use of it, before anything connects.
 
     groups: inventory group -> host names; hosts_data: host name -> its inventory data;
     groups_data: group -> the data of a pyinfra group tuple `group = ([hosts], {data})`.
     A host belongs to exactly one GPU class (two would mean two services, possibly on
     one port) or one gateway, and the inventory may not override the spec (group_data is the
-    one place): host and group data alike.
+    one place): host and group data alike. A host name that is no DNS name or address is refused first, before
+    any message or check takes it as it is.
     """
+    bad_names = name_problems(groups, hosts_data, source)
+    if bad_names:
+        raise SpecError(bad_names)
     specs = load_class_specs(group_dir)
     gateways = load_gateways(group_dir, specs)
     monitors = load_monitoring(group_dir, specs)
@@ -385,7 +404,7 @@ def check_or_exit(inventory_namespace: dict[str, Any], group_dir: Path = Path("g
     if the data is wrong."""
     try:
         groups, hosts_data, groups_data = inventory_groups(inventory_namespace)
-        check_inventory(groups, hosts_data, group_dir, groups_data)
+        check_inventory(groups, hosts_data, group_dir, groups_data, inventory_namespace.get("__file__", "inventory"))
     except SpecError as e:
         print("group_data / inventory check failed; no host was contacted:", file=sys.stderr)
         for problem in e.problems:

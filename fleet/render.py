@@ -16,7 +16,7 @@ import jinja2
 from fleet import floating
 from fleet.gateway import KEY_VARIABLE, Gateway, MeshNode, launch_args
 from fleet.secrets import HostSecret, Secrets, server_field
-from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram
+from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram, host_name_problem
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 MODULE = ("-m", "sglang.launch_server")
@@ -153,6 +153,10 @@ def render_gateway_unit(gw: Gateway, group: str, node: MeshNode | None = None) -
 
 def render_keepalived(gw: Gateway, group: str, host: str, members: list[str], interface: str, prefix: int) -> str:
     """keepalived.conf of `host`, one of the gateway group's `members` (inventory order: its priority)."""
+    # Written bare into a comment and router_id: keepalived has no quoting that would stop a line break, a $ or @
+    # variable or an include. The inventory check refused such a name already; this is where it would do harm.
+    if broken := host_name_problem(host):
+        raise ValueError(f"keepalived.conf of gateway group {group}: host name: {broken}")
     index = members.index(host)
     return _env.get_template("keepalived.conf.j2").render(
         floating=gw.floating, group=group, host=host, index=index, count=len(members),

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from fleet.spec import SECRET_FLAGS, ClassSpec, SecretSource
+from fleet.spec import SECRET_FLAGS, ClassSpec, SecretSource, host_name_problem
+from fleet.wire import excerpt
 
 # A secret flag's field in SGLang's `server_args=ServerArgs(..., api_key='...', ...)` log line.
 SERVER_ARGS_SECRET = re.compile(
@@ -67,6 +68,27 @@ def _read(source: SecretSource, environ: Mapping[str, str], read_file: Callable[
         return read_file(path).removesuffix("\n")
     except OSError as e:
         raise LookupError(f"file {path} cannot be read ({e.strerror or type(e).__name__})") from None
+
+
+HOST_PLACEHOLDER = "{host}"
+
+
+def for_host(source: SecretSource, host: str, where: str, field_name: str,
+             realpath: Callable[[str], str] = os.path.realpath) -> SecretSource:
+    """A file source with {host} filled in with a host's inventory name; SecretError naming the field unless the
+    name is a DNS name or an address and the file, symlinks followed, stays in the directory the path declares
+    before its first {host}: a name never leads the read elsewhere (../../other-env/gw-1, a link out)."""
+    if source.file is None or HOST_PLACEHOLDER not in source.file:
+        return source
+    if broken := host_name_problem(host):
+        raise SecretError([f"{where}: {field_name}: {HOST_PLACEHOLDER} in {source.file}: the host name: {broken}"])
+    declared = source.file[:source.file.index(HOST_PLACEHOLDER)].rpartition("/")[0] or "/"
+    filled = source.file.replace(HOST_PLACEHOLDER, host)
+    inside, found = realpath(os.path.expanduser(declared)), realpath(os.path.expanduser(filled))
+    if found == inside or os.path.commonpath([inside, found]) != inside:
+        raise SecretError([f"{where}: {field_name}: {filled} is {excerpt(found)}: expected a file in {inside}, the "
+                           f"directory before {HOST_PLACEHOLDER} in {source.file}"])
+    return source.model_copy(update={"file": filled})
 
 
 def server_field(flag: str) -> str:

@@ -31,8 +31,8 @@ from pyinfra.operations import files, python, server, systemd
 from facts.gateway import GatewayFacts
 from fleet import bounds, drains, floating, hosts
 from fleet.floating import interface_for
-from fleet.gateway import HOST_PLACEHOLDER, Gateway, GatewayHost, MeshNode, discovery_file, generation, \
-    health_command, mesh_file, pem_problem, read_pem_file
+from fleet.gateway import Gateway, GatewayHost, MeshNode, discovery_file, generation, health_command, mesh_file, \
+    pem_problem, read_pem_file
 from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.layout import staged_path
 from fleet.outcome import HostVerdict
@@ -41,7 +41,7 @@ from fleet.render import auth_header, render_gateway_secret, render_gateway_sysc
 from fleet.guards import program_violations
 from fleet.prerequisites import gateway_programs
 from fleet.rollout import sha1, write_command
-from fleet.secrets import SecretError, read_key
+from fleet.secrets import SecretError, for_host, read_key
 from adapter import run as runs
 from tasks import gateway_turns
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run
@@ -162,10 +162,10 @@ def _mesh_tls(gw: Gateway, where: str) -> dict[str, str]:
         return {}
     read = {}
     for field, which, source in (("ca_cert", "ca.pem", tls.ca_cert), ("cert", "crt", tls.cert), ("key", "key", tls.key)):
-        mine = source if source.file is None else source.model_copy(
-            update={"file": source.file.replace(HOST_PLACEHOLDER, host.name)})
-        read[mesh_file(gw, which)] = read_key(mine, where, f"gateway.mesh.tls.{field}", problem=pem_problem,
-                                              what="certificate or key", read_file=read_pem_file) + "\n"
+        name = f"gateway.mesh.tls.{field}"
+        read[mesh_file(gw, which)] = read_key(for_host(source, host.name, where, name), where, name,
+                                              problem=pem_problem, what="certificate or key",
+                                              read_file=read_pem_file) + "\n"
     return read
 
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator
 
 from fleet import layout
+from fleet.wire import clipped
 from fleet.spec.text import SEGMENT_BYTES, Kind
 
 # --- names: hosts, units, environment variables ----------------------------------------------
@@ -34,6 +35,32 @@ def _host(v: str) -> str:
 
 
 HostAddress = Annotated[str, AfterValidator(_host), Kind("address or host name")]
+
+HOST_RULE = ("a DNS name (letters, digits and '-', labels of 1 to 63, at most 253 in all), an IP address or "
+             "@local")
+LOCAL_CONNECTOR = "@local"  # pyinfra's name for the machine it runs on: a fixed word, no path, no line break
+
+
+def host_name_problem(name: object) -> str | None:
+    """Why an inventory host name (or its ssh_hostname) may not reach a file, a path or a command (keepalived.conf,
+    the mesh TLS files named by {host}, URLs, monitoring labels, shell commands), or None: a DNS name or an address,
+    so no line break, space, path separator, `..`, `$`, `@` or quote."""
+    if name == LOCAL_CONNECTOR:
+        return None
+    if isinstance(name, str):
+        try:
+            _host(name)
+            return None
+        except ValueError:
+            pass
+    return f"expected {HOST_RULE}, found {shown_name(name)}" + (
+        "" if isinstance(name, str) else f" (a {type(name).__name__})")
+
+
+def shown_name(name: object) -> str:
+    """A host name as a message quotes it: escaped (repr), so that a line break or a trailing space shows, and
+    bounded."""
+    return clipped(repr(name))
 
 
 def http_url(v: str, what: str, example: str, why_no_secret: str) -> str:

@@ -23,3 +23,24 @@ def tools() -> Path:
                          text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     return Path(out.stdout.strip().splitlines()[-1]) / "bin"
+
+
+@pytest.fixture(scope="session")
+def keepalived(tools, tmp_path_factory) -> list[str]:
+    """The command that runs Debian's keepalived here: taken out of its package in the same cache with the libraries
+    it links that this machine lacks (their packages there too), not installed (that would start it)."""
+    debs, root = tools.parent, tmp_path_factory.mktemp("keepalived")
+    todo, seen = ["keepalived"], set()
+    while todo:
+        name = todo.pop()
+        found = sorted(debs.glob(f"{name}_*.deb"))
+        installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True)
+        if name in seen or not found or (name != "keepalived" and installed.stdout.endswith(" installed")):
+            continue
+        seen.add(name)
+        subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(root)], check=True)
+        depends = subprocess.run(["dpkg-deb", "-f", str(found[-1]), "Depends"], capture_output=True, text=True,
+                                 check=True).stdout
+        todo += [d.split()[0] for d in depends.replace("|", ",").split(",") if d.strip().startswith("lib")]
+    libraries = ":".join(str(d) for d in (root / "usr/lib/x86_64-linux-gnu", root / "lib/x86_64-linux-gnu"))
+    return ["env", f"LD_LIBRARY_PATH={libraries}", str(root / "usr/sbin/keepalived")]

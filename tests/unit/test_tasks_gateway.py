@@ -411,3 +411,19 @@ def test_a_der_certificate_is_refused_naming_the_field_and_pem(group_dir, tmp_pa
     (reason,) = [r for r in row.reasons if "gateway.mesh.tls.cert" in r]
     assert "expected PEM blocks (-----BEGIN ...-----), found binary data (DER?" in reason, row.reasons
     assert "could not judge" not in str(row.reasons)
+
+
+def test_a_gateways_key_linked_out_of_the_declared_directory_refuses_it_uploading_nothing(group_dir, tmp_path,
+                                                                                         monkeypatch):
+    """{host} names a file in the declared directory: a link there to another environment's key is not read."""
+    pki = mesh_dir(group_dir, tmp_path)
+    other = tmp_path / "other-env"
+    other.mkdir()
+    (other / "gw-1.key").write_text(PEM_TEXT.replace("CERTIFICATE", "PRIVATE KEY") + "\n")
+    (pki / "smg.key").unlink()
+    (pki / "smg.key").symlink_to(other / "gw-1.key")
+    ops = Ops(monkeypatch)
+    row = converging(group_dir)
+    assert row.verdict == "REFUSED" and ops.names() == ["Refuse host (preflight failed)"]
+    assert any(f"gateway.mesh.tls.key: {pki}/smg.key is '{other}/gw-1.key': expected a file in {pki}" in r
+               for r in row.reasons), row.reasons
