@@ -127,6 +127,9 @@ def _redact(value: Any) -> Any:
 
 def _show(loc: tuple, value: Any) -> str:
     secret = any(isinstance(p, str) and may_hold_a_secret(p) for p in loc)
+    # a URL field's value that is no URL may be a pasted token or a secret URL without its scheme
+    secret |= isinstance(value, str) and "://" not in value and any(
+        isinstance(p, str) and p.endswith(("url", "urls", "endpoint")) for p in loc)
     text = repr("***" if secret else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."
 

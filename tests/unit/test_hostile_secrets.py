@@ -151,6 +151,14 @@ def test_a_url_with_a_token_in_its_path_is_refused_showing_its_host_only(where, 
         assert "declare a URL that holds a secret as a secret source" in problems[0]
 
 
+@pytest.mark.parametrize("pasted", [SLACK.removeprefix("https://"), "aBcDeFgHiJkLmNoPqRsTuVwX",
+                                    "hooks.slack.com/services/T0123ABCD/B0123ABCD/aBcDeFgHiJkLmNoPqRsTuVwX x"])
+@pytest.mark.parametrize("where", URL_PLACES)
+def test_a_url_fields_value_that_is_no_url_is_refused_unshown(where, pasted):
+    problems = URL_PLACES[where](pasted)
+    assert len(problems) == 1 and problems[0].startswith(f"{SRC}: {where} = '***': an http(s) URL"), problems
+
+
 @pytest.mark.parametrize("url", ["https://pypi.org/simple", "https://download.pytorch.org/whl/cu128",
                                  "https://artifactory.corp.example/api/pypi/pypi-remote-2024/simple/",
                                  "http://10.0.0.5:8080/root/pypi/+simple/", "https://hf-mirror.com",
