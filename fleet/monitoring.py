@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Callable, Mapping, Union
-from urllib.parse import urlsplit
 
 import bcrypt
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, WrapValidator, model_validator
@@ -32,7 +31,7 @@ from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
     is_loopback
 from fleet.secrets import SecretError, read_key
-from fleet.spec.names import _host, http_url
+from fleet.spec.names import _host, http_url, split_http
 from fleet.spec.text import TEXT_MAX
 from fleet.wire import Unreadable, clipped, excerpt, frames, load_json
 
@@ -75,18 +74,18 @@ def _at_the_field(v: typing.Any, handler: typing.Any) -> typing.Any:
         raise ValueError((f"{inner}: " if inner else "") + first["msg"].removeprefix("Value error, ")) from None
 
 
-WebhookUrl = Annotated[Union[Annotated[Text, AfterValidator(_webhook_url), Tag("url")], Annotated[Source, Tag("source")]],
-                       Discriminator(_webhook_kind), WrapValidator(_at_the_field), Kind("webhook URL | secret source")]
+WebhookUrl = Annotated[
+    Union[Annotated[Text, AfterValidator(_webhook_url), Tag("url")], Annotated[Source, Tag("source")]],
+    Discriminator(_webhook_kind), WrapValidator(_at_the_field), Kind("webhook URL | secret source")]
 
 
 def _secret_url_problem(v: str) -> str | None:
     # read from a secret source: a token may sit anywhere in it, and it goes only into a 0600 file
     expected = "expected an http(s) URL to a host, of one line without spaces"
+    u = split_http(v)
+    if u is None or len(v) > TEXT_MAX or not v.isprintable():
+        return expected
     try:
-        u = urlsplit(v)
-        if u.scheme not in ("http", "https") or not u.hostname or len(v) > TEXT_MAX or \
-                any(c.isspace() or not c.isprintable() for c in v):
-            return expected
         _host(u.hostname)
     except ValueError:
         return expected

@@ -159,6 +159,13 @@ def test_a_url_fields_value_that_is_no_url_is_refused_unshown(where, pasted):
     assert len(problems) == 1 and problems[0].startswith(f"{SRC}: {where} = '***': an http(s) URL"), problems
 
 
+@pytest.mark.parametrize("url", ["https://[::1/x", "http://[zz]/services", "https://h.example:99999/x"])
+@pytest.mark.parametrize("where", URL_PLACES)
+def test_a_url_python_cannot_split_is_refused_as_no_url(where, url):
+    problems = URL_PLACES[where](url)
+    assert len(problems) == 1 and "an http(s) URL" in problems[0], problems
+
+
 @pytest.mark.parametrize("url", ["https://pypi.org/simple", "https://download.pytorch.org/whl/cu128",
                                  "https://artifactory.corp.example/api/pypi/pypi-remote-2024/simple/",
                                  "http://10.0.0.5:8080/root/pypi/+simple/", "https://hf-mirror.com",
