@@ -251,3 +251,12 @@ def test_no_refusal_of_a_read_secret_shows_its_value(value):
     with pytest.raises(SecretError) as e:
         webhook_urls(SECRET_MON, SRC, {"SLACK_WEBHOOK_URL": f"https://hooks.slack.com/{value} x"})
     assert not [p for p in e.value.problems if value in p], e.value.problems
+
+
+@PROFILE
+@given(pasted=st.text(st.sampled_from("hs:/[]@?#%. -x19Zq"), max_size=40), secret=tokens.map(lambda s: "Zq" + s))
+def test_any_text_in_a_url_field_is_judged_and_its_token_never_shown(pasted, secret):
+    """Brackets, ports, percent signs and spaces around a token: refused or accepted, never a traceback."""
+    for where, place in URL_PLACES.items():
+        problems = place(f"{pasted}{secret}/{pasted}")
+        assert not [p for p in problems if secret in p], (where, problems)
