@@ -10,6 +10,7 @@ import re
 import string
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -260,3 +261,17 @@ def test_any_text_in_a_url_field_is_judged_and_its_token_never_shown(pasted, sec
     for where, place in URL_PLACES.items():
         problems = place(f"{pasted}{secret}/{pasted}")
         assert not [p for p in problems if secret in p], (where, problems)
+
+
+def test_make_status_compares_with_the_bundle_of_the_webhook_urls_it_can_read(monkeypatch):
+    from ops import fleet as ops_fleet
+    built = []
+    monkeypatch.setattr(ops_fleet.hosts, "monitoring_bundle", lambda inventory, group_dir, mon, urls: (
+        built.append(dict(urls)) or ({}, [])))
+    monkeypatch.setattr(ops_fleet.status, "judge_monitoring", lambda *args: args[-1])
+    fleet = SimpleNamespace(state=SimpleNamespace(inventory=None), fact=lambda *a, **kw: (None, "", ""))
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", SLACK)
+    ops_fleet.monitoring_status(fleet, SimpleNamespace(name="mon"), "monitoring", SECRET_MON)
+    monkeypatch.delenv("SLACK_WEBHOOK_URL")  # not here: a stand-in, so the bundle compared differs from any deployed
+    ops_fleet.monitoring_status(fleet, SimpleNamespace(name="mon"), "monitoring", SECRET_MON)
+    assert built == [{"chat": SLACK}, {"chat": "unread", "oncall": "unread"}]
