@@ -21,7 +21,7 @@ from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, SecretSource, Strict, masked_args, \
     names_a_secret
-from fleet.spec.names import path_secret
+from fleet.spec.names import path_secret, split_http
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -127,8 +127,8 @@ def _redact(value: Any) -> Any:
 
 def _show(loc: tuple, value: Any) -> str:
     secret = any(isinstance(p, str) and may_hold_a_secret(p) for p in loc)
-    # a URL field's value that is no URL may be a pasted token or a secret URL without its scheme
-    secret |= isinstance(value, str) and "://" not in value and any(
+    # a URL field's value that is no http(s) URL may be a pasted token, or a secret URL missing its scheme
+    secret |= isinstance(value, str) and split_http(value) is None and any(
         isinstance(p, str) and p.endswith(("url", "urls", "endpoint")) for p in loc)
     text = repr("***" if secret else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."

@@ -152,7 +152,8 @@ def test_a_url_with_a_token_in_its_path_is_refused_showing_its_host_only(where, 
         assert "declare a URL that holds a secret as a secret source" in problems[0]
 
 
-@pytest.mark.parametrize("pasted", [SLACK.removeprefix("https://"), "aBcDeFgHiJkLmNoPqRsTuVwX",
+@pytest.mark.parametrize("pasted", [SLACK.removeprefix("https://"), "aBcDeFgHiJkLmNoPqRsTuVwX", "://Zq000000/://",
+                                    "ftp://h/Zq000000",
                                     "hooks.slack.com/services/T0123ABCD/B0123ABCD/aBcDeFgHiJkLmNoPqRsTuVwX x"])
 @pytest.mark.parametrize("where", URL_PLACES)
 def test_a_url_fields_value_that_is_no_url_is_refused_unshown(where, pasted):
@@ -255,9 +256,11 @@ def test_no_refusal_of_a_read_secret_shows_its_value(value):
 
 
 @PROFILE
-@given(pasted=st.text(st.sampled_from("hs:/[]@?#%. -x19Zq"), max_size=40), secret=tokens.map(lambda s: "Zq" + s))
+@given(pasted=st.text(st.sampled_from("hs:/[]@?#%. -x19Zq"), max_size=40),
+       secret=st.text(st.sampled_from(ALNUM), min_size=14, max_size=40).map(lambda s: "Zq" + s))
 def test_any_text_in_a_url_field_is_judged_and_its_token_never_shown(pasted, secret):
-    """Brackets, ports, percent signs and spaces around a token: refused or accepted, never a traceback."""
+    """Brackets, ports, percent signs and spaces around a token (of the length path_secret knows one by): refused
+    or accepted, never a traceback; a refused value that is no http(s) URL is not shown at all."""
     for where, place in URL_PLACES.items():
         problems = place(f"{pasted}{secret}/{pasted}")
         assert not [p for p in problems if secret in p], (where, problems)
