@@ -20,8 +20,9 @@ from pydantic import BaseModel, ValidationError
 from fleet import floating
 from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
-from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, Strict, host_name_problem, \
-    masked_args, names_a_secret, shown_name
+from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, SecretSource, Strict, \
+    host_name_problem, masked_args, names_a_secret, shown_name
+from fleet.spec.names import path_secret, split_http
 
 ALL = "all"
 # pyinfra's own per-host data (connector settings) may sit beside the spec.
@@ -103,9 +104,10 @@ _USERINFO = re.compile(r"(://)[^/@]*@")
 
 
 def _origin(word: re.Match) -> str:
-    # a URL's query or fragment may hold a token (?token=...): such a URL is shown to its host only
+    # a URL's query, fragment or path may hold a token (?token=..., Slack's /services/...): such a URL is shown to
+    # its host only
     scheme, sep, rest = word.group().partition("://")
-    if not sep or ("?" not in rest and "#" not in rest):
+    if not sep or ("?" not in rest and "#" not in rest and not path_secret(word.group())):
         return word.group()
     return f"{scheme}://{re.split('[/?#]', rest, maxsplit=1)[0]}/***"
 
@@ -113,8 +115,10 @@ def _origin(word: re.Match) -> str:
 def _redact(value: Any) -> Any:
     """A value as a message shows it: under a key that may hold a secret, at any depth, '***';
     in a list (extra_args), the value of a flag that takes a secret '***' (fleet.spec.masked_args)."""
-    if isinstance(value, dict):
-        return {k: "***" if isinstance(k, str) and may_hold_a_secret(k) else _redact(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a secret source's name or path under any key: it may be the secret pasted there
+        source = bool(value) and value.keys() <= set(SecretSource.model_fields)
+        return {k: "***" if source or isinstance(k, str) and may_hold_a_secret(k) else _redact(v)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_redact(v) for v in masked_args(value))
     if isinstance(value, str):  # a URL's credentials (https://user:password@mirror/simple, ?token=...)
@@ -124,6 +128,9 @@ def _redact(value: Any) -> Any:
 
 def _show(loc: tuple, value: Any) -> str:
     secret = any(isinstance(p, str) and may_hold_a_secret(p) for p in loc)
+    # a URL field's value that is no http(s) URL may be a pasted token, or a secret URL missing its scheme
+    secret |= isinstance(value, str) and split_http(value) is None and any(
+        isinstance(p, str) and p.endswith(("url", "urls", "endpoint")) for p in loc)
     text = repr("***" if secret else _redact(value))
     return text if len(text) <= 80 else text[:77] + "..."
 

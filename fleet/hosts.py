@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from fleet.gate import url_host
 from fleet.gateway import Gateway, Replica
@@ -56,13 +57,14 @@ def scrape_targets(inventory, group_dir: Path) -> list[Scraped]:
     return out
 
 
-def monitoring_bundle(inventory, group_dir: Path, mon: Monitoring) -> tuple[dict[str, str], list[Scraped]]:
+def monitoring_bundle(inventory, group_dir: Path, mon: Monitoring,
+                      urls: Mapping[str, str]) -> tuple[dict[str, str], list[Scraped]]:
     """The monitoring host's configuration for this inventory (fleet.monitoring.bundle), and the targets in it:
-    the deploy writes it, make status compares it with the host's."""
+    the deploy writes it, make status compares it with the host's. urls: fleet.monitoring.webhook_urls'."""
     classes = load_class_specs(group_dir)
     scraped = scrape_targets(inventory, group_dir)
     return bundle(mon, scraped, classes, floors(mon, classes, TUNING),
-                  sorted({t.labels["gateway"] for t in scraped if t.job == "smg"})), scraped
+                  sorted({t.labels["gateway"] for t in scraped if t.job == "smg"}), urls), scraped
 
 
 @dataclass(frozen=True)

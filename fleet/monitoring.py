@@ -14,21 +14,26 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from types import MappingProxyType
+from typing import Annotated, Callable, Mapping, Union
 from urllib.parse import urlsplit
 
 import bcrypt
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, WrapValidator, model_validator
 
 from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
     is_loopback
-from fleet.spec.names import http_url
+from fleet.secrets import SecretError, read_key
+from fleet.spec.names import _host, http_url, split_http
+from fleet.spec.text import TEXT_MAX
 from fleet.wire import Unreadable, capped, excerpt, frames, load_json, shown
 
 TUNING = Path("tuning")  # the tuning records (make tune), beside group_data: the default accept-length floors
@@ -58,7 +63,9 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def _webhook_url(v: str) -> str:
-    http_url(v, "a webhook", "https://hooks.example/alerts", "group_data is in git and printed by debug-inventory")
+    http_url(v, "a webhook", "https://hooks.example/alerts",
+             "group_data is in git and printed by debug-inventory; declare a URL that holds a secret as a "
+             "secret source, {'env': 'SLACK_WEBHOOK_URL'} or {'file': '~/path'}")
     port = _PORT.search(urlsplit(v).netloc)
     if port and not (re.fullmatch(r"[0-9]{1,5}", port[1], re.ASCII) and 1 <= int(port[1]) <= 65535):
         raise ValueError(f"a webhook URL whose port is a number 1..65535, found {excerpt(port[1], 16)} "
@@ -75,7 +82,36 @@ def _receiver_name(v: str) -> str:
     return _name(v)
 
 
-WebhookUrl = Annotated[Text, AfterValidator(_webhook_url), Kind("webhook URL")]
+def _webhook_kind(v: typing.Any) -> str:
+    return "source" if isinstance(v, (dict, SecretSource)) else "url"
+
+
+def _at_the_field(v: typing.Any, handler: typing.Any) -> typing.Any:
+    # a refusal is reported at webhook_url, not at the union's webhook_url.url or webhook_url.source
+    try:
+        return handler(v)
+    except ValidationError as e:
+        first = e.errors()[0]
+        inner = ".".join(str(p) for p in first["loc"][1:])
+        raise ValueError((f"{inner}: " if inner else "") + first["msg"].removeprefix("Value error, ")) from None
+
+
+WebhookUrl = Annotated[
+    Union[Annotated[Text, AfterValidator(_webhook_url), Tag("url")], Annotated[Source, Tag("source")]],
+    Discriminator(_webhook_kind), WrapValidator(_at_the_field), Kind("webhook URL | secret source")]
+
+
+def _secret_url_problem(v: str) -> str | None:
+    # read from a secret source: a token may sit anywhere in it, and it goes only into a 0600 file
+    expected = "expected an http(s) URL to a host, of one line without spaces"
+    u = split_http(v)
+    if u is None or len(v) > TEXT_MAX or not v.isprintable():
+        return expected
+    try:
+        _host(u.hostname)
+    except ValueError:
+        return expected
+    return None
 
 
 class Receiver(Strict):
@@ -83,8 +119,11 @@ class Receiver(Strict):
 
     name: Annotated[str, AfterValidator(_receiver_name), Kind("name")] = Field(
         description="How Alertmanager and the run's summary call it; not `none` (the route's own receiver).")
-    webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to "
-                                    "(no credentials, query or fragment in it).")
+    webhook_url: WebhookUrl = Field(description="The http(s) URL Alertmanager POSTs each notification to (no "
+                                    "credentials, query, fragment or token in its path); or, for a URL that is a "
+                                    "secret itself (Slack's, Discord's, Teams'), the secret source it is read from "
+                                    "when the monitoring host is deployed (`{'env': 'SLACK_WEBHOOK_URL'}`): written "
+                                    "only into Alertmanager's configuration, a 0600 file, never shown.")
     send_resolved: Bool = Field(True, description="Whether a resolved alert is sent too.")
 
 
@@ -483,8 +522,26 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     }
 
 
-def alertmanager_config(mon: Monitoring) -> dict:
-    receivers = [{"name": r.name, "webhook_configs": [{"url": r.webhook_url, "send_resolved": r.send_resolved}]}
+def webhook_urls(mon: Monitoring, where: str, environ: Mapping[str, str] = os.environ,
+                 read_file: Callable[[Path], str] = Path.read_text) -> dict[str, str]:
+    """Each receiver's webhook URL declared as a secret source (receiver name -> URL), read now; SecretError
+    naming each field and source (never a value). where: the group file, for the messages."""
+    urls, problems = {}, []
+    for i, r in enumerate(mon.receivers):
+        if isinstance(r.webhook_url, SecretSource):
+            try:
+                urls[r.name] = read_key(r.webhook_url, where, f"monitoring.receivers.{i}.webhook_url", environ,
+                                        read_file, problem=_secret_url_problem, what="webhook URL")
+            except SecretError as e:
+                problems += e.problems
+    if problems:
+        raise SecretError(problems)
+    return urls
+
+
+def alertmanager_config(mon: Monitoring, urls: Mapping[str, str]) -> dict:
+    receivers = [{"name": r.name, "webhook_configs": [{"url": urls[r.name] if isinstance(r.webhook_url, SecretSource)
+                                                       else r.webhook_url, "send_resolved": r.send_resolved}]}
                  for r in mon.receivers]
     route = {"receiver": NO_RECEIVER, "group_by": ["alertname", "gpu_class", "host"],
              "group_wait": _s(mon.group_wait_s), "group_interval": _s(mon.group_interval_s),
@@ -494,15 +551,15 @@ def alertmanager_config(mon: Monitoring) -> dict:
 
 
 def bundle(mon: Monitoring, targets: list[Scraped], classes: dict[str, ClassSpec], floors: dict[str, float | None],
-           gateways: list[str]) -> dict[str, str]:
+           gateways: list[str], urls: Mapping[str, str] = MappingProxyType({})) -> dict[str, str]:
     """Every file of the configuration directory (relative path -> text): the scraped classes' and
-    gateways' rules, the two configurations."""
+    gateways' rules, the two configurations. urls: the webhook URLs declared as secret sources (webhook_urls)."""
     scraped = sorted({t.labels["gpu_class"] for t in targets if t.job == "sglang"})
     files = {f"{RULES_DIR}/class-{c}.json": class_rules(mon, c, classes[c], floors.get(c)) for c in scraped}
     files |= {f"{RULES_DIR}/gateway-{g}.json": gateway_rules(mon, g) for g in sorted(gateways)}
     files[CONFIG] = prometheus_config(mon, targets)
     files[DASHBOARD] = dashboard(mon, scraped, sorted(gateways))
-    files[ALERTMANAGER_CONFIG] = alertmanager_config(mon)
+    files[ALERTMANAGER_CONFIG] = alertmanager_config(mon, urls)
     # UTF-8 as it is: Prometheus' and Alertmanager's YAML reader refuses JSON's surrogate escapes (\ud83d...)
     # of a name outside the Basic Multilingual Plane, and with them the whole bundle
     return {path: json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -12,6 +12,8 @@ monitoring = {
     "password": {"env": "SGLANG_FLEET_MONITORING_PASSWORD"},
     # Where notifications go (Alertmanager's webhook_config), e.g.
     #   "receivers": [{"name": "oncall", "webhook_url": "https://alerts.fleet.example/sglang"}],
+    # a URL that is a secret itself (Slack's, Discord's, Teams'): from a secret source, never written here
+    #   "receivers": [{"name": "chat", "webhook_url": {"env": "SLACK_WEBHOOK_URL"}}],
     "receivers": [],
     "alerts": {
         # Under this accept length (tokens per verify step) the draft costs more than it gives; a class not

@@ -24,9 +24,9 @@ from fleet.gateway import Gateway
 from fleet.groupdata import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
     validate_host
 from fleet import status
-from fleet.monitoring import Monitoring, bundle_id, ready_command
+from fleet.monitoring import Monitoring, bundle_id, ready_command, webhook_urls
 from fleet.hub import pin_branches
-from fleet.secrets import hub_token
+from fleet.secrets import SecretError, hub_token
 from fleet.spec import ClassSpec
 
 GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in
@@ -122,7 +122,11 @@ class Fleet:
 def monitoring_status(fleet: Fleet, host, group: str, mon: Monitoring):
     """The monitoring host's row, in one round trip (facts.monitoring); its bundle compared to the one this
     inventory makes (tasks/monitoring.py writes it)."""
-    files, _ = hosts.monitoring_bundle(fleet.state.inventory, GROUP_DIR, mon)
+    try:  # as the deploy reads them; where they cannot be read here, the bundle compared is not the deploy's
+        urls = webhook_urls(mon, f"{GROUP_DIR}/{group}.py")
+    except SecretError:
+        urls = {r.name: "unread" for r in mon.receivers}
+    files, _ = hosts.monitoring_bundle(fleet.state.inventory, GROUP_DIR, mon, urls)
     facts, ready, alerts = fleet.fact(host, MonitoringStatus, ready=ready_command(mon),
                                       alerts_url=mon.url(mon.prometheus_port, "/api/v1/alerts"))
     return status.judge_monitoring(host.name, group, facts, ready, alerts, bundle_id(files))

@@ -29,7 +29,7 @@ from fleet import bounds, hosts
 from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
 from fleet.monitoring import OWNER, PACKAGES, SECRET_OWNERS, UNITS, Monitoring, bundle_changes, bundle_id, \
     bundle_staging, defaults_files, install_bundle_command, is_ready, live_files_command, ready_command, secret_files, \
-    stage_bundle_command
+    stage_bundle_command, webhook_urls
 from fleet.outcome import HostVerdict
 from fleet.rollout import sha1, write_command
 from fleet.secrets import SecretError, read_key
@@ -54,8 +54,9 @@ def _converge(report, group_dir: Path) -> None:
     try:
         group = next(g for g in host.groups if g in monitoring_files(group_dir))
         mon = load_monitoring(group_dir, load_class_specs(group_dir))[group]
-        files, scraped = hosts.monitoring_bundle(host.state.inventory, group_dir, mon)
         password = read_key(mon.password, f"group_data/{group}.py", "monitoring.password")
+        urls = webhook_urls(mon, f"group_data/{group}.py")
+        files, scraped = hosts.monitoring_bundle(host.state.inventory, group_dir, mon, urls)
     except (SpecError, SecretError, ValueError) as e:
         return refused(report, [f"{host.name}: monitoring: {p}" for p in getattr(e, "problems", [str(e)])])
     facts = host.get_fact(MonitoringFacts, ready=ready_command(mon))

@@ -10,9 +10,10 @@ from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from fleet import layout
-from fleet.spec.engine import IndexUrl, _pinned, _requirement
+from fleet.spec.engine import _pinned, _requirement
+from fleet.spec.names import http_url
 from fleet.spec.secret import Source
-from fleet.spec.text import AbsPath, CommandPath, Int, Number, Strict, Text
+from fleet.spec.text import AbsPath, CommandPath, Int, Kind, Number, Strict, Text
 
 # --- weights: models by Hugging Face repository and commit (fetched by tasks/hub.py) ---------------
 
@@ -21,6 +22,15 @@ from fleet.spec.text import AbsPath, CommandPath, Int, Number, Strict, Text
 REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?\Z")
 COMMIT = re.compile(r"[0-9a-f]{40}\Z")
 BRANCH = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]{0,254}\Z")
+
+
+def _endpoint(v: str) -> str:
+    return http_url(v, "a Hugging Face endpoint", "https://huggingface.co",
+                    "the fetch's command line on every host (HF_ENDPOINT) and the deploy's log would show it; a "
+                    "token goes in hub.token")
+
+
+Endpoint = Annotated[Text, AfterValidator(_endpoint), Kind("endpoint URL")]
 
 
 def _repo_id(v: str) -> str:
@@ -85,7 +95,7 @@ def _one_of(path: str | None, model: HubModel | None, path_name: str, model_name
 class HubSpec(Strict):
     """Where models declared by repository come from and where they go on the hosts (tasks/hub.py)."""
 
-    endpoint: IndexUrl = Field("https://huggingface.co", description="The Hugging Face endpoint the hosts fetch "
+    endpoint: Endpoint = Field("https://huggingface.co", description="The Hugging Face endpoint the hosts fetch "
                                "from (HF_ENDPOINT): the public hub or an internal mirror (olah, a proxy); no "
                                "credentials in it.")
     token: Source | None = Field(None, description="Where the access token comes from (`{'env': 'HF_TOKEN'}`), for "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from pydantic import AfterValidator
 
@@ -63,17 +63,56 @@ def shown_name(name: object) -> str:
     return clipped(repr(name))
 
 
+# Services whose webhook URL is its secret (host, path prefix): Slack's /services/T../B../TOKEN, Discord's
+# /api/webhooks/ID/TOKEN, Teams' incoming webhooks (*.webhook.office.com/webhookb2/...)
+WEBHOOK_SERVICES = (("hooks.slack.com", "/services/"), ("discord.com", "/api/webhooks/"),
+                    ("discordapp.com", "/api/webhooks/"), ("webhook.office.com", "/"),
+                    ("outlook.office.com", "/webhook"))
+# A run of letters and digits this long with a digit or both cases in it is a token's, not a path's word
+# (simple, whl, cu128, pypi-remote-2024 are words; a 24-character Slack token or a 32-digit hex key is not)
+TOKEN_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+
+
+def path_secret(url: str) -> bool:
+    """A URL whose path holds a secret: a known service's webhook path, or a token-like run in a segment (one
+    that cannot be read as a URL counts as holding one)."""
+    try:
+        u = urlsplit(url)
+        host = (u.hostname or "").lower()
+    except ValueError:
+        return True
+    if any((host == h or host.endswith("." + h)) and u.path.startswith(p) for h, p in WEBHOOK_SERVICES):
+        return True
+    return any(any(c.isdigit() for c in run) or run not in (run.lower(), run.upper())
+               for run in TOKEN_RUN.findall(unquote(u.path)))
+
+
+def split_http(v: str) -> SplitResult | None:
+    """v's parts as an http(s) URL to a host, or None: another scheme, no host, a space, a bad [address] or port
+    (Python's parser raises on those, in its own words)."""
+    try:
+        u = urlsplit(v)
+        readable = u.scheme in ("http", "https") and u.hostname and (u.port is None or u.port > 0)
+    except ValueError:
+        return None
+    return u if readable and not any(c.isspace() for c in v) else None
+
+
 def http_url(v: str, what: str, example: str, why_no_secret: str) -> str:
     """An http(s) URL to a host (`what`, e.g. "a package index"), and none of where a token may sit: no
-    credentials, no query, no fragment (why_no_secret: where it would show, where it goes instead)."""
-    u = urlsplit(v)
-    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
+    credentials, no query, no fragment, no token in its path (why_no_secret: where it would show, where it
+    goes instead)."""
+    u = split_http(v)
+    if u is None:
         raise ValueError(f"an http(s) URL of {what}, e.g. {example}")
     if u.username is not None or u.password is not None:
         raise ValueError(f"a URL of {what} without credentials (user:password@): {why_no_secret}")
     if "?" in v or "#" in v:
         raise ValueError(f"a URL of {what} without a query (?...) or fragment (#...), which may hold a token (not "
                          f"shown): {why_no_secret}")
+    if path_secret(v):
+        raise ValueError(f"a URL of {what} without a token in its path (a known service's webhook path, or a run of "
+                         f"16 or more letters and digits with a digit or both cases; not shown): {why_no_secret}")
     _host(u.hostname)
     return v
 

@@ -210,7 +210,7 @@ def test_a_1000_replica_bundle_is_checked_by_promtool_and_uploaded_as_files_thro
                        {n: {"ssh_hostname": f"10.1.{i // 250}.{i % 250 + 1}"} for i, n in enumerate(names)},
                        {"pro6000": (names, SPEC.model_dump(mode="json", exclude_defaults=True)), "mon": (["mon"], {})})
     mon = fakes["mon"]
-    files, scraped = hosts.monitoring_bundle(mon.host.state.inventory, group_dir, MON)
+    files, scraped = hosts.monitoring_bundle(mon.host.state.inventory, group_dir, MON, {})
     assert len(scraped) == 1000 and len(files[CONFIG]) > 128 << 10  # more than one shell argument takes
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
