@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from fleet.outcome import HostVerdict
+from fleet.wire import capped, shown
+
+# The summary's cells and lines carry what hosts said (a GPU's name, a smoke reply, a reason quoting an answer):
+# printable and bounded as every view's, with room for the longest of the deploy's own words.
+SUMMARY_CELL = 400
+SUMMARY_LINE = 2000
+SUMMARY_LINES = 50  # of one host's reasons, warnings or notes
 
 
 @dataclass
@@ -43,7 +50,7 @@ def describe_gpu_list(gpus) -> str:
 def table(reports: list[HostReport]) -> str:
     head = ("host", "class", "GPUs found", "engine", "action", "verdict", "ready", "smoke")
     rows = [
-        (
+        tuple(shown(cell, SUMMARY_CELL) for cell in (
             r.host,
             r.gpu_class,
             r.gpus,
@@ -52,7 +59,7 @@ def table(reports: list[HostReport]) -> str:
             r.verdict,
             f"{r.ready_s:.1f}s" if r.ready_s is not None else "-",
             r.smoke or "-",
-        )
+        ))
         for r in sorted(reports, key=lambda r: r.host)
     ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
@@ -60,9 +67,8 @@ def table(reports: list[HostReport]) -> str:
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     for r, row in zip(sorted(reports, key=lambda r: r.host), rows):
         out.append(fmt.format(*row))
-        out += [f"    - {reason}" for reason in r.reasons]
-        out += [f"    ! warning: {warning}" for warning in r.warnings]
-        out += [f"    . {note}" for note in r.notes]
+        for mark, said in (("- ", r.reasons), ("! warning: ", r.warnings), (". ", r.notes)):
+            out += [f"    {mark}{line}" for line in capped(said, SUMMARY_LINES, lambda t: shown(t, SUMMARY_LINE))]
     return "\n".join(out)
 
 

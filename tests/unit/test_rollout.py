@@ -751,6 +751,16 @@ def test_table_columns_line_up():
     assert all(row[col - 2: col] == "  " for row in rows)
 
 
+def test_what_hosts_said_is_shown_printable_and_bounded_in_the_summary():
+    said = "\x1b]0;owned\x07\x1b[2J" + "x" * (4 << 20)
+    t = table([HostReport("h", "c", said, said, "OK", smoke=said, reasons=[said] * 100, warnings=[said],
+                          notes=["\u202eevil\nline"])])
+    assert "\x1b" not in t and "\x07" not in t and "\u202e" not in t
+    lines = t.splitlines()
+    assert max(map(len, lines)) < 4 * 400 + 2100 and len(lines) == 2 + 1 + 50 + 1 + 1 + 1
+    assert lines[-3] == "    - ... and 50 more" and lines[-1] == "    . \ufffdevil\ufffdline"
+
+
 def test_describe_gpus():
     assert describe_gpus([]) == "none"
     assert describe_gpus(["NVIDIA RTX A6000", "NVIDIA RTX A6000"]) == "2x NVIDIA RTX A6000"
