@@ -83,7 +83,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     rollback = None
     try:
         candidate = tune.requested(host.inventory.get_override_data())  # make tune's run of one candidate
-        requested_owner(host.inventory.get_override_data())  # its drain's owner: read again in its turn
+        own = requested_owner(host.inventory.get_override_data())  # make tune's runs: its mark's and drain's owner
     except ValueError as e:
         return refused(report, [f"{host.name}: tune: {e}; nothing was touched"])
     try:
@@ -124,7 +124,6 @@ def _check(report, group_dir: str) -> Preflight | None:
     for warning in guards.drain_warnings(host.name, spec, facts):
         _warn(report, warning)
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
-    own = requested_owner(host.inventory.get_override_data())
     tuning = tune.under_way(tune.read_mark(facts.deployed.tune), time.time(), own[0] if own else None)
     if tuning:
         violations.append(f"{host.name}: make tune: {tuning}")

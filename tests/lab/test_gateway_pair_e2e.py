@@ -168,10 +168,9 @@ def test_a_make_deploy_while_make_tune_measures_leaves_the_candidate_out_and_unt
         wait("the tune measuring its first candidate", lambda: p.poll() is not None or any(
             "measuring" in line for line in said), 300)
         assert p.poll() is None, "".join(said)
-        pid = main_pid(lab, TUNE_HOST)
+        before = len(records(lab, TUNE_HOST))
         run = deploy(lab, cwd, env=ENV)
         listed = {g: sh(lab, g, f"cat {gateway_discovery_file('smg')}") for g in GATEWAYS}
-        assert main_pid(lab, TUNE_HOST) == pid  # not restarted
         assert p.wait(timeout=600) == 0, "".join(said)
     finally:
         if p.poll() is None:
@@ -181,6 +180,9 @@ def test_a_make_deploy_while_make_tune_measures_leaves_the_candidate_out_and_unt
     row = summary_row(run.out, TUNE_HOST)
     assert "REFUSED" in row and f"make tune of {TUNE_HOST}" in run.out, run.out[-6000:]
     assert all(lab.host(TUNE_HOST).ip not in text for text in listed.values()), listed  # kept out on both
+    # restarted by the tune's runs only (its candidates and its return), never by the deploy: a busy machine may
+    # see the tune move on to its next candidate while the deploy runs
+    assert {r["kind"] for r in records(lab, TUNE_HOST)[before:]} == {"tune"}
     rec = json.loads((cwd / "tuning" / "pro6000.json").read_text())
     assert [c["candidate"]["block_size"] for c in rec["candidates"]] == [4, 8] and rec["finished"]
     for c in rec["candidates"]:

@@ -3,6 +3,7 @@ read as untrusted input. The program itself runs in tests/unit/test_tasks_rollin
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -40,13 +41,13 @@ def test_the_drains_in_force_are_those_whose_lease_has_not_passed_by_the_hosts_c
 
 
 def test_the_programs_answer_is_read_whatever_the_host_sends():
-    ok = "@@result=ok\n\n@@drains=1\n" + __import__("base64").b64encode(
+    ok = "@@result=ok\n\n@@drains=1\n" + base64.b64encode(
         json.dumps({"r1": {"owner": "run A", "why": "its turn", "left_s": 59.5, "until": 1}}).encode()).decode()
     answer = drains.parse(ok)
     assert answer.ok and answer.drains == (drains.Drain("r1", "run A", "its turn", 59.5),)
     assert drains.parse("@@result=maybe\n\n").result == "no answer"
     assert drains.parse("").describe() == "no answer from the drains program"
-    odd = "@@result=held\n" + __import__("base64").b64encode(json.dumps(
+    odd = "@@result=held\n" + base64.b64encode(json.dumps(
         {"r1\x1b[2J": {"owner": "\x1b]0;x\x07", "left_s": 1}, "r2": {"owner": "b", "left_s": "x"}}).encode()).decode()
     assert drains.parse(odd).standing == ()
 
