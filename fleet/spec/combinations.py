@@ -125,14 +125,20 @@ def _pp(speculative, s: Settings, engine) -> str | None:
     return s.shown("pp_size") if s.value("pp_size", 1) > 1 else None
 
 
-def _pp_eagle(speculative, s: Settings, engine) -> str | None:
+def _pp_not_single_layer_eagle(speculative, s: Settings, engine) -> str | None:
     if s.value("pp_size", 1) <= 1:
         return None
-    if s.value("enable_multi_layer_eagle", False):
-        return s.shown("pp_size", "enable_multi_layer_eagle")
+    if speculative.algorithm not in ("EAGLE", "NEXTN"):
+        return s.shown("pp_size")
+    return s.shown("pp_size", "enable_multi_layer_eagle") if s.value("enable_multi_layer_eagle", False) else None
+
+
+def _pp_eagle_off_prefill(speculative, s: Settings, engine) -> str | None:
+    if s.value("pp_size", 1) <= 1 or s.value("enable_multi_layer_eagle", False):
+        return None
     if s.value("disaggregation_mode") == "prefill" or s.pp_spec:
         return None
-    return s.shown("pp_size") + (f", no --disaggregation-mode prefill nor {PP_SPEC_ENV}=1 in service.environment")
+    return s.shown("pp_size") + f", neither --disaggregation-mode prefill nor {PP_SPEC_ENV}=1 in service.environment"
 
 
 def _dp_attention(speculative, s: Settings, engine) -> str | None:
@@ -177,18 +183,18 @@ def _no_ddtree_engine(speculative, s: Settings, engine) -> str | None:
     return None
 
 
-NON_EAGLE = ("EAGLE3", "STANDALONE", "NGRAM", "DDTREE")
 KNOWN_BAD: tuple[KnownBad, ...] = (
     KnownBad(("DFLASH",), "pipeline parallelism (--pp-size above 1)",
              "Currently DFLASH speculative decoding only supports pp_size == 1.",
              f"{SPECULATIVE_HOOK} _handle_dflash", _pp),
-    KnownBad(NON_EAGLE, "pipeline parallelism (--pp-size above 1)",
+    KnownBad(("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE"),
+             "pipeline parallelism (--pp-size above 1), unless single-layer EAGLE (no --enable-multi-layer-eagle)",
              "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding",
-             CHECK_SERVER_ARGS, _pp),
-    KnownBad(("EAGLE", "NEXTN"), "pipeline parallelism (--pp-size above 1) with --enable-multi-layer-eagle, or "
-             f"outside a PD prefill server (--disaggregation-mode prefill) without {PP_SPEC_ENV}=1",
+             CHECK_SERVER_ARGS, _pp_not_single_layer_eagle),
+    KnownBad(("EAGLE", "NEXTN"), "pipeline parallelism (--pp-size above 1) outside a PD prefill server "
+             f"(--disaggregation-mode prefill) without {PP_SPEC_ENV}=1",
              "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)",
-             CHECK_SERVER_ARGS, _pp_eagle),
+             CHECK_SERVER_ARGS, _pp_eagle_off_prefill),
     KnownBad(("DFLASH",), "data-parallel attention (--attn-dp-size above 1, or --enable-dp-attention with "
              "--dp-size above 1) without --enable-dp-lm-head",
              "DFLASH with dp attention requires --enable-dp-lm-head.",
@@ -221,7 +227,7 @@ KNOWN_BAD: tuple[KnownBad, ...] = (
              "is the open sglang PR 29907 (issue 22887)",
              _no_ddtree_engine,
              remedy="declare an engine built with PR 29907 (engine.sglang its version, engine.wheels its wheel), "
-             "or algorithm DFLASH to serve linear DFlash"),
+             "or algorithm DFLASH to serve linear DFlash", fields="engine.sglang"),
     KnownBad(("DDTREE",), "--page-size other than 1", "DDTREE currently supports only page_size == 1.",
              PR_29907, _page_size),
     KnownBad(("DDTREE",), "--speculative-use-rejection-sampling",
