@@ -13,6 +13,8 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from fleet.spec.flags import read_as
 
 # SGLang 0.5.23's option strings (aliases too) of the settings read here -> its field name
@@ -178,9 +180,12 @@ def _page_size(speculative, s: Settings, engine) -> str | None:
 
 
 def _no_ddtree_engine(speculative, s: Settings, engine) -> str | None:
-    if engine is not None and engine.version == "0.5.23":
-        return engine.sglang
-    return None
+    # A release up to 0.5.23 has none (PR 29907 is unmerged); a dev or local build may be PR 29907's, and
+    # a later release may have it: preflight asks those engines what they offer.
+    if engine is None:
+        return None
+    v = Version(engine.version)
+    return engine.sglang if v.release <= (0, 5, 23) and v.dev is None and v.local is None else None
 
 
 KNOWN_BAD: tuple[KnownBad, ...] = (
@@ -220,8 +225,8 @@ KNOWN_BAD: tuple[KnownBad, ...] = (
     KnownBad(("EAGLE", "EAGLE3", "NEXTN"), "--speculative-use-rejection-sampling with speculative.topk above 1",
              "--speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",
              f"{SPECULATIVE_HOOK} _handle_eagle_family", _rejection_sampling_tree),
-    KnownBad(("DDTREE",), "SGLang 0.5.23, which has no DDTree (no DDTREE algorithm, no --speculative-ddtree-budget; "
-             "its DFLASH is linear DFlash)",
+    KnownBad(("DDTREE",), "a released SGLang up to 0.5.23, none of which has DDTree (0.5.23: no DDTREE algorithm, no "
+             "--speculative-ddtree-budget; its DFLASH is linear DFlash)",
              "unrecognized arguments: --speculative-ddtree-budget",
              "sglang 0.5.23's parser, then \"Unknown speculative algorithm name: DDTREE\" from its resolver; DDTree "
              "is the open sglang PR 29907 (issue 22887)",

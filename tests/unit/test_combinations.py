@@ -101,8 +101,9 @@ REFUSED = {
         f"({HOOK} _handle_eagle_family)"),
     "DDTREE on SGLang 0.5.23": (
         DDTREE, [], {}, {"sglang": "sglang[all]==0.5.23"},
-        "speculative.algorithm DDTREE with engine.sglang sglang[all]==0.5.23: DDTREE with SGLang 0.5.23, which has "
-        "no DDTree (no DDTREE algorithm, no --speculative-ddtree-budget; its DFLASH is linear DFlash) is refused: "
+        "speculative.algorithm DDTREE with engine.sglang sglang[all]==0.5.23: DDTREE with a released SGLang up to "
+        "0.5.23, none of which has DDTree (0.5.23: no DDTREE algorithm, no --speculative-ddtree-budget; its DFLASH is "
+        "linear DFlash) is refused: "
         "\"unrecognized arguments: --speculative-ddtree-budget\" (sglang 0.5.23's parser, then \"Unknown "
         "speculative algorithm name: DDTREE\" from its resolver; DDTree is the open sglang PR 29907 (issue 22887)); "
         "declare an engine built with PR 29907 (engine.sglang its version, engine.wheels its wheel), or algorithm "
@@ -118,6 +119,9 @@ REFUSED = {
         "--speculative-use-rejection-sampling is refused: \"DDTREE does not support "
         "--speculative-use-rejection-sampling yet.\" (sglang PR 29907 (DDTree), speculative_hook.py)"),
 }
+REFUSED["DDTREE on an older SGLang"] = (
+    DDTREE, [], {}, {"sglang": "sglang==0.4.10.post2"},
+    REFUSED["DDTREE on SGLang 0.5.23"][-1].replace("sglang[all]==0.5.23:", "sglang==0.4.10.post2:"))
 
 # The same settings where SGLang allows them (or, for DDTree, an engine that may have it)
 ALLOWED = {
@@ -139,6 +143,8 @@ ALLOWED = {
         DDTREE, ["--page-size", "1"], {}, {"sglang": "sglang==0.5.24.dev29907", "wheels": [
             "wheels/sglang-0.5.24.dev29907-py3-none-any.whl"]}),
     "DDTREE on a hand-made environment": (DDTREE, [], {}, None),
+    "DDTREE on a later release": (DDTREE, [], {}, {"sglang": "sglang==0.5.24"}),
+    "DDTREE on a local build of 0.5.23": (DDTREE, [], {}, {"sglang": "sglang==0.5.23+ddtree"}),
 }
 
 
