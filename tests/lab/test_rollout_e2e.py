@@ -143,3 +143,16 @@ def test_a_server_that_answers_health_but_cannot_generate_is_not_called_ready(ro
                                                                           "generation failed")
     assert sh(lab, "hung", "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>&1") \
         == "ls: cannot access '/var/lib/sglang-fleet/sglang/pending.json': No such file or directory\n/run/sglang-fleet/:"
+
+
+def test_once_its_generation_answers_the_same_deploy_passes_the_gate_with_speculation_shown(rolled, tmp_path):
+    """The other side of the gate's last step: the new DFLASH server generates, its answer's meta_info shows
+    verify steps, so it is ready and serves (the hung host, its control reset by the fixture)."""
+    lab, _ = rolled
+    run = deploy(lab, workdir(tmp_path / "w", pro6000=SHORT_TIMEOUT), "--limit", "hung")
+    row = summary_row(run.out, "hung")
+    assert run.returncode == 0 and " OK " in row, run.out
+    assert row.split()[row.split().index("OK") + 1].endswith("s"), row  # its time to ready
+    assert "accept length" in row
+    assert "DFLASH" in sh(lab, "hung", "cat /etc/systemd/system/sglang.service")
+    assert records(lab, "hung")[-1]["result"] == "ok"
