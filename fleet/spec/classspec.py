@@ -45,7 +45,7 @@ class ClassSpec(Strict):
         "where it runs in a container): it keeps its host refused as GPUs busy.",
     )
     readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
-    smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
+    smoke: Smoke = Field(default_factory=Smoke, description="The chat completion that ends the readiness gate.")
     rolling: Rolling = Field(default_factory=Rolling, description="How many of its hosts restart at once, after the "
                              "canary.")
     engine: EngineSpec | None = Field(None, description="The SGLang to install and run (its venv is the launcher); "

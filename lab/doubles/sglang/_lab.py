@@ -8,8 +8,8 @@
   {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU). The SGLang double
   writes one per scheduler process (its pid, its GPU), as CUDA would count them.
 - control file: $LAB_SGLANG_CONTROL, else beside the GPU registry (/run/lab-sglang-control.json):
-  {"acceptance": <0..1 or null>, "metrics": <bool>}, what a lab test changes in a running server
-  (the speed model's acceptance; /metrics hung). Missing: as configured. Written by write_control
+  {"acceptance": <0..1 or null>, "metrics": <bool>, "generation": "serve"|"hang"}, what a lab test
+  changes in a running server (the speed model's acceptance; /metrics hung; generation hung). Missing: as configured. Written by write_control
   (`python3 -m sglang._lab_control`), re-read whenever it changes.
 """
 
@@ -327,7 +327,8 @@ def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
 # The control file (control_path()): how a lab test changes a running server without a restart.
 # ---------------------------------------------------------------------------------------------
 
-CONTROL_DEFAULT = {"acceptance": None, "metrics": True}  # as configured: what a missing file means
+CONTROL_DEFAULT = {"acceptance": None, "metrics": True, "generation": "serve"}  # as configured: what a missing file means
+GENERATION = ("serve", "hang")  # the control's "generation": hang holds every generate request unanswered
 
 _control_lock = threading.Lock()
 _control_seen: tuple = (None, CONTROL_DEFAULT)  # (the file's identity when read, what it said)
@@ -335,7 +336,7 @@ _control_seen: tuple = (None, CONTROL_DEFAULT)  # (the file's identity when read
 
 def check_control(value) -> str | None:
     """Why `value` is not a valid control file (None: it is): an object of CONTROL_DEFAULT's keys (any
-    may be left out), acceptance null or a number 0..1, metrics true or false."""
+    may be left out), acceptance null or a number 0..1, metrics true or false, generation serve or hang."""
     if not isinstance(value, dict):
         return "not a JSON object"
     extra = sorted(k for k in value if k not in CONTROL_DEFAULT)
@@ -346,11 +347,13 @@ def check_control(value) -> str | None:
         return f"acceptance must be null or a number 0..1, not {acc!r}"
     if not isinstance(value.get("metrics", True), bool):
         return f"metrics must be true or false, not {value['metrics']!r}"
+    if value.get("generation", "serve") not in GENERATION:
+        return f"generation must be serve or hang, not {value['generation']!r}"
     return None
 
 
 def control() -> dict:
-    """What the control file says now ({"acceptance", "metrics"}). One stat per call, the file read
+    """What the control file says now ({"acceptance", "metrics", "generation"}). One stat per call, the file read
     only when it changed: cheap enough for each decode step. Missing or malformed: as configured; a
     malformed one (half-written by hand, say) is logged once, never raised: the server keeps serving."""
     global _control_seen
@@ -418,6 +421,9 @@ def control_main(argv: list[str]) -> int:
                    help="the speed model's acceptance, 0..1, for steps from now on (none: host.json's)")
     p.add_argument("--metrics", choices=("on", "off"), default=argparse.SUPPRESS,
                    help="off: /metrics hangs (no answer, then the connection closes)")
+    p.add_argument("--generation", choices=GENERATION, default=argparse.SUPPRESS,
+                   help="hang: generate requests (chat, completions, /generate) hang as /metrics does; "
+                        "/health stays 200")
     p.add_argument("--reset", action="store_true", help="as configured: remove the control file")
     args = vars(p.parse_args(argv))
     if args.pop("reset"):

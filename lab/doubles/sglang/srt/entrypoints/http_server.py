@@ -26,7 +26,9 @@ SGLang has no such key): a tool's mark that its figures come from this double.
 The lab's control file (sglang/_lab.py control(), re-read when it changes) changes a running
 server: its "acceptance" overrides the speed model's for TP0's steps from then on; "metrics":
 false hangs /metrics (no answer until it is true again, or for METRICS_HANG_SECONDS, then the
-connection closes unanswered), as a stuck metrics endpoint does, while every other route serves.
+connection closes unanswered), as a stuck metrics endpoint does, while every other route serves;
+"generation": "hang" hangs the generate routes alike (GENERATION_HANG_SECONDS) while /health
+stays 200: a hung scheduler behind a /health that answers (sglang issues 6624, 35822).
 Stop: SIGTERM (or SIGINT) drains as tokenizer_manager.py's sigterm_watchdog: health 503 at
 once, new requests still served; on each tick of that watchdog (every 5 s from the first
 request, so even an idle server takes up to 5 s) "Gracefully exiting... Remaining number
@@ -75,6 +77,9 @@ SCHEDULER_EXIT_TIMEOUT_SECONDS = 15
 WATCHDOG_SECONDS = 1.0
 # a /metrics the control file hangs gives up this late (closing, no answer): no hang outlives it
 METRICS_HANG_SECONDS = float(os.environ.get("LAB_SGLANG_METRICS_HANG_SECONDS", "120"))
+# a generate request the control file hangs: the same bound
+GENERATION_HANG_SECONDS = float(os.environ.get("LAB_SGLANG_GENERATION_HANG_SECONDS", "120"))
+GENERATE_ROUTES = ("/generate", "/v1/chat/completions", "/v1/completions")
 
 # Mean accepted length per verify step, by algorithm (what /metrics, /server_info and
 # meta_info report without the speed model): plausible, fixed, so lab runs are reproducible.
@@ -702,8 +707,27 @@ class Handler(BaseHTTPRequestHandler):
         if self.command not in methods:
             self._json(405, {"detail": "Method Not Allowed"})
             return
+        if path in GENERATE_ROUTES and self._hung(lambda c: c["generation"] == "hang", GENERATION_HANG_SECONDS,
+                                                  f"{self.command} {path}"):
+            return
         handler = getattr(self, "_r_" + path.strip("/").replace("/", "_"))
         handler(body)
+
+    def _hung(self, held, seconds: float, what: str) -> bool:
+        """While the control file holds the route (held(control())): the request was read, no answer
+        comes (as from a stuck endpoint). True once `seconds` pass: the connection closes unanswered;
+        False when the control lets it go: it is answered."""
+        end = time.monotonic() + seconds
+        said = False
+        while held(_lab.control()):
+            if not said:
+                print(f"lab: {what} held by {_lab.control_path()}", file=sys.stderr, flush=True)
+                said = True
+            if time.monotonic() >= end:
+                self.close_connection = True
+                return True
+            time.sleep(0.2)
+        return False
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = lambda self: self._dispatch()  # noqa: E731
 
@@ -779,13 +803,8 @@ class Handler(BaseHTTPRequestHandler):
         self._r_server_info(_body)
 
     def _r_metrics(self, _body):
-        # hung by the control file: the request was accepted, no answer comes (as a stuck endpoint)
-        end = time.monotonic() + METRICS_HANG_SECONDS
-        while not _lab.control()["metrics"]:
-            if time.monotonic() >= end:
-                self.close_connection = True
-                return
-            time.sleep(0.2)
+        if self._hung(lambda c: not c["metrics"], METRICS_HANG_SECONDS, "GET /metrics"):
+            return
         self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
 
     def _r_v1_loads(self, _body):
@@ -831,17 +850,22 @@ class Handler(BaseHTTPRequestHandler):
         if progress is None:
             return
         self.state.account(prompt_tokens, len(words), timing)
-        meta = {
+        meta = self._meta_info(rid, finish, prompt_tokens, len(words), progress, timing)
+        self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
+
+    def _meta_info(self, rid: str, finish: str, prompt_tokens: int, tokens: int, progress: Progress,
+                   timing: Timing) -> dict:
+        """A request's meta_info, as /generate gives it and a chat completion with return_meta_info."""
+        return {
             "id": rid,
-            "finish_reason": {"type": "length", "length": len(words)} if finish == "length" else {"type": "stop", "matched": 151645},
+            "finish_reason": {"type": "length", "length": tokens} if finish == "length" else {"type": "stop", "matched": 151645},
             "prompt_tokens": prompt_tokens,
             "weight_version": self.state.args.weight_version,
-            "completion_tokens": len(words),
+            "completion_tokens": tokens,
             "cached_tokens": 0,
-            **self.state.spec_meta(len(words), progress),
+            **self.state.spec_meta(tokens, progress),
             "e2e_latency": round(timing.e2e, 6),
         }
-        self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
 
     def _r_v1_completions(self, body):
         timing = Timing()
@@ -899,10 +923,19 @@ class Handler(BaseHTTPRequestHandler):
             "prompt_tokens_details": None,
             "reasoning_tokens": len(thinking),
         }
+        if req.get("stream") and req.get("return_meta_info"):
+            self._json(400, {"object": "error", "message": "return_meta_info is not supported with streaming. Please "
+                             "set stream=false when using return_meta_info=true.", "type": "BadRequestError",
+                             "param": None, "code": 400})
+            return
         if not req.get("stream"):
-            if self._generate_all(rid, len(words), timing) is None:
+            progress = self._generate_all(rid, len(words), timing)
+            if progress is None:
                 return
             self.state.account(prompt_tokens, len(words), timing)
+            # serving_chat.py: choices[].meta_info only when asked (return_meta_info, not streamed)
+            meta = {"meta_info": self._meta_info(rid, finish, prompt_tokens, len(words), progress, timing)} \
+                if req.get("return_meta_info") else {}
             self._json(
                 200,
                 {
@@ -919,6 +952,7 @@ class Handler(BaseHTTPRequestHandler):
                             "logprobs": None,
                             "finish_reason": finish,
                             "matched_stop": 151645 if finish == "stop" else None,
+                            **meta,
                         }
                     ],
                     "usage": usage,
