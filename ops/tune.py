@@ -31,17 +31,16 @@ from pathlib import Path
 import requests
 
 from fleet import hosts
-from fleet import bounds, drains, tune
+from fleet import bounds, drains, measure, tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, merged, parse_workers, peer_problem
 from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
 from fleet.lock import owner
 from fleet.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, Tune
-from fleet.status import OK, parse_metrics
-from fleet.wire import Unreadable, excerpt
+from fleet.status import OK
+from fleet.wire import Unreadable, clipped, excerpt
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
-from ops.loadgen import Load
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
@@ -209,36 +208,25 @@ class Tuner:
                     "a make deploy takes it over once its lease has passed")
 
     def measure(self, candidate: tune.Candidate) -> list[tune.Level]:
+        """The fixed workload at each concurrency, sent from the host to its own server (fleet.measure: the
+        canary analysis's routine too)."""
         t, levels = self.spec.tune, []
         for c in t.concurrency:
-            n = t.requests(c)
-            before = self._metrics()
-            started = time.monotonic()
-            load = Load(self.url, self.spec.service.served_model_name, self.api_key, concurrency=c,
-                        max_tokens=t.max_tokens, prompts=list(t.prompts or tune.PROMPTS), requests=n,
-                        timeout_s=t.level_timeout_s, usage=True)
-            load.start()
-            while not load.finished.wait(min(PROGRESS_EVERY_S, max(0.0, started + t.level_timeout_s - time.monotonic()))):
-                if time.monotonic() - started >= t.level_timeout_s:
-                    break
-                say(f"  {candidate.describe()}, concurrency {c}: {load.completed} of {n} requests, "
-                    f"{time.monotonic() - started:.0f}s of at most {t.level_timeout_s:g}s")
-            report = load.stop()
-            wall = time.monotonic() - started
-            lv = tune.level(c, [(r.latency_s, r.ok, r.tokens, None if r.first_token is None else r.first_token - r.started,
-                                 r.error) for r in report.requests], wall, before, self._metrics(), planned=n)
+            load = measure.Load(t.requests(c), c, t.max_tokens, tuple(t.prompts or tune.PROMPTS), t.level_timeout_s)
+            say(f"  {candidate.describe()}, concurrency {c}: {load.requests} requests, at most {t.level_timeout_s:g}s")
+            ok, out = self.fleet.run(self.host, measure.command(self.spec, load),
+                                     measure.bound(load, "the tune's load").seconds)
+            try:
+                lv = measure.parse(out, load)
+            except Unreadable as e:
+                lv = tune.level(c, [], 0.0, {}, {}, planned=load.requests)
+                lv.errors = [clipped(f"{e}" if ok else f"the load did not run: {out}", 300)]
             levels.append(lv)
             say(f"  {candidate.describe()}, concurrency {c}: {lv.tokens_per_s:.1f} tok/s, accept length "
                 f"{_num(lv.accept_length)}, p50 {_ms(lv.latency_p50_s)}, p99 {_ms(lv.latency_p99_s)}, "
                 f"{lv.failed} of {lv.requests} failed" + (f" ({lv.errors[0]})" if lv.errors else ""))
+        self.fleet.close()  # the next candidate's deploy connects on its own
         return levels
-
-    def _metrics(self) -> dict[str, float]:
-        try:
-            with requests.get(self.url + "/metrics", timeout=10) as r:
-                return parse_metrics(r.text[:1 << 20]) if r.status_code == 200 else {}
-        except requests.RequestException:
-            return {}
 
     def source(self) -> str:
         try:

@@ -8,6 +8,7 @@ host or pyinfra run is contacted (the one real child is a stand-in pyinfra scrip
 from __future__ import annotations
 
 import argparse
+import base64
 import ast
 import builtins
 import hashlib
@@ -30,7 +31,7 @@ from test_rolling import Through  # the gateway scripted, as test_rolling.py scr
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
 
 from facts.deploy import DeployedFiles
-from fleet import lock, rollout, tune
+from fleet import lock, measure, rollout, tune
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
 from fleet.groupdata import load_class_specs, load_gateways, read_group_file, validate_class
@@ -1339,68 +1340,61 @@ def test_summary_row_is_the_hosts_row_of_the_last_table(tmp_path):
     assert ops_tune._summary_row(log, "h1") == "h1 \ufffd OK"
 
 
-class FakeLoad:
-    made: list = []
-    finish = True
-
-    def __init__(self, url, model, api_key, **kw):
-        self.kw, self.url, self.model, self.api_key = kw, url, model, api_key
-        self.finished = SimpleNamespace(wait=self._wait)
-        FakeLoad.made.append(self)
-
-    def _wait(self, timeout):
-        self.waited = timeout
-        return FakeLoad.finish
-
-    def start(self):
-        self.started = True
-
-    def stop(self):
-        from ops.loadgen import LoadReport, Request
-
-        n = self.kw["requests"]
-        reqs = [Request(10.0, 11.0, True, "", 50, 10.2) for _ in range(n - 1)] + [Request(10.0, 12.0, False, "HTTP 500")]
-        return LoadReport(reqs)
+def measured(requests, before=None, after=None, wall_s=2.0) -> str:
+    """What fleet/programs/measure.py prints: its one record."""
+    data = {"wall_s": wall_s, "before": before or {}, "after": after or {}, "requests": requests}
+    return "@@measure\n" + base64.b64encode(json.dumps(data).encode()).decode() + "\n"
 
 
-def test_measure_sends_the_fixed_workload_at_each_concurrency_and_reads_metrics_around_it(monkeypatch, capsys):
-    FakeLoad.made = []
-    monkeypatch.setattr(ops_tune, "Load", FakeLoad)
+class MeasureFleet:
+    """ops.fleet.Fleet's run and close, answering each load with the next of `answers`."""
+
+    def __init__(self, answers):
+        self.answers, self.ran, self.closed = list(answers), [], 0
+
+    def run(self, host, command, timeout_s):
+        self.ran.append((host.name, command, timeout_s))
+        return self.answers.pop(0)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_measure_runs_the_shared_load_on_the_host_at_each_concurrency(capsys):
     t = object.__new__(TUNER)
     t.spec = dflash(16, concurrency=[1, 4], rounds=3, min_requests=5, max_tokens=64, level_timeout_s=30)
-    t.url, t.api_key = "http://h1:30000", "sk-x"
-    reads = iter([{"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0},
-                  {"sglang:generation_tokens_total": 400.0, "sglang:spec_verify_calls_total": 100.0,
-                   "sglang:gen_throughput": 77.0}, {}, {}])
-    t._metrics = lambda: next(reads)
+    t.host = SimpleNamespace(name="h1")
+    ok = [1.0, True, 50, 0.2, ""]
+    t.fleet = MeasureFleet([
+        (True, measured([ok] * 4 + [[2.0, False, 0, None, "HTTP 500"]],
+                        {"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0},
+                        {"sglang:generation_tokens_total": 400.0, "sglang:spec_verify_calls_total": 100.0,
+                         "sglang:gen_throughput": 77.0})),
+        (True, measured([ok] * 11 + [[2.0, False, 0, None, "HTTP 500"]]))])
     levels = TUNER.measure(t, Candidate(8))
     assert [(x.concurrency, x.requests, x.failed, x.output_tokens) for x in levels] == [(1, 5, 1, 200), (4, 12, 1, 550)]
     assert levels[0].accept_length == 4.0 and levels[0].gen_throughput == 77.0 and levels[1].accept_length is None
     assert levels[0].ttft_p50_s == pytest.approx(0.2) and levels[0].errors == ["HTTP 500"]
-    first = FakeLoad.made[0]
-    assert (first.url, first.model, first.api_key) == ("http://h1:30000", "qwen3.6-27b", "sk-x")
-    assert first.kw == {"concurrency": 1, "max_tokens": 64, "prompts": list(tune.PROMPTS), "requests": 5,
-                        "timeout_s": 30, "usage": True}
-    assert first.waited == ops_tune.PROGRESS_EVERY_S and FakeLoad.made[1].kw["requests"] == 12
+    # the deploy's canary analysis runs this very command (fleet.measure): the tune's load, the same program
+    load = measure.Load(5, 1, 64, tuple(tune.PROMPTS), 30.0)
+    assert t.fleet.ran[0] == ("h1", measure.command(t.spec, load), measure.bound(load, "x").seconds)
+    assert t.fleet.closed == 1
     out = capsys.readouterr().out
     assert "  block size 8, concurrency 1: " in out and "accept length 4.00, p50 1000 ms, p99 1000 ms, 1 of 5 failed " \
                                                        "(HTTP 500)" in out
     assert "accept length n/a" in out
 
 
-def test_requests_not_sent_within_the_level_timeout_count_as_failed(monkeypatch):
-    class Cut(FakeLoad):
-        def stop(self):
-            from ops.loadgen import LoadReport, Request
-
-            return LoadReport([Request(10.0, 11.0, True, "", 50, 10.2)])  # 1 of n, the rest never sent
-
-    monkeypatch.setattr(ops_tune, "Load", Cut)
-    Cut.finish = False
+def test_a_load_that_says_nothing_readable_counts_every_request_failed():
     t = object.__new__(TUNER)
-    t.spec, t.url, t.api_key, t._metrics = dflash(16, concurrency=[4]), "http://h1:30000", None, dict
+    t.spec, t.host = dflash(16, concurrency=[4]), SimpleNamespace(name="h1")
+    t.fleet = MeasureFleet([(False, "python3: not found"), (True, "@@measure\nbm90IGpzb24=\n")])
     (level,) = TUNER.measure(t, Candidate(8))
-    assert level.requests == t.spec.tune.requests(4) and level.failed == level.requests - 1
+    assert level.requests == t.spec.tune.requests(4) and level.failed == level.requests
+    assert level.errors == ["the load did not run: python3: not found"]
+    t.spec = dflash(16, concurrency=[1])
+    (level,) = TUNER.measure(t, Candidate(8))
+    assert level.failed == level.requests and level.errors[0].startswith("measure: ")
 
 
 class Answer:
@@ -1419,7 +1413,7 @@ class Answer:
         return False
 
 
-def test_metrics_and_the_figures_source_from_the_host(monkeypatch):
+def test_the_figures_source_from_the_host(monkeypatch):
     import requests
 
     t = object.__new__(TUNER)
@@ -1434,12 +1428,6 @@ def test_metrics_and_the_figures_source_from_the_host(monkeypatch):
             return answer
         monkeypatch.setattr(ops_tune.requests, "get", fake)
 
-    get(Answer(200, 'sglang:gen_throughput{model_name="m"} 97.5\n'))
-    assert TUNER._metrics(t) == {"sglang:gen_throughput": 97.5} and got[-1][0] == "http://h1:30000/metrics"
-    get(Answer(500, "sglang:gen_throughput 1\n"))
-    assert TUNER._metrics(t) == {}
-    get(requests.ConnectionError("refused"))
-    assert TUNER._metrics(t) == {}
     get(Answer(200, data={"lab_double": True}))
     assert TUNER.source(t).startswith("the lab's SGLang double (lab/doubles)")
     assert got[-1] == ("http://h1:30000/server_info", {})
@@ -1682,26 +1670,3 @@ def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys
         subprocess.TimeoutExpired("pyinfra", timeout))), 1) is None
     (here / "empty.log").write_text("")
     assert ops_tune._last_line(here / "empty.log") == "(no output yet)"
-
-
-def test_a_long_level_says_where_it_is_and_ends_at_its_timeout(monkeypatch, capsys):
-    now = [100.0]
-    monkeypatch.setattr(ops_tune.time, "monotonic", lambda: now[0])
-
-    class Slow(FakeLoad):
-        completed = 3
-
-        def _wait(self, timeout):
-            self.waited = timeout
-            now[0] += timeout  # nothing finishes: each wait runs out
-            return False
-
-    monkeypatch.setattr(ops_tune, "Load", Slow)
-    t = object.__new__(TUNER)
-    t.spec = dflash(16, concurrency=[1], level_timeout_s=40)
-    t.url, t.api_key, t._metrics = "http://h1:30000", None, dict
-    (level,) = TUNER.measure(t, Candidate(8))
-    out = capsys.readouterr().out
-    assert "  block size 8, concurrency 1: 3 of 8 requests, 15s of at most 40s" in out
-    assert "30s of at most 40s" in out and "40s of at most" not in out  # the third wait is the rest, 10 s: then it stops
-    assert level.requests == 8
