@@ -75,7 +75,8 @@ def one(config, prompt, deadline):
                     continue
                 event = json.loads(line[5:])
                 if event.get("error"):
-                    return [time.monotonic() - started, False, 0, None, ("error event: " + json.dumps(event))[:ERROR_CHARS]]
+                    said = "error event: " + json.dumps(event)
+                    return [time.monotonic() - started, False, 0, None, said[:ERROR_CHARS]]
                 if (event.get("usage") or {}).get("completion_tokens") is not None:
                     tokens = int(event["usage"]["completion_tokens"])
                 for choice in event.get("choices") or []:
@@ -84,7 +85,8 @@ def one(config, prompt, deadline):
                         chunks += 1
                         first = first if first is not None else time.monotonic() - started
     except urllib.error.HTTPError as e:
-        return [time.monotonic() - started, False, 0, None, ("HTTP %d: %s" % (e.code, e.read(ERROR_CHARS)))[:ERROR_CHARS]]
+        said = "HTTP %d: %s" % (e.code, e.read(ERROR_CHARS))
+        return [time.monotonic() - started, False, 0, None, said[:ERROR_CHARS]]
     except (OSError, ValueError, socket.timeout) as e:
         return [time.monotonic() - started, False, 0, None, (type(e).__name__ + ": " + str(e))[:ERROR_CHARS]]
     made = chunks if tokens is None else tokens
