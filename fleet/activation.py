@@ -1,8 +1,11 @@
 """Activate and roll back: the small state machine that ends every rollout that has begun.
 
-    [stop workloads] ──ok──> apply ──ok──> [wait] gate ──ready──> smoke ──ok──> finish: OK
-           │                   │                  └─failed─┐        └─failed─┐
-           └─failed────────────┴─failed──────────────────> roll back <───────┘
+    [stop workloads] ──ok──> apply ──ok──> [wait] gate ──ready──> smoke ──ok──> [canary analysis] ──passed──> finish: OK
+           │                   │                  └─failed─┐        └─failed─┐         └─failed─┐
+           └─failed────────────┴─failed──────────────────> roll back <───────┴──────────────────┘
+
+    The canary analysis (fleet/canary.py) runs on the canary of a class whose other hosts follow it: a
+    measured load against the class's baseline; below it, the canary rolls back as after a failed smoke test.
 
     The workloads (the training) stop here, in the host's own turn of its class's rollout
     (tasks/rolling.py), just before its restart: a host whose turn never comes keeps them.
@@ -29,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fleet.canary import Analysis
 from fleet.gate import SmokeResult, Verdict
 from fleet.outcome import HostVerdict
 from fleet.plan import Plan
@@ -40,6 +44,7 @@ class Steps(Protocol):
     def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
     def wait_ready(self) -> Verdict: ...
     def smoke(self) -> SmokeResult: ...
+    def analyse(self) -> Analysis | None: ...  # the canary analysis; None: this host's turn has none
     def show_journal(self) -> None: ...
     def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]: ...  # (ok, a service file came back, message)
     def restart(self) -> bool: ...
@@ -97,6 +102,12 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
             return roll_back(plan, steps, unit, record, f"smoke test failed: {smoke.reason}", started=started,
                              workloads_stopped=True, ready=ready)
         steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
+        analysis = steps.analyse()
+        if analysis is not None and not analysis.passed:
+            return roll_back(plan, steps, unit, record, analysis.summary, started=started, workloads_stopped=True,
+                             ready=ready)
+        if analysis is not None:
+            record = {**record, "canary": analysis.summary}
     steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
     return Outcome(HostVerdict.OK, ready=ready, smoke=smoke)

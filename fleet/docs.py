@@ -22,6 +22,7 @@ from fleet.floating import Floating
 from fleet.gateway import Gateway, GatewayRolling, Mesh, MeshTls
 from fleet.monitoring import AlertBounds, Monitoring, Receiver
 from fleet.spec import (
+    Canary,
     ClassSpec,
     DDTree,
     DFlash,
@@ -81,6 +82,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 # a secret source, as service.api_key is, and that test lists the secret fields it expects).
 MORE_SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("hub", HubSpec),
+    ("canary (the canary analysis: read by the deploy only, it changes no host)", Canary),
     ("a model by repository (service.model, speculative.draft_model)", HubModel),
 ]
 

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from fleet.wire import Unreadable, clipped, excerpt, load_json
 
+RECORDS_DIR = "tuning"  # in the repo, beside group_data: a record is reviewed and committed like a spec change
 TUNE_DATA = "sglang_fleet_tune"  # the one pyinfra run's --data that deploys a candidate (never an environment variable)
 RECORD_VERSION = 1
 MAX_BLOCK_SIZE, MAX_TREE_BUDGET = 16, 1024  # SGLang's bounds (fleet.spec.DFlash, DDTree)

@@ -43,7 +43,7 @@ from fleet.wire import Unreadable, clipped, excerpt
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
-RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
+RECORDS = Path(tune.RECORDS_DIR)
 INTERRUPTED = 130
 PROGRESS_EVERY_S = 15  # how often a long deploy or level says where it is
 

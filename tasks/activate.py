@@ -7,11 +7,13 @@ gate sees the unit as it is after the restart: a crash or a restart ends the wai
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from pyinfra import host
 from pyinfra.operations import python
 
 from fleet import activation, bounds, gate, lock, rollout
+from fleet.canary import Analysis
 from fleet.history import new_record
 from fleet.outcome import HostVerdict
 from fleet.plan import RUNNING_STATES, workload_of
@@ -59,6 +61,7 @@ class HostSteps:
         self.pf = pf = begun.pf
         self.spec = pf.spec
         self.first: str | None = None  # the observation the restart command ended with
+        self.analysis: Callable[[], Analysis] | None = None  # the canary's turn: its analysis (tasks/rolling.py)
 
     def log(self, message: str, color: str | None = None) -> None:
         if color:
@@ -95,6 +98,9 @@ class HostSteps:
     def smoke(self) -> gate.SmokeResult:
         _, out = run(self.host, gate.smoke_command(self.spec), bounds.smoke(self.spec))
         return gate.parse_smoke(out)
+
+    def analyse(self) -> Analysis | None:
+        return self.analysis() if self.analysis is not None else None
 
     def show_journal(self) -> None:
         _, out = run(self.host, rollout.journal_command(self.spec), bounds.reading(self.spec, "the journal"))
