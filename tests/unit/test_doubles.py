@@ -1168,6 +1168,76 @@ def test_sglang_control_acceptance_lowers_and_restores_the_accept_length(lab):
     assert _measure(port, b, 0.9) == high
 
 
+def test_a_draft_declares_its_acceptance_by_target():
+    """config.json's lab_acceptance: the entry for the target served (a path, or a repository id matching the
+    deploy's MODELS_DIR/ORG/NAME/REVISION), else "*", else none (the host's); a malformed one names the file."""
+    config = {"lab_acceptance": {"lab/Qwen3-8B": 0.2, "/root/models/Qwen3-8B": 0.3, "*": 0.8}}
+    hub_target = "/opt/sglang-fleet/models/lab/Qwen3-8B/" + "a" * 40
+    assert SPEED.declared_acceptance(config, "/d", hub_target) == 0.2
+    assert SPEED.declared_acceptance(config, "/d", "/root/models/Qwen3-8B/") == 0.3
+    assert SPEED.declared_acceptance(config, "/d", "/opt/sglang-fleet/models/lab/Qwen3-8B-Base/" + "a" * 40) == 0.8
+    assert SPEED.declared_acceptance({"lab_acceptance": {"lab/Qwen3-8B": 0.2}}, "/d", "/root/models/other") is None
+    assert SPEED.declared_acceptance({"block_size": 16}, "/d", hub_target) is None
+    assert SPEED.check_draft_acceptance({"*": 1}) is None
+    for bad, why in (({}, "non-empty table"), ({"*": 0}, "'* = 0'"), ({"*": True}, "> 0 and <= 1"),
+                     ({"Qwen3-8B": 0.5}, "['Qwen3-8B']"), ({"a/b/c": 0.5}, "repository id"), ([0.5], "table")):
+        assert why in SPEED.check_draft_acceptance(bad), bad
+        with pytest.raises(ValueError, match=r"^/d/config.json: lab_acceptance = "):
+            SPEED.declared_acceptance({"lab_acceptance": bad}, "/d", hub_target)
+
+
+def _draft(lab: Lab, name: str, acceptance: dict | None) -> str:
+    """A DFlash draft directory (block size 8) declaring `acceptance` by target (None: nothing)."""
+    path = lab.models.parent / "drafts" / name
+    path.mkdir(parents=True)
+    config = json.loads((lab.models / "dflash8" / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **({"lab_acceptance": acceptance} if acceptance else {})}))
+    return str(path)
+
+
+def test_sglang_accept_length_follows_the_draft_served(lab):
+    """With the speed model: the draft's declared acceptance for the target served, over host.json's (0.9);
+    a draft trained for another target gets what it declares for the rest ("*"); the control file still wins."""
+    b, target = 8, f"{lab.models}/target"
+    lab.set(speculation=dict(GATEWAY_SPEC, step_ms=1.0))
+    other_target = _draft(lab, "for-another-target", {"lab/Qwen3-8B-Base": 0.9, "*": 0.3})
+    for_this = _draft(lab, "for-this-target", {target: 0.7})
+    for draft, alpha in ((other_target, 0.3), (for_this, 0.7)):
+        p, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                         "--speculative-draft-model-path", draft)
+        assert _measure(port, b, alpha) == pytest.approx(48 / _steps(SPEED.accept_length(alpha, b), 48)), draft
+        p.kill()
+        p.wait(5)
+    _set_control(lab, "--acceptance", "0.5")
+    _, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                     "--speculative-draft-model-path", other_target)
+    _measure(port, b, 0.5)
+
+
+def test_sglang_without_the_speed_model_a_declared_acceptance_sets_the_accept_length(lab):
+    """No speed model: a(b) at the draft's declared acceptance, in place of the fixed per-algorithm one (DFLASH
+    4.7, kept for a draft that declares none); the decode rate stays host.json's."""
+    low = _draft(lab, "low", {"*": 0.3})
+    plain = _draft(lab, "plain", None)
+    for draft, length in ((low, round(SPEED.accept_length(0.3, 8), 4)), (plain, 4.7)):
+        p, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                         "--speculative-draft-model-path", draft)
+        meta = json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 16}})[2])[
+            "meta_info"]
+        assert meta["spec_accept_length"] == length, draft
+        assert _metric(http(port, "/metrics")[2], "sglang:spec_accept_length") == length
+        p.kill()
+        p.wait(5)
+
+
+def test_sglang_refuses_a_draft_whose_declared_acceptance_is_malformed(lab):
+    draft = _draft(lab, "bad", {"*": 1.5})
+    p = lab.sglang_run(*serving_flags(lab, free_port(), "--speculative-algorithm", "DFLASH",
+                                      "--speculative-draft-model-path", draft))
+    assert p.returncode != 0
+    assert f"{draft}/config.json: lab_acceptance = {{'*': 1.5}}: acceptance must be" in p.stderr, p.stderr
+
+
 def test_sglang_control_metrics_off_hangs_metrics_only(lab):
     _, port = start_and_wait_healthy(lab, "--enable-metrics", LAB_SGLANG_METRICS_HANG_SECONDS="3")
     assert http(port, "/metrics")[0] == 200

@@ -251,10 +251,11 @@ def speed_plan(model: dict, algorithm: str | None, dflash_block_size: int | None
                ddtree_budget: int | None) -> dict:
     """What TP0 runs with: {"algorithm", "b", "c", "alpha", "accept_length", and the model's keys}."""
     b, c = speculation_knobs(algorithm, dflash_block_size, num_draft_tokens, ddtree_budget)
-    return {**model, "algorithm": algorithm, "b": b, "c": c, **_acceptance(algorithm, model["acceptance"], b, c)}
+    return {**model, "algorithm": algorithm, "b": b, "c": c, **acceptance_at(algorithm, model["acceptance"], b, c)}
 
 
-def _acceptance(algorithm: str | None, acceptance: float, b: int, c: int) -> dict:
+def acceptance_at(algorithm: str | None, acceptance: float, b: int, c: int) -> dict:
+    """{"alpha", "accept_length"} of a server at this acceptance (DDTREE's α_tree; 1 without an algorithm)."""
     alpha = ddtree_alpha(acceptance, b, c) if algorithm == "DDTREE" else acceptance
     return {"alpha": alpha, "accept_length": accept_length(alpha, b) if algorithm else 1.0}
 
@@ -264,7 +265,52 @@ def with_acceptance(plan: dict, acceptance: float | None) -> dict:
     if acceptance is None:
         return plan
     return {**plan, "acceptance": float(acceptance),
-            **_acceptance(plan["algorithm"], float(acceptance), plan["b"], plan["c"])}
+            **acceptance_at(plan["algorithm"], float(acceptance), plan["b"], plan["c"])}
+
+
+# A draft declares the acceptance it gets with which target: a lab-only key of its config.json (the real
+# SGLang ignores it), so that a drafter trained for another target is data in the lab, not a test's switch.
+DRAFT_ACCEPTANCE_KEY = "lab_acceptance"
+ANY_TARGET = "*"
+
+
+def check_draft_acceptance(value) -> str | None:
+    """Why a draft config's `lab_acceptance` is not valid (None: it is): a non-empty table of target ->
+    acceptance; a target is "*" (any other), an absolute path, or a repository id ORG/NAME; an acceptance a
+    number > 0 and <= 1."""
+    if not isinstance(value, dict) or not value:
+        return "not a non-empty table of target -> acceptance"
+    bad_targets = [k for k in value if not isinstance(k, str) or not (
+        k == ANY_TARGET or k.startswith("/") or (k.count("/") == 1 and all(k.split("/"))))]
+    if bad_targets:
+        return f"not '*', an absolute path or a repository id ORG/NAME: {bad_targets}"
+    bad = [k for k, v in value.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1]
+    return f"acceptance must be a number > 0 and <= 1: {[f'{k} = {value[k]!r}' for k in bad]}" if bad else None
+
+
+def _serves(key: str, target: str) -> bool:
+    """Whether the target a server loads (--model-path) is the one a `lab_acceptance` key names: the same
+    path, or the repository ORG/NAME, fetched into .../ORG/NAME/REVISION (the deploy's hub models) or at
+    .../ORG/NAME."""
+    path = target.rstrip("/")
+    if key.startswith("/"):
+        return path == key.rstrip("/")
+    return path == key or path.endswith("/" + key) or os.path.dirname(path).endswith("/" + key)
+
+
+def declared_acceptance(draft_config: dict, draft_path: str, target: str) -> float | None:
+    """The acceptance a draft's config declares for `target`: its entry for that target, else its "*", else
+    None (the host's). A malformed `lab_acceptance` is a lab file's mistake: ValueError naming the file."""
+    value = draft_config.get(DRAFT_ACCEPTANCE_KEY)
+    if value is None:
+        return None
+    err = check_draft_acceptance(value)
+    if err:
+        raise ValueError(f"{os.path.join(draft_path, 'config.json')}: {DRAFT_ACCEPTANCE_KEY} = {value!r}: {err}")
+    for key, acceptance in value.items():
+        if key != ANY_TARGET and _serves(key, target):
+            return float(acceptance)
+    return float(value[ANY_TARGET]) if ANY_TARGET in value else None
 
 
 def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:

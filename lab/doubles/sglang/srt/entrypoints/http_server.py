@@ -61,6 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import sglang
 from sglang import _lab
+from sglang.srt.server_args import get_config
 from sglang.srt.managers.scheduler import Progress, SchedulerGone, SchedulerProcess, start_schedulers, tp_log
 
 logger = logging.getLogger(__name__)
@@ -211,15 +212,44 @@ def split_reasoning(words: list[str], parser: str | None) -> tuple[list[str], li
     return [], tagged
 
 
+def draft_acceptance(server_args) -> float | None:
+    """The acceptance the draft served declares for the target served (its config.json's
+    `lab_acceptance`, sglang/_lab.py declared_acceptance), else None: the host's."""
+    a = server_args
+    path = a.speculative_draft_model_path
+    if not a.speculative_algorithm or not path or not os.path.isdir(path):
+        return None
+    return _lab.declared_acceptance(get_config(path), path, a.model_path)
+
+
 def speed_plan(server_args) -> dict | None:
-    """The speed model TP0 runs with (host.json "speculation", on the server's resolved
-    speculative arguments), else None."""
+    """The speed model TP0 runs with (host.json "speculation", at the served draft's declared
+    acceptance where it declares one, on the server's resolved speculative arguments), else None."""
     model = _lab.speculation()
     if model is None:
         return None
+    declared = draft_acceptance(server_args)
+    if declared is not None:
+        model = {**model, "acceptance": declared}
     a = server_args
     return _lab.speed_plan(model, a.speculative_algorithm, a.speculative_dflash_block_size,
                            a.speculative_num_draft_tokens, getattr(a, "speculative_ddtree_budget", None))
+
+
+def fixed_accept_length(server_args) -> float | None:
+    """Without the speed model: the per-algorithm ACCEPT_LENGTH, but a(b) at the served draft's
+    declared acceptance where it declares one (so a drafter's acceptance shows on any lab host);
+    None without an algorithm."""
+    algo = server_args.speculative_algorithm
+    if not algo:
+        return None
+    declared = draft_acceptance(server_args)
+    if declared is None:
+        return ACCEPT_LENGTH.get(algo, 2.5)
+    a = server_args
+    b, c = _lab.speculation_knobs(algo, a.speculative_dflash_block_size, a.speculative_num_draft_tokens,
+                                  getattr(a, "speculative_ddtree_budget", None))
+    return round(_lab.acceptance_at(algo, declared, b, c)["accept_length"], 4)
 
 
 class ServerState:
@@ -241,8 +271,7 @@ class ServerState:
         self.last_gen_throughput = 0.0
         self.ttft = LatencyHistogram(getattr(server_args, "bucket_time_to_first_token", None) or TTFT_BUCKETS)
         self.e2e = LatencyHistogram(getattr(server_args, "bucket_e2e_request_latency", None) or E2E_BUCKETS)
-        algo = server_args.speculative_algorithm
-        self.accept_length = ACCEPT_LENGTH.get(algo, 2.5) if algo else None
+        self.accept_length = fixed_accept_length(server_args)
         self.gpu_memory_mib = int(_lab.host_config().get("gpu_memory_mib", 81920))
 
     def start_loop(self) -> None:
