@@ -39,6 +39,7 @@ class Figures:
 class Baseline:
     figures: Figures
     source: str  # where the figures come from, in the operator's words
+    unlike: str = ""  # why its accept length is no measure of the new spec's (it drafts otherwise); '' if it is
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,34 @@ def _positive(v: object) -> bool:
     return type(v) in (int, float) and 0 < v < float("inf")
 
 
-def before_turn(lv: Level | None) -> Baseline | None:
-    """The load on the canary before its turn as the baseline: one with a failed request or no tokens is none."""
+# The flags that name the drafter, not how much it drafts: a new drafter's accept length is held against the old one's.
+DRAFTER_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model-revision")
+
+
+def drafting(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """How a server's command line drafts: its --speculative-* flags (the algorithm, the draft length, the tree)
+    but those naming the drafter; {} when it does not speculate."""
+    out, args = {}, list(argv)
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag.startswith("--speculative-") and flag not in DRAFTER_FLAGS:
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            out[flag] = value if eq else ("" if nxt.startswith("--") else nxt)
+    return out
+
+
+def before_turn(lv: Level | None, old_argv: tuple[str, ...] | None, new_argv: list[str]) -> Baseline | None:
+    """The load on the canary before its turn as the baseline: one with a failed request or no tokens is none. Its
+    accept length is the new spec's measure only where the old server drafted as the new one does (the same
+    algorithm and draft length: a new drafter, engine or target); a shorter draft accepts less by design."""
     if lv is None or lv.failed or lv.tokens_per_s <= 0:
         return None
+    if old_argv is None:
+        return Baseline(Figures.of(lv), BEFORE_SOURCE, "the old server's command line unknown")
+    old, new = drafting(old_argv), drafting(new_argv)
+    if old != new:
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        return Baseline(Figures.of(lv), BEFORE_SOURCE, f"the old spec drafts otherwise ({', '.join(changed)})")
     return Baseline(Figures.of(lv), BEFORE_SOURCE)
 
 
@@ -121,6 +146,8 @@ def judge(canary: Figures, baseline: Baseline | None, c: Canary, speculative: bo
         notes.append("service.enable_metrics false: tokens/s alone")
     elif canary.accept_length is None:
         problems.append("no accept length: SGLang counted no verify step (speculation did not run)")
+    elif baseline.unlike:
+        notes.append(f"{baseline.unlike}: tokens/s alone")
     elif base.accept_length is None:
         notes.append("the baseline had no accept length: tokens/s alone")
     else:

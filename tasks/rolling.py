@@ -31,6 +31,7 @@ from fleet.hosts import group_name, routing
 from fleet.outcome import HostVerdict
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.status import parse_metrics
+from fleet.render import server_argv
 from fleet.spec import NoSpeculation
 from fleet.wire import BLOCK_LIMIT, Unreadable, excerpt, load_json
 from adapter import run as runs
@@ -297,7 +298,8 @@ def _analysed(host, pf, steps, go: Callable[[], activation.Outcome]) -> Callable
             steps.log("canary analysis: no make tune record for this spec at its concurrency: the load on the old "
                       "spec first", "cyan")
             try:
-                baseline = canary.before_turn(measured("the canary analysis's load on the old spec"))
+                baseline = canary.before_turn(measured("the canary analysis's load on the old spec"),
+                                              pf.facts.runtime.cmdline, server_argv(spec))
             except Unreadable as e:
                 steps.log(f"canary analysis: the old spec's load could not be measured ({e}): no baseline", "yellow")
         steps.analysis = analyse

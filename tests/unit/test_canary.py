@@ -10,6 +10,7 @@ from builders import DRAFT, make_spec
 
 from fleet import canary
 from fleet.canary import Baseline, Figures, judge
+from fleet.render import server_argv
 from fleet.spec import Canary
 from fleet.tune import level
 
@@ -77,12 +78,39 @@ def test_without_an_accept_length_to_compare_tokens_per_s_alone_decides(speculat
     assert not slow.passed and "200.0 tok/s below 0.7 x 400.0 = 280.0" in slow.summary
 
 
+ARGV = server_argv(SPEC)
+
+
 def test_the_old_specs_load_is_a_baseline_only_when_it_served_every_request():
     ok = level(4, [(1.0, True, 100, 0.1, "")] * 4, 1.0, {}, {})
-    assert canary.before_turn(ok) == Baseline(Figures(400.0, None, 4), canary.BEFORE_SOURCE)
-    assert canary.before_turn(level(4, [(1.0, True, 100, 0.1, "")] * 3, 1.0, {}, {}, planned=4)) is None
-    assert canary.before_turn(level(4, [(1.0, True, 0, 0.1, "")] * 4, 1.0, {}, {})) is None
-    assert canary.before_turn(None) is None
+    assert canary.before_turn(ok, tuple(ARGV), ARGV) == Baseline(Figures(400.0, None, 4), canary.BEFORE_SOURCE)
+    assert canary.before_turn(level(4, [(1.0, True, 100, 0.1, "")] * 3, 1.0, {}, {}, planned=4), (), ARGV) is None
+    assert canary.before_turn(level(4, [(1.0, True, 0, 0.1, "")] * 4, 1.0, {}, {}), (), ARGV) is None
+    assert canary.before_turn(None, (), ARGV) is None
+
+
+def test_the_old_specs_accept_length_counts_only_where_it_drafted_as_the_new_one():
+    ok = level(4, [(1.0, True, 100, 0.1, "")] * 4, 1.0, {}, {})
+    new_drafter = server_argv(make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": DRAFT + "-v2",
+                                                     "block_size": 16}))
+    assert canary.before_turn(ok, tuple(new_drafter), ARGV).unlike == ""  # only the drafter changed
+    shorter = server_argv(make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": DRAFT, "block_size": 8}))
+    b = canary.before_turn(ok, tuple(shorter), ARGV)
+    assert b.unlike == "the old spec drafts otherwise (--speculative-dflash-block-size)"
+    assert canary.before_turn(ok, tuple(server_argv(PLAIN)), ARGV).unlike == \
+        "the old spec drafts otherwise (--speculative-algorithm, --speculative-dflash-block-size)"
+    assert canary.before_turn(ok, None, ARGV).unlike == "the old server's command line unknown"
+    # judged by tokens/s alone, saying why: an accept length that fell with the draft length fails nothing
+    a = judge(Figures(400.0, 2.0, 16), Baseline(Figures(400.0, 4.0, 16), "s", b.unlike), C, True, True)
+    assert a.passed and a.summary.endswith("(the old spec drafts otherwise (--speculative-dflash-block-size): "
+                                           "tokens/s alone)")
+
+
+def test_drafting_reads_both_forms_of_a_flag_and_ignores_the_drafters_name():
+    assert canary.drafting(["python", "--speculative-algorithm=DFLASH", "--speculative-dflash-block-size", "8",
+                            "--speculative-draft-model-path", "/d", "--speculative-x", "--port", "1"]) == {
+        "--speculative-algorithm": "DFLASH", "--speculative-dflash-block-size": "8", "--speculative-x": ""}
+    assert canary.drafting(["python", "--model-path", "/m"]) == {}
 
 
 RECORD = {"class": "pro6000", "target": SPEC.target_path, "algorithm": "DFLASH", "candidates": [

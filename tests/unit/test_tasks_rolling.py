@@ -23,6 +23,7 @@ from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
 from fleet.hosts import replicas
+from fleet.render import server_argv
 from fleet.rolling import GatewayError
 from tasks import rolling
 
@@ -86,8 +87,10 @@ def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
     assert rolling.gateway_of(hosts["r1"].host.state, "pro6000", fleet.dir) is None
 
 
-def preflight_like(spec=SPEC, serving=False):
-    return SimpleNamespace(group="pro6000", spec=spec, plan=SimpleNamespace(
+def preflight_like(spec=SPEC, serving=False, old_argv=None):
+    """old_argv: the running server's command line (default: the spec's own: it drafts as the new one)."""
+    return SimpleNamespace(group="pro6000", spec=spec, facts=SimpleNamespace(runtime=SimpleNamespace(
+        cmdline=tuple(server_argv(spec)) if old_argv is None else old_argv)), plan=SimpleNamespace(
         restart=True, interrupted=None, tune=None, record=SimpleNamespace(since=1796040000, by="root@controller"),
         before=SimpleNamespace(serving=serving)))
 
