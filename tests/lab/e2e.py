@@ -40,13 +40,18 @@ def workdir(tmp: Path, **overrides: str) -> Path:
     return tmp
 
 
-# The same hosts for tests/lab/test_turns_e2e.py and test_lost_link_e2e.py: three PRO 6000 boxes serving the old NEXTN
-# spec beside their training jobs (a spec's load time is its own: LAB_SGLANG_LOAD_SECONDS in its environment).
+# The same hosts for tests/lab/test_turns_e2e.py, test_lost_link_e2e.py and test_canary_e2e.py: three PRO 6000 boxes
+# serving the old NEXTN spec beside their training jobs (a spec's load time is its own: LAB_SGLANG_LOAD_SECONDS in its
+# environment).
 PRO3_HOSTS = ("pro-1", "pro-2", "pro-3")
+# A new revision of the class's drafter on each of them that loads and serves but accepts little with its target
+# (lab/doubles/README.md: a draft's declared acceptance): tests/lab/test_canary_e2e.py.
+PRO3_POOR_DRAFT = "/root/models/Qwen3.6-27B-DFlash-v2"
 PRO3_LAB = ('[lab]\nname = "pro3lab"\nsubnet = "10.221.0.0/24"\n' + "".join(
     f'\n[[hosts]]\nname = "{h}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
     'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\nworkloads = ["dflash-train"]\n'
     'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n'
+    f'draft_acceptance = {{ "{PRO3_POOR_DRAFT}" = {{ "/root/models/Qwen3.6-27B" = 0.2 }} }}\n'
     for h in PRO3_HOSTS))
 
 
