@@ -161,6 +161,18 @@ def summary_row(output: str, host: str) -> str:
     return next((line for line in table.splitlines() if line.startswith(host + " ")), "")
 
 
+def canary_analysis(output: str, host: str) -> str:
+    """The canary analysis's line among the host's lines under the closing table ('' if none)."""
+    table = output.rsplit("SGLang fleet rollout summary", 1)[-1].splitlines()
+    start = next(i for i, line in enumerate(table) if line.startswith(host + " "))
+    for line in table[start + 1:]:
+        if not line.startswith("    "):
+            break
+        if "canary analysis" in line:
+            return line.strip()
+    return ""
+
+
 def interrupted(lab, cwd: Path, host: str, sig: int, on_line: str | None = None, when=None, after: float = 0.0,
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """Deploy to one host and send `sig` to the controller once a line of its output contains

@@ -14,24 +14,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from e2e import PRO3_HOSTS, PRO3_LAB, PRO3_POOR_DRAFT, deploy, health, main_pid, sh, summary_row, workdir
+from e2e import (PRO3_HOSTS, PRO3_LAB, PRO3_POOR_DRAFT, canary_analysis, deploy, health, main_pid, sh, summary_row,
+                 workdir)
 
 HOSTS = PRO3_HOSTS  # inventory order: pro-1 is the canary
 FAST = 'readiness = {"load_timeout_s": 20, "poll_interval_s": 0.25, "progress_every_s": 5}'
 TRAIN = "dflash-train.service"
 UNIT = "cat /etc/systemd/system/sglang.service"
-
-
-def analysis(out: str, host: str) -> str:
-    """The canary analysis's line among the host's lines under the closing table."""
-    table = out.rsplit("SGLang fleet rollout summary", 1)[-1].splitlines()
-    start = next(i for i, line in enumerate(table) if line.startswith(host + " "))
-    for line in table[start + 1:]:
-        if not line.startswith("    "):
-            break
-        if "canary analysis" in line:
-            return line.strip()
-    return ""
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +33,7 @@ def test_a_good_drafter_passes_the_analysis_and_the_summary_shows_its_figures_ag
     lab, tmp = canary
     run = deploy(lab, workdir(tmp / "good", pro6000=FAST))
     assert run.returncode == 0, run.out
-    said = analysis(run.out, "pro-1")
+    said = canary_analysis(run.out, "pro-1")
     m = re.search(r"canary analysis passed: ([0-9.]+) tok/s, accept length ([0-9.]+) against the baseline's "
                   r"([0-9.]+) tok/s, accept length ([0-9.]+) \(the same load on the canary before its turn \(the old "
                   r"spec\)\); bounds: 0.5 x its tok/s \(the old spec drafts otherwise \(.*--speculative-algorithm", said)
@@ -52,7 +41,7 @@ def test_a_good_drafter_passes_the_analysis_and_the_summary_shows_its_figures_ag
     assert float(m.group(1)) > 0 and float(m.group(2)) > float(m.group(4)) > 1  # DFlash's drafts, NEXTN's before
     for h in HOSTS:
         assert "DFLASH" in sh(lab, h, UNIT) and health(lab, h) == "200"
-    assert [h for h in HOSTS if analysis(run.out, h)] == ["pro-1"]  # the canary alone is analysed
+    assert [h for h in HOSTS if canary_analysis(run.out, h)] == ["pro-1"]  # the canary alone is analysed
 
 
 def test_a_new_drafter_that_accepts_little_rolls_the_canary_back_and_stops_the_class(canary):
@@ -64,7 +53,7 @@ def test_a_new_drafter_that_accepts_little_rolls_the_canary_back_and_stops_the_c
     run = deploy(lab, workdir(tmp / "poor", pro6000=f"{FAST}\n{poor}"))
     assert run.returncode != 0, run.out
     assert "FAILED (rolled back)" in summary_row(run.out, "pro-1"), run.out
-    said = analysis(run.out, "pro-1")
+    said = canary_analysis(run.out, "pro-1")
     m = re.search(r"canary analysis failed: accept length ([0-9.]+) below 0.8 x ([0-9.]+) = ([0-9.]+): ([0-9.]+) tok/s, "
                   r"accept length \1 against the baseline's ([0-9.]+) tok/s, accept length \2 \(the same load on the "
                   r"canary before its turn \(the old spec\)\); bounds: 0.5 x its tok/s, 0.8 x its accept length", said)
