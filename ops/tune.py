@@ -31,7 +31,7 @@ from pathlib import Path
 import requests
 
 from fleet import hosts
-from fleet import bounds, drains, measure, tune
+from fleet import bounds, drains, intent, measure, tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, merged, parse_workers, peer_problem
 from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
@@ -99,6 +99,11 @@ class Tuner:
     # --- 1. check ------------------------------------------------------------------------------------------
     def check(self) -> list[tune.Candidate]:
         cands, problems = tune.candidates(self.spec, self.args.block_sizes, self.args.tree_budgets)
+        for c in cands if not problems else []:  # each a spec the deploy will take: refused before any host is touched
+            try:
+                tune.candidate_spec(self.spec, c)
+            except ValueError as e:
+                problems.append(str(e))
         refusals = tune.refusals(self.name, self.spec, problems, self.gateway.name if self.gateway else None,
                                  len(self.replicas))
         if refusals:
@@ -158,14 +163,23 @@ class Tuner:
             raise Refused([f"{self.name}: tune: not confirmed; nothing was touched"])
 
     # --- 2. sweep ------------------------------------------------------------------------------------------
+    def intent(self, candidate: tune.Candidate | None) -> intent.Intent:
+        """What one of the tune's runs asks of the deploy (fleet/intent.py): a candidate, an overlay kept out of its
+        gateway, or (None) the return to the declared spec; either way the host the tune's (its mark's and drain's
+        owner and lease), no backup set kept, its record a tune's, the outcome written for this tune to read."""
+        said = self.drain_owner()
+        return intent.Intent(candidate.to_json() if candidate else {},
+                             f"a make tune candidate ({candidate.describe()})" if candidate else "",
+                             stay_out=candidate is not None, keep_backup=False, record="tune", owner=said["owner"],
+                             lease_s=said["lease_s"], outcome=str(self.outcome_path))
+
     def deploy(self, candidate: tune.Candidate | None) -> tuple[int, str]:
-        """One pyinfra run on the host: the candidate's, or (None) the declared spec's. (exit code, output)."""
-        argv = [PYINFRA, "-y", "--limit", self.name]
-        if candidate is not None:
-            argv += ["--data", f"{tune.TUNE_DATA}={json.dumps(candidate.to_json())}"]
-        # the host is the tune's, from its first candidate to its return: its mark's lease, its drain behind smg
-        argv += ["--data", f"{drains.OWNER_DATA}={json.dumps(self.drain_owner())}"]
-        argv += [self.inventory, "deploy.py"]
+        """One pyinfra run on the host: the candidate's, or (None) the declared spec's. (exit code, the host's
+        outcome in words: its verdict and reasons, as the run wrote them)."""
+        argv = [PYINFRA, "-y", "--limit", self.name,
+                "--data", f"{intent.INTENT_DATA}={json.dumps(self.intent(candidate).to_json())}",
+                self.inventory, "deploy.py"]
+        self.outcome_path.unlink(missing_ok=True)
         log = open(self.log_path, "a")
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
@@ -176,7 +190,7 @@ class Tuner:
                 say(f"  deploying, {time.monotonic() - started:.0f}s: {_last_line(self.log_path)}")
         finally:
             log.close()
-        return rc, _summary_row(self.log_path, self.name)
+        return rc, _outcome(self.outcome_path, self.name, self.log_path)
 
     def drain_owner(self) -> dict:
         """The host this tune's, for one candidate's deploy and measuring (renewed by each): its tune mark's lease and
@@ -284,6 +298,7 @@ class Tuner:
     def run(self) -> int:
         RECORDS.mkdir(exist_ok=True)
         self.log_path = RECORDS / f"{self.group}.log"
+        self.outcome_path = (RECORDS / f"{self.group}.outcome.json").resolve()  # each run's, read back as data
         self.log_path.write_text("")
         cands = self.check()
         self.api_key = self._api_key()
@@ -362,11 +377,14 @@ def _last_line(log: Path) -> str:
     return excerpt(lines[-1], 160) if lines else "(no output yet)"
 
 
-def _summary_row(log: Path, host: str) -> str:
-    """The host's row of the deploy's closing table, and its reasons, from the run's output."""
-    text = log.read_text(errors="replace").rsplit("SGLang fleet rollout summary", 1)[-1]
-    lines = [line for line in text.splitlines() if line.split()[:1] == [host] or line.startswith(("  ", "\t"))]
-    return " ".join(" ".join(lines).split()) or text.strip()[-300:]
+def _outcome(path: Path, host: str, log: Path) -> str:
+    """The host's outcome as the run wrote it (fleet.report.RunReport.outcome): its verdict and reasons; a run that
+    wrote none (it ended before its hosts had any) points at its output."""
+    try:
+        said = json.loads(path.read_text())[host]
+        return " ".join([said["verdict"], *said["reasons"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"the run wrote no outcome for {host}: see {log}"
 
 
 def _ms(s: float | None) -> str:

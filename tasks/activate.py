@@ -163,14 +163,14 @@ class HostSteps:
     def finish(self, record: dict) -> None:
         self.begun.end()  # no renewal after its release: it would find the lock gone
         p = self.pf.plan
-        drop = p.before.backup if record.get("kind") == "tune" else None
-        returned = p.tune_left is not None and p.tune is None and record.get("result") == "ok"
+        drop = None if p.intent.keep_backup else p.before.backup
+        returned = p.overlaid is not None and not p.intent.overlay and record.get("result") == "ok"
         run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
         runs.of(self.host.state).begun.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
-    kind = "rollback" if pf.rollback else "tune" if pf.plan.tune or pf.plan.tune_left else "deploy"
+    kind = "rollback" if pf.rollback else pf.plan.intent.record
     return new_record(kind=kind, spec=pf.spec, group=pf.group, stamp=pf.stamp,
                       now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
                       sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")

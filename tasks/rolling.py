@@ -24,7 +24,6 @@ from gevent.lock import BoundedSemaphore, Semaphore
 
 from fleet import activation, bounds, canary, drains, gate, measure, tune
 from fleet.canary import Baseline, Figures
-from fleet.drains import requested_owner
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, merged, parse_workers, workers_command
 from fleet.hosts import group_name, routing
@@ -107,17 +106,16 @@ class ReplicaThrough:
         return self.gateway.statuses()
 
     def owner(self) -> tuple[str, float]:
-        """Its drain's owner and lease: a make tune's (--data), else its rollout's: the pending record this run
-        wrote or took over, so a run finishing a killed one's rollout ends the drain the killed run took."""
-        given = requested_owner(self.host.inventory.get_override_data())  # checked at preflight
-        if given is not None:
-            return given
+        """Its drain's owner and lease: the run's intent's (a make tune's), else its rollout's: the pending record
+        this run wrote or took over, so a run finishing a killed one's rollout ends the drain the killed run took."""
+        if self.pf.plan.intent.owned is not None:
+            return self.pf.plan.intent.owned
         record = self.pf.plan.interrupted or self.pf.plan.record
         return f"the rollout of {self.host.name} begun {record.since} by {record.by}", self.turn_s
 
     def take_out(self, peers: tuple[str, ...]) -> drains.Answer:
         owner, lease_s = self.owner()
-        why = "a make tune candidate" if self.pf.plan.tune is not None else "its turn in a rollout"
+        why = self.pf.plan.intent.says or "its turn in a rollout"
         return self.gateway.change(drains.OUT, self.host.name, owner, lease_s, why, peers)
 
     def put_in(self) -> None:
@@ -347,7 +345,7 @@ def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
         me = next(r for r in roll.gateway.replicas if r.host == host.name)
         return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
                                ReplicaThrough(roll.gateway, host, pf, steps, roll.turn_s), go, leave,
-                               stay_out=pf.plan.tune is not None)
+                               stay_out=pf.plan.intent.stay_out)
 
 
 def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:

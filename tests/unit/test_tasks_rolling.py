@@ -23,6 +23,7 @@ from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
 from fleet.hosts import replicas
+from fleet.intent import PLAIN
 from fleet.render import server_argv
 from fleet.rolling import GatewayError
 from tasks import rolling
@@ -91,7 +92,7 @@ def preflight_like(spec=SPEC, serving=False, old_argv=None):
     """old_argv: the running server's command line (default: the spec's own: it drafts as the new one)."""
     return SimpleNamespace(group="pro6000", spec=spec, facts=SimpleNamespace(runtime=SimpleNamespace(
         cmdline=tuple(server_argv(spec)) if old_argv is None else old_argv)), plan=SimpleNamespace(
-        restart=True, interrupted=None, tune=None, record=SimpleNamespace(since=1796040000, by="root@controller"),
+        restart=True, interrupted=None, intent=PLAIN, record=SimpleNamespace(since=1796040000, by="root@controller"),
         before=SimpleNamespace(serving=serving)))
 
 
