@@ -6,7 +6,7 @@ The runbook (the decisions are fleet/tune.py's; this file is the talking):
   1. check   the host is on its declared spec and serving (make status's verdict), the class can be tuned
              (fleet.tune.refusals); behind a gateway a peer of it is ready there; without one, the operator
              confirms (--yes) that the host stops serving. A host a cut-off tune left is returned first.
-  2. sweep   each candidate deployed by the deploy itself (pyinfra --limit H --data sglang_fleet_tune=...:
+  2. sweep   each candidate deployed by the deploy itself (pyinfra --limit H --data sglang_fleet_run=...:
              render, restart, gate, smoke test; a failure rolls back and the sweep goes on), kept out of its
              gateway, then the fixed workload streamed at each concurrency straight to the host, with its
              /metrics read around each
