@@ -53,7 +53,7 @@ def main() -> int:
                 for analysis in walls:
                     draft = DRAFTS[1] if draft == DRAFTS[0] else DRAFTS[0]
                     pro.write_text(declared + f'\nspeculative = {{**speculative, "draft_model_path": "{draft}"}}\n'
-                                   f'canary = {{**canary, "analysis": {analysis}}}\n')
+                                   f'canary = {{"analysis": {analysis}}}\n')  # over the defaults: all.py's
                     wall, out = converge(lab, wd)
                     walls[analysis].append(wall)
                     said = next((line for line in out.splitlines() if "canary analysis passed" in line), said)
