@@ -85,7 +85,7 @@ def managed_dirs(spec: ClassSpec) -> list[str]:
 
 def spec_record(spec: ClassSpec, group: str) -> str:
     """The spec as deployed, for the host's record: secrets appear as where they come from, never as values."""
-    data = json.loads(spec.model_dump_json(exclude={"tune", "canary"}))  # the tune's and the analysis's settings change no host
+    data = json.loads(spec.model_dump_json(exclude={"tune", "canary"}))  # read by make tune, the analysis: no host
     return json.dumps({"group": group, "spec": data}, indent=2, sort_keys=True) + "\n"
 
 

@@ -36,7 +36,8 @@ def test_a_good_drafter_passes_the_analysis_and_the_summary_shows_its_figures_ag
     said = canary_analysis(run.out, "pro-1")
     m = re.search(r"canary analysis passed: ([0-9.]+) tok/s, accept length ([0-9.]+) against the baseline's "
                   r"([0-9.]+) tok/s, accept length ([0-9.]+) \(the same load on the canary before its turn \(the old "
-                  r"spec\)\); bounds: 0.5 x its tok/s \(the old spec drafts otherwise \(.*--speculative-algorithm", said)
+                  r"spec\)\); bounds: 0.5 x its tok/s \(the old spec drafts otherwise \(.*--speculative-algorithm",
+                  said)
     assert m, run.out
     assert float(m.group(1)) > 0 and float(m.group(2)) > float(m.group(4)) > 1  # DFlash's drafts, NEXTN's before
     for h in HOSTS:
@@ -54,9 +55,10 @@ def test_a_new_drafter_that_accepts_little_rolls_the_canary_back_and_stops_the_c
     assert run.returncode != 0, run.out
     assert "FAILED (rolled back)" in summary_row(run.out, "pro-1"), run.out
     said = canary_analysis(run.out, "pro-1")
-    m = re.search(r"canary analysis failed: accept length ([0-9.]+) below 0.8 x ([0-9.]+) = ([0-9.]+): ([0-9.]+) tok/s, "
-                  r"accept length \1 against the baseline's ([0-9.]+) tok/s, accept length \2 \(the same load on the "
-                  r"canary before its turn \(the old spec\)\); bounds: 0.5 x its tok/s, 0.8 x its accept length", said)
+    m = re.search(r"canary analysis failed: accept length ([0-9.]+) below 0.8 x ([0-9.]+) = ([0-9.]+): "
+                  r"([0-9.]+) tok/s, accept length \1 against the baseline's ([0-9.]+) tok/s, accept length \2 "
+                  r"\(the same load on the canary before its turn \(the old spec\)\); bounds: 0.5 x its tok/s, 0.8 x "
+                  r"its accept length", said)
     assert m, run.out
     assert float(m.group(1)) < 1.5 < 4 < float(m.group(2))  # the poor drafter's figure, the class's own drafter's
     # the canary: the previous drafter serving again, its training given back
@@ -65,8 +67,9 @@ def test_a_new_drafter_that_accepts_little_rolls_the_canary_back_and_stops_the_c
     assert sh(lab, "pro-1", f"systemctl is-active {TRAIN}") == "active"
     for h in HOSTS[1:]:
         assert "NOT ROLLED (serving as before)" in summary_row(run.out, h), run.out
-        assert (main_pid(lab, h), main_pid(lab, h, TRAIN)) == before[h]  # never restarted, training never stopped
+        # never restarted, its training never stopped
+        assert (main_pid(lab, h), main_pid(lab, h, TRAIN)) == before[h]
         assert PRO3_POOR_DRAFT not in sh(lab, h, UNIT)
     for h in HOSTS:
-        assert sh(lab, h, "ls -A /run/sglang-fleet; test -e /var/lib/sglang-fleet/sglang/pending.json && echo pending") \
-            == ""  # no lock, no pending record left
+        left = sh(lab, h, "ls -A /run/sglang-fleet; test -e /var/lib/sglang-fleet/sglang/pending.json && echo pending")
+        assert left == ""  # no lock, no pending record left

@@ -57,7 +57,8 @@ def test_a_failed_request_fails_the_canary_whatever_its_speed():
 
 def test_no_baseline_passes_saying_so():
     a = judge(Figures(10.0, 1.0, 16), None, C, True, True)
-    assert a.passed and a.summary.startswith("canary analysis: 10.0 tok/s, accept length 1.00; not compared: no baseline")
+    assert a.passed
+    assert a.summary.startswith("canary analysis: 10.0 tok/s, accept length 1.00; not compared: no baseline")
 
 
 def test_speculation_that_did_not_run_fails_a_speculative_canary():
@@ -165,8 +166,10 @@ def test_a_record_level_without_accept_length_is_a_tokens_per_s_baseline():
 
 def test_ddtree_matches_the_tree_budget_too_and_a_spec_without_speculation_has_no_record_baseline():
     r = {**RECORD, "algorithm": "DDTREE", "target": DDTREE.target_path, "candidates": [
-        {"candidate": {"block_size": 8, "tree_budget": 32}, "deployed": True, "levels": RECORD["candidates"][0]["levels"]},
-        {"candidate": {"block_size": 8, "tree_budget": 64}, "deployed": True, "levels": RECORD["candidates"][1]["levels"]}]}
+        {"candidate": {"block_size": 8, "tree_budget": 32}, "deployed": True,
+         "levels": RECORD["candidates"][0]["levels"]},
+        {"candidate": {"block_size": 8, "tree_budget": 64}, "deployed": True,
+         "levels": RECORD["candidates"][1]["levels"]}]}
     assert canary.from_record(r, DDTREE, "pro6000", 4, "p").source == \
         "make tune record p (block size 8, tree budget 64, concurrency 4)"
     assert canary.from_record({**RECORD, "algorithm": "none"}, PLAIN, "pro6000", 4, "p") is None

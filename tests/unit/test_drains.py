@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 
-import pytest
 
 from fleet import drains
 from fleet.gateway import Replica, discovery_file

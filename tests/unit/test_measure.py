@@ -136,7 +136,8 @@ def test_the_api_key_is_read_on_the_host_from_its_header_file(server, tmp_path):
 
 @pytest.mark.parametrize("answer", [
     "", "python3: not found", "@@measure\n", "@@measure\nbm90IGpzb24=\n",
-    "@@measure\n" + base64.b64encode(b'{"wall_s": 1, "requests": [[1, true, 5, null, ""], [1, true, 5, null, ""]]}').decode(),
+    "@@measure\n" + base64.b64encode(
+        b'{"wall_s": 1, "requests": [[1, true, 5, null, ""], [1, true, 5, null, ""]]}').decode(),
     "@@measure\n" + base64.b64encode(b'{"wall_s": -1, "requests": []}').decode(),
     "@@measure\n" + base64.b64encode(b'{"wall_s": 1, "requests": [[1, "yes", 5, null, ""]]}').decode(),
     "@@measure\n" + base64.b64encode(b'{"wall_s": 1, "requests": [[1, true, -5, null, ""]]}').decode(),

@@ -26,7 +26,8 @@ from tasks import rolling
 from adapter import run as runs
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
-TURNS_ONLY = make_spec().model_copy(update={"canary": Canary(analysis=False)})  # the turns alone here: the canary analysis is test_tasks_rolling's
+# the turns alone here: the canary analysis is test_tasks_rolling's
+TURNS_ONLY = make_spec().model_copy(update={"canary": Canary(analysis=False)})
 
 
 class Steps:

@@ -41,8 +41,8 @@ def test_a_run_asked_for_its_outcome_writes_each_hosts_as_data_when_it_ends(tmp_
     run.outcome = str(tmp_path / "outcome.json")
     run.ended()
     said = json.loads((tmp_path / "outcome.json").read_text())
-    assert said["h1"] == {"verdict": "FAILED (rolled back)", "ok": False, "action": "-", "ready_s": None, "smoke": "",
-                          "reasons": ["smoke test failed: HTTP 500"], "notes": []}
+    assert said["h1"] == {"verdict": "FAILED (rolled back)", "ok": False, "action": "-", "ready_s": None,
+                          "smoke": "", "reasons": ["smoke test failed: HTTP 500"], "notes": []}
     assert said["h2"]["verdict"] == "FAILED" and said["h2"]["reasons"] == ["h2: an operation failed: see its error above"]
     assert "SGLang fleet rollout summary" in capsys.readouterr().err
 

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 import builders
-from fleet import bounds, drains
+from fleet import bounds
 from builders import KEYED, converged, secrets_of
 from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
