@@ -18,7 +18,7 @@ import pytest
 from builders import make_spec
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
-from fleet import bounds, drains, gate
+from fleet import bounds, canary, drains, gate, measure
 from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
@@ -309,6 +309,9 @@ def test_the_canary_is_measured_out_of_its_gateway_before_and_after_and_judged_a
     outcome, hosts, roll, steps, (analysis,) = canary_through(fleet, [loaded(400, 2.5), loaded(380, 4.7)])
     assert outcome.ok and analysis.passed and not roll.stopped
     assert steps.ops_at_go == [("out", "r1")] and measures(hosts) == 2  # both loads while out of routing
+    # make tune's routine (fleet.measure), the analysis's load: the very command, on the replica itself
+    shared = measure.command(SPEC, canary.load(SPEC.canary, SPEC))
+    assert [c for c in hosts["r1"].commands() if "@@measure" in c] == [shared, shared]
     assert hosts["smg"].answer.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")]
     assert analysis.summary == ("canary analysis passed: 380.0 tok/s, accept length 4.70 against the baseline's 400.0 "
                                 "tok/s, accept length 2.50 (the same load on the canary before its turn (the old "
