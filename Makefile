@@ -125,6 +125,7 @@ bench: venv host-packages
 	$(BIN)/python bench/status.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/turns.py
+	$(BIN)/python bench/canary.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/weights.py
 	$(BIN)/python bench/tune.py

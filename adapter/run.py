@@ -11,6 +11,7 @@ callback that rolls a host back, Ctrl-C and SIGTERM, the summary at exit) are ar
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import sys
@@ -44,6 +45,16 @@ class Run:
     resolved: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (endpoint, repo, branch) -> commit
     found: dict[str, object] = field(default_factory=dict)  # what is looked up once per run (the monitoring host)
     armed: bool = False  # the rollback callback and the signal handlers are in place
+    outcome: str = ""  # where the run's intent asks each host's outcome written, as JSON (fleet/intent.py)
+
+    def ended(self) -> None:
+        """The summary printed, and the outcome written where the run's intent asked for it."""
+        self.report.print()
+        if self.outcome:
+            tmp = f"{self.outcome}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(self.report.outcome(), f, indent=2)
+            os.replace(tmp, self.outcome)
 
 
 _ATTRIBUTE = "sglang_fleet_run"  # the Run, kept on the State it belongs to
@@ -55,7 +66,7 @@ def of(state) -> Run:
     if run is None:
         run = Run(RunReport(TITLE, failed_hosts=lambda: {h.name for h in getattr(state, "failed_hosts", ())}))
         setattr(state, _ATTRIBUTE, run)
-        atexit.register(run.report.print)
+        atexit.register(run.ended)
     return run
 
 
@@ -93,7 +104,7 @@ def arm(state, on_failure: Callable[[object, object, str], None],
     def interrupted(signum, frame) -> None:  # pyinfra's own handler would exit 0
         unfinished(run, "interrupted")
         print(f"\nInterrupted ({signal.Signals(signum).name}): no further command runs on any host.", file=sys.stderr)
-        run.report.print()
+        run.ended()
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(INTERRUPTED_EXIT)

@@ -1,11 +1,13 @@
 """Activate and roll back: the small state machine that ends every rollout that has begun.
 
-    [stop workloads] ──ok──> apply ──ok──> [wait] gate: /health ──200──> generation ──ok──> finish: OK
-           │                   │                          └─failed─┐           └─failed─┐
-           └─failed────────────┴─failed──────────────────────────> roll back <──────────┘
+    [stop workloads] ──ok──> apply ──ok──> [wait] gate: /health ──200──> generation ──ok──> [canary analysis] ──passed──> finish: OK
+           │                   │                          └─failed─┐           └─failed─┐         └─failed─┐
+           └─failed────────────┴─failed──────────────────────────> roll back <──────────┴──────────────────┘
 
     The gate's last step is a real generation (the smoke test's request, fleet/gate.py): a host is
     ready only when it returned tokens and, for a speculative service, proved speculation ran.
+    The canary analysis (fleet/canary.py) runs on the canary of a class whose other hosts follow it: a
+    measured load against the class's baseline; below it, the canary rolls back as after a failed generation.
 
     The workloads (the training) stop here, in the host's own turn of its class's rollout
     (tasks/rolling.py), just before its restart: a host whose turn never comes keeps them.
@@ -33,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fleet.canary import Analysis
 from fleet.gate import SmokeResult, Verdict
 from fleet.outcome import HostVerdict
 from fleet.plan import Plan
@@ -44,6 +47,7 @@ class Steps(Protocol):
     def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
     def wait_ready(self) -> Verdict: ...
     def smoke(self) -> SmokeResult: ...  # the gate's last step: a generation, judged (fleet.gate.judge_generation)
+    def analyse(self) -> Analysis | None: ...  # the canary analysis; None: this host's turn has none
     def show_journal(self) -> None: ...
     def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]: ...  # (ok, a service file came back, message)
     def restart(self) -> bool: ...
@@ -100,13 +104,19 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
             steps.show_journal()
             return roll_back(plan, steps, unit, record, smoke.reason, started=started, workloads_stopped=True)
         steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
+        analysis = steps.analyse()
+        if analysis is not None and not analysis.passed:
+            return roll_back(plan, steps, unit, record, analysis.summary, started=started, workloads_stopped=True,
+                             ready=ready)
+        if analysis is not None:
+            record = {**record, "canary": analysis.summary}
     steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
     return Outcome(HostVerdict.OK, ready=ready, smoke=smoke)
 
 
 def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, started: bool,
-              workloads_stopped: bool) -> Outcome:
+              workloads_stopped: bool, ready: Verdict | None = None) -> Outcome:
     """Return the host to plan.before, whatever this run (or the interrupted one) got to.
     started: the service was (re)started with the new files; workloads_stopped: this run may have
     stopped the workloads (an interrupted run it takes over may have, whatever this says)."""
@@ -149,6 +159,7 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
     if may_have_stopped:  # group_data says how each is given back, or that it is not
         out.left += "".join(f"; {w} was not restarted (declared so)" for w in before.workloads_not_given_back)
     out.next = _next(out, unit)
+    out.ready = ready  # a canary that failed its analysis was ready: its row keeps when
     steps.finish({**record, "result": "rolled-back" if out.verdict is HostVerdict.ROLLED_BACK else "failed",
                   "reason": reason, "rollback": out.verdict, "left": out.left})
     return out

@@ -23,6 +23,7 @@ from fleet.gateway import Gateway, GatewayRolling, Mesh, MeshTls
 from fleet.monitoring import AlertBounds, Monitoring, Receiver
 from fleet.spec.combinations import KNOWN_BAD
 from fleet.spec import (
+    Canary,
     ClassSpec,
     DDTree,
     DFlash,
@@ -83,6 +84,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
 # a secret source, as service.api_key is, and that test lists the secret fields it expects).
 MORE_SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("hub", HubSpec),
+    ("canary (the canary analysis: read by the deploy only, it changes no host)", Canary),
     ("a model by repository (service.model, speculative.draft_model)", HubModel),
 ]
 

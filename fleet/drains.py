@@ -25,7 +25,7 @@ LOCK_WAIT_S = 30  # the program's own wait for the drains' lock (programs/drains
 OUT, IN, RELEASE, SYNC = "out", "in", "release", "sync"
 RESULTS = ("ok", "held", "peer", "busy", "unreadable")
 LIMIT = 4096  # drains answered: more than any inventory's replicas
-_OWNER = re.compile(r"[ -~]{1,256}")
+OWNER_TEXT = re.compile(r"[ -~]{1,256}")
 
 
 @dataclass(frozen=True)
@@ -59,26 +59,6 @@ class Answer:
         if self.result == "unreadable":
             return "the drains file on the gateway host is not one (inspect it, then remove it)"
         return "no answer from the drains program"
-
-
-OWNER_DATA = "sglang_fleet_drain_owner"  # --data of a make tune's runs: {"owner", "lease_s"}: its drain, its lease
-
-
-def requested_owner(data: dict) -> tuple[str, float] | None:
-    """The drain owner and lease a run was given (--data OWNER_DATA, JSON), or None: its own."""
-    value = data.get(OWNER_DATA)
-    if value is None:
-        return None
-    try:
-        said = json.loads(value) if isinstance(value, str) else value
-        owner, lease_s = said["owner"], float(said["lease_s"])
-    except (ValueError, TypeError, KeyError):
-        raise ValueError(f"--data {OWNER_DATA}: expected JSON such as {{\"owner\": \"make tune ...\", "
-                         f"\"lease_s\": 3600}}, found {excerpt(str(value))}") from None
-    if not isinstance(owner, str) or not _OWNER.fullmatch(owner) or not 0 < lease_s <= 7 * 86400:
-        raise ValueError(f"--data {OWNER_DATA}: expected an owner of printable characters and a lease of 0..7 days, "
-                         f"found {excerpt(str(value))}")
-    return owner, lease_s
 
 
 def active(text: str | None, clock: str | None) -> set[str]:
@@ -122,10 +102,10 @@ def _drains(text: str | None) -> tuple[Drain, ...]:
         return ()
     found = []
     for replica, d in list(said.items())[:LIMIT]:
-        if isinstance(d, dict) and isinstance(d.get("owner"), str) and _OWNER.fullmatch(d["owner"] or "-") \
+        if isinstance(d, dict) and isinstance(d.get("owner"), str) and OWNER_TEXT.fullmatch(d["owner"] or "-") \
                 and isinstance(d.get("left_s"), (int, float)) and isinstance(replica, str):
-            why = d.get("why") if isinstance(d.get("why"), str) and _OWNER.fullmatch(d["why"]) else "?"
-            found.append(Drain(replica if _OWNER.fullmatch(replica) else excerpt(replica, 64), d["owner"], why,
+            why = d.get("why") if isinstance(d.get("why"), str) and OWNER_TEXT.fullmatch(d["why"]) else "?"
+            found.append(Drain(replica if OWNER_TEXT.fullmatch(replica) else excerpt(replica, 64), d["owner"], why,
                                float(d["left_s"])))
     return tuple(found)
 

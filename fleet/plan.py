@@ -40,7 +40,8 @@ from fleet.spec import (
     ScopeWorkload,
     workload_name,
 )
-from fleet.tune import Candidate, TuneMark, read_mark
+from fleet.intent import PLAIN, Intent
+from fleet.tune import TuneMark, read_mark
 from fleet.wire import LINE, Unreadable, capped, excerpt, load_json, shown
 
 PENDING_VERSION = 3  # 3: the begun phase; 2: scope and process workloads (what was found of them); 1, 2 are read still
@@ -291,9 +292,9 @@ class Plan:
     install_engine: str | None = None  # the declared engine is not on the host: installed before anything stops
     fetch_models: tuple[tuple[str, str], ...] = ()  # (directory, repo@revision) of each declared revision missing or
     #                                                 damaged: fetched before anything stops
-    tune: Candidate | None = None  # this run deploys a make tune candidate (always restarted: measured fresh)
-    tune_left: TuneMark | None = None  # a make tune changed the host and has not returned it; a run that is
-    #                                    no candidate returns it (restarted, whatever its files say)
+    intent: Intent = PLAIN  # what the run was asked beyond group_data (fleet/intent.py), as it holds for this host
+    overlaid: TuneMark | None = None  # an earlier run's overlay the host still serves (its mark); a run without one
+    #                                   returns it (restarted, whatever its files say)
 
     @property
     def has_work(self) -> bool:
@@ -306,10 +307,10 @@ class Plan:
             return "none (already as declared)"
         parts = [f"install engine {self.install_engine}"] if self.install_engine else []
         parts += [f"fetch {model}" for _, model in self.fetch_models]
-        if self.tune:
-            parts.append(f"tune candidate {self.tune.describe()}")
-        elif self.tune_left:
-            parts.append("return from make tune")
+        if self.intent.overlay:
+            parts.append(self.intent.says or f"overlay {self.intent.overlay}")
+        elif self.overlaid:
+            parts.append(f"return from make {self.overlaid.record}")
         if self.interrupted:
             started = f"started {_utc(self.interrupted.since)} by {self.interrupted.by}"
             if self.finish_rollback:
@@ -414,11 +415,11 @@ def declared_files(spec: ClassSpec, group: str, facts: HostFacts, secrets: Secre
 
 
 def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted: Pending | None, stamp: str,
-         now: int, by: str, tune: Candidate | None = None) -> Plan:
+         now: int, by: str, intent: Intent = PLAIN) -> Plan:
     """What to do on a host that passed preflight. want: the files it is to have (declared_files,
     or a backup set a rollback puts back); interrupted: the record of its unfinished rollout;
-    stamp: the name a backup taken now gets; now, by: when and who, for the record; tune: the
-    make tune candidate this run deploys (spec is its spec then)."""
+    stamp: the name a backup taken now gets; now, by: when and who, for the record; intent: what the run
+    was asked beyond group_data (spec has its overlay already)."""
     deployed, runtime = facts.deployed, facts.runtime
     unit = facts.units.get(spec.service_unit)
     why: list[str] = []
@@ -453,11 +454,12 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
     enable = unit is None or unit.unit_file_state != "enabled"
     if unit is not None and unit.unit_file_state not in ("enabled", ""):
         why.append(f"{spec.service_unit} is {unit.unit_file_state}, want enabled")
-    tune_left = read_mark(deployed.tune)
-    if tune_left is not None and tune is None:
-        why.append(f"make tune left it serving a candidate ({tune_left.candidate}; since {_utc(tune_left.since)}, "
-                   f"by {tune_left.by}): restarted")
-    restart = restarts_for_files or not active or args_differ or tune is not None or tune_left is not None
+    overlaid = read_mark(deployed.tune)
+    intent = intent.returning(overlaid)
+    if overlaid is not None and not intent.overlay:
+        why.append(f"make {overlaid.record} left it serving an overlay ({overlaid.candidate}; since "
+                   f"{_utc(overlaid.since)}, by {overlaid.by}): restarted")
+    restart = restarts_for_files or not active or args_differ or bool(intent.overlay) or overlaid is not None
     if active and not restart and runtime.health != 200:
         why.append(f"{spec.service_unit} is active but not serving: /health "
                    f"{runtime.health or 'no answer'} at {base_url(spec)}")
@@ -496,8 +498,8 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         why=tuple(why),
         install_engine=spec.engine.name if spec.engine is not None and facts.engine.status == "no launcher" else None,
         fetch_models=tuple((p, spec.hub_models[p].describe()) for p in to_fetch(spec, facts.models)),
-        tune=tune,
-        tune_left=tune_left,
+        intent=intent,
+        overlaid=overlaid,
     )
 
 

@@ -83,12 +83,23 @@ class RunReport:
     def host(self, name: str) -> HostReport:
         return self.hosts.setdefault(name, HostReport(name))
 
-    def print(self) -> None:
+    def outcome(self) -> dict:
+        """Each host's outcome as data (a run intent's `outcome`, fleet/intent.py): what a caller steers by,
+        never the table's words."""
+        self._failed_hosts_said()
+        return {name: {"verdict": r.verdict.value, "ok": r.verdict.ok, "action": r.action, "ready_s": r.ready_s,
+                       "smoke": r.smoke, "reasons": r.reasons, "notes": r.notes}
+                for name, r in sorted(self.hosts.items())}
+
+    def _failed_hosts_said(self) -> None:
         for name in self.failed_hosts():
             # An operation pyinfra ran failed on its own (an upload, a systemctl): say so here too.
             r = self.hosts.get(name)
             if r is not None and not r.verdict.said_why:
                 r.verdict = HostVerdict.FAILED
                 r.reasons.append(f"{name}: an operation failed: see its error above")
+
+    def print(self) -> None:
+        self._failed_hosts_said()
         if self.hosts:
             print(f"\n--> {self.title}\n{table(list(self.hosts.values()))}", file=sys.stderr, flush=True)

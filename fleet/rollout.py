@@ -85,7 +85,7 @@ def managed_dirs(spec: ClassSpec) -> list[str]:
 
 def spec_record(spec: ClassSpec, group: str) -> str:
     """The spec as deployed, for the host's record: secrets appear as where they come from, never as values."""
-    data = json.loads(spec.model_dump_json(exclude={"tune"}))  # the tune's settings change no host
+    data = json.loads(spec.model_dump_json(exclude={"tune", "canary"}))  # read by make tune, the analysis: no host
     return json.dumps({"group": group, "spec": data}, indent=2, sort_keys=True) + "\n"
 
 
@@ -168,7 +168,7 @@ def begin_command(
     secret_uploads: list[str],
     copies: dict[str, str] | None = None,
     units: Sequence[UnitSeen] = (),
-    tune_mark: dict | None = None,
+    overlay_mark: dict | None = None,
     prune_backups: bool = True,
 ) -> str:
     """Before the first change: take the lock, check that the files (watched_files) and the units'
@@ -176,8 +176,9 @@ def begin_command(
     (path -> its backup, before this run's backup can prune that one), back up, write the
     pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
     that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
-    (none given: none checked); tune_mark: a make tune candidate's mark (fleet.tune.mark), written with
-    the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever
+    (none given: none checked); overlay_mark: the mark of the overlay the run deploys (fleet.tune.mark, a
+    make tune candidate's), written with the pending record, before anything changes; prune_backups: False
+    for a run whose backup set is not kept (fleet.intent.Intent.keep_backup). Whatever
     fails after the lock is taken releases it and changes
     nothing else: a backup set this command took is removed again."""
     release = "release_lock"  # defined once: the lock's program is long, and every failure below releases it
@@ -201,8 +202,8 @@ def begin_command(
         # a set without its pending record would pass for an interrupted rollout's (fleet.history)
         undo.insert(0, f"rm -rf {_q(f'{spec.backups_dir}/{backup_stamp}')}")
     steps.append(f"{_write_json(spec.pending_file, pending)} || {fail()}")
-    if tune_mark is not None:
-        steps.append(f"{_write_json(spec.tune_file, tune_mark)} || {fail()}")
+    if overlay_mark is not None:
+        steps.append(f"{_write_json(spec.tune_file, overlay_mark)} || {fail()}")
     for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
         steps.append(f"install -m 600 /dev/null {_q(layout.staged_path(path))} || {fail()}")
     steps.append(f"echo {BEGUN_MARK}")
@@ -380,17 +381,17 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     return "; ".join(parts)
 
 
-def finish_command(spec: ClassSpec, record: dict, drop_backup: str | None = None, tune_returned: bool = False) -> str:
+def finish_command(spec: ClassSpec, record: dict, drop_backup: str | None = None, returned: bool = False) -> str:
     """The end of every rollout that ran: the record, the pending record and the lock gone. drop_backup: the
-    backup set a make tune's run took, dropped: it holds a candidate's files, or files group_data declares,
-    never a set to roll back to (fleet.history.before_last_change passes such runs over), and five
-    candidates would push the real sets out. tune_returned: the host serves its declared spec again, so
-    the tune's mark goes."""
+    backup set a run that keeps none took (a make tune's), dropped: it holds a candidate's files, or files
+    group_data declares, never a set to roll back to (fleet.history.before_last_change passes such runs over),
+    and five candidates would push the real sets out. returned: the host serves its declared spec again after
+    an overlay, so the overlay's mark goes."""
     drop = [f"rm -rf {_q(spec.backups_dir + '/' + drop_backup)}"] if drop_backup else []
     return "; ".join(
         [
             record_command(spec, record),
-            f"rm -f {_q(spec.pending_file)}" + (f" {_q(spec.tune_file)}" if tune_returned else ""),
+            f"rm -f {_q(spec.pending_file)}" + (f" {_q(spec.tune_file)}" if returned else ""),
             *drop,
             _drop_staged(spec),
             lock.release_command(spec),

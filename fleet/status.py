@@ -107,8 +107,8 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
         row.reasons.append(f"secret files compared by presence only: {secrets_problem}")
     interrupted = read_pending(facts.deployed.pending, spec) if facts.deployed.pending else None
     p = plan(spec, want, facts, interrupted, "-", int(now), "-")
-    if p.tune_left:
-        row.tuning = f"{p.tune_left.candidate}, since {when(p.tune_left.since)} by {p.tune_left.by}"
+    if p.overlaid:
+        row.tuning = f"{p.overlaid.candidate}, since {when(p.overlaid.since)} by {p.overlaid.by}"
     if p.has_work:
         row.drift = p.action()
         row.reasons[:0] = [*p.why] + [_file_drift(f, facts) for f in p.swap]

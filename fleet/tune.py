@@ -3,10 +3,11 @@ plain data (ops/tune.py does the talking): the candidates and the refusals, a ca
 of one measured concurrency, the winners, the record, and the group_data change it recommends.
 
 The knob is the one the engine has: DFLASH's block size (1..16, SGLang's bound), and for DDTREE the tree
-budget too. Each candidate is deployed by the deploy itself (`--data sglang_fleet_tune=...`: render,
-restart, gate, smoke test, its own rollback), kept out of its gateway, then measured with a fixed streamed
-workload at each concurrency; the next run that is no candidate (the tune's last step, or any make deploy
-after a tune was cut off) returns the host to its declared spec.
+budget too. Each candidate is deployed by the deploy itself, given as a run intent (fleet/intent.py: the
+candidate an overlay, kept out of its gateway, its backup set dropped, its record a tune's; render, restart,
+gate, smoke test, its own rollback), then measured with fleet/measure.py's load at each concurrency; the next
+run without an overlay (the tune's last step, or any make deploy after a tune was cut off) returns the host
+to its declared spec.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from fleet.wire import Unreadable, clipped, excerpt, load_json
 
-TUNE_DATA = "sglang_fleet_tune"  # the one pyinfra run's --data that deploys a candidate (never an environment variable)
+RECORDS_DIR = "tuning"  # in the repo, beside group_data: a record is reviewed and committed like a spec change
 RECORD_VERSION = 1
 MAX_BLOCK_SIZE, MAX_TREE_BUDGET = 16, 1024  # SGLang's bounds (fleet.spec.DFlash, DDTree)
 
@@ -49,28 +50,6 @@ class Candidate:
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-def requested(command_line_data: dict) -> Candidate | None:
-    """The candidate this pyinfra run deploys, from its --data; None: no tune. ValueError: not one."""
-    value = command_line_data.get(TUNE_DATA)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ValueError(f"--data {TUNE_DATA}: expected JSON such as {{\"block_size\": 8}}, "
-                             f"found {excerpt(value, 80)}") from None
-    if not isinstance(value, dict) or set(value) - {"block_size", "tree_budget"} or "block_size" not in value \
-            or not all(type(v) is int for v in value.values()):
-        raise ValueError(f"--data {TUNE_DATA}: expected {{\"block_size\": N}} (and \"tree_budget\": N for DDTREE), "
-                         f"found {excerpt(json.dumps(value), 120)}")
-    for key, most in (("block_size", MAX_BLOCK_SIZE), ("tree_budget", MAX_TREE_BUDGET)):
-        if key in value and not 1 <= value[key] <= most:
-            raise ValueError(f"--data {TUNE_DATA}: {key}: expected 1..{most} (SGLang's bound), found "
-                             f"{excerpt(str(value[key]), 24)}")
-    return Candidate(value["block_size"], value.get("tree_budget"))
 
 
 def candidate_spec(spec: ClassSpec, c: Candidate) -> ClassSpec:
@@ -312,6 +291,7 @@ class TuneMark:
     candidate: str
     owner: str = ""  # the make tune that made it (its drain's owner, fleet/drains.py); '' for one of before
     until: int = 0  # while the tune goes on: its lease (renewed by each candidate), 0 once it stopped or unknown
+    record: str = "tune"  # the kind the overlay's runs keep their records as (fleet.intent.Intent.record)
 
 
 MARK_SINCE_MAX = 1 << 40  # seconds since 1970 (the year 36812), as in pending.json: any later one is no time
@@ -333,15 +313,18 @@ def read_mark(text: str | None) -> TuneMark | None:
     except Unreadable as e:
         return TuneMark(0, "?", f"unreadable {e}")
     until = data.get("until")
+    record = data.get("record")
     return TuneMark(since, clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200),
                     clipped(str(data.get("owner", "")), 256),
-                    until if type(until) is int and 0 <= until < MARK_SINCE_MAX else 0)
+                    until if type(until) is int and 0 <= until < MARK_SINCE_MAX else 0,
+                    record if record in ("deploy", "tune") else "tune")
 
 
-def mark(since: int, by: str, c: Candidate, owner: tuple[str, float] | None = None) -> dict:
-    """tune.json; with the tune's owner and lease (drains.requested_owner), a mark no other run takes over until."""
+def mark(since: int, by: str, says: str, owner: tuple[str, float] | None = None, record: str = "tune") -> dict:
+    """tune.json, the mark of a run's overlay (fleet/intent.py); with its owner and lease, a mark no other run takes
+    over until; record: how the overlay's runs keep their records (the return keeps its record so too)."""
     lease = {"owner": owner[0], "until": since + int(owner[1])} if owner else {}
-    return {"since": since, "by": by, "candidate": c.describe(), **lease}
+    return {"since": since, "by": by, "candidate": says, **lease, "record": record}
 
 
 def under_way(m: TuneMark | None, now: float, owner: str | None) -> str | None:

@@ -17,6 +17,21 @@ readiness = {
 # class's hosts: "25%"). The first failure stops the class; the rest stay as they are.
 rolling = {"max_unavailable": 1}
 
+# The canary analysis (docs/spec.md, `canary`): after the canary's smoke test, before any other host of its
+# class takes its turn, it serves this load straight from its host (out of smg where smg routes the class);
+# its output tokens/s and accept length are held against the make tune record (tuning/<class>.json) for the
+# new spec's block size at this concurrency, else the same load on the canary just before its turn (the old
+# spec). Below either fraction of the baseline it rolls back and its class stops. Seconds on a GPU.
+canary = {
+    "analysis": True,  # false: the smoke test alone
+    "requests": 16,
+    "concurrency": 4,
+    "max_tokens": 128,
+    "min_accept_length": 0.8,  # of the baseline's accept length (a speculative spec)
+    "min_tokens_per_s": 0.7,  # of the baseline's output tokens/s
+    "timeout_s": 120,  # a request not done by then counts as failed, and fails the canary
+}
+
 # The chat completion that must return text before a rollout counts as done.
 smoke = {
     "prompt": "Say hello in one short sentence.",

@@ -6,7 +6,7 @@ The runbook (the decisions are fleet/tune.py's; this file is the talking):
   1. check   the host is on its declared spec and serving (make status's verdict), the class can be tuned
              (fleet.tune.refusals); behind a gateway a peer of it is ready there; without one, the operator
              confirms (--yes) that the host stops serving. A host a cut-off tune left is returned first.
-  2. sweep   each candidate deployed by the deploy itself (pyinfra --limit H --data sglang_fleet_tune=...:
+  2. sweep   each candidate deployed by the deploy itself (pyinfra --limit H --data sglang_fleet_run=...:
              render, restart, gate, smoke test; a failure rolls back and the sweep goes on), kept out of its
              gateway, then the fixed workload streamed at each concurrency straight to the host, with its
              /metrics read around each
@@ -31,20 +31,19 @@ from pathlib import Path
 import requests
 
 from fleet import hosts
-from fleet import bounds, drains, tune
+from fleet import bounds, drains, intent, measure, tune
 from fleet.gate import url_host
 from fleet.gateway import Replica, merged, parse_workers, peer_problem
 from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
 from fleet.lock import owner
 from fleet.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, Tune
-from fleet.status import OK, parse_metrics
-from fleet.wire import Unreadable, excerpt
+from fleet.status import OK
+from fleet.wire import Unreadable, clipped, excerpt
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
-from ops.loadgen import Load
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
-RECORDS = Path("tuning")  # in the repo, beside group_data: a record is reviewed and committed like a spec change
+RECORDS = Path(tune.RECORDS_DIR)
 INTERRUPTED = 130
 PROGRESS_EVERY_S = 15  # how often a long deploy or level says where it is
 
@@ -100,6 +99,11 @@ class Tuner:
     # --- 1. check ------------------------------------------------------------------------------------------
     def check(self) -> list[tune.Candidate]:
         cands, problems = tune.candidates(self.spec, self.args.block_sizes, self.args.tree_budgets)
+        for c in cands if not problems else []:  # each a spec the deploy will take: refused before any host is touched
+            try:
+                tune.candidate_spec(self.spec, c)
+            except ValueError as e:
+                problems.append(str(e))
         refusals = tune.refusals(self.name, self.spec, problems, self.gateway.name if self.gateway else None,
                                  len(self.replicas))
         if refusals:
@@ -159,14 +163,23 @@ class Tuner:
             raise Refused([f"{self.name}: tune: not confirmed; nothing was touched"])
 
     # --- 2. sweep ------------------------------------------------------------------------------------------
+    def intent(self, candidate: tune.Candidate | None) -> intent.Intent:
+        """What one of the tune's runs asks of the deploy (fleet/intent.py): a candidate, an overlay kept out of its
+        gateway, or (None) the return to the declared spec; either way the host the tune's (its mark's and drain's
+        owner and lease), no backup set kept, its record a tune's, the outcome written for this tune to read."""
+        said = self.drain_owner()
+        return intent.Intent(candidate.to_json() if candidate else {},
+                             f"a make tune candidate ({candidate.describe()})" if candidate else "",
+                             stay_out=candidate is not None, keep_backup=False, record="tune", owner=said["owner"],
+                             lease_s=said["lease_s"], outcome=str(self.outcome_path))
+
     def deploy(self, candidate: tune.Candidate | None) -> tuple[int, str]:
-        """One pyinfra run on the host: the candidate's, or (None) the declared spec's. (exit code, output)."""
-        argv = [PYINFRA, "-y", "--limit", self.name]
-        if candidate is not None:
-            argv += ["--data", f"{tune.TUNE_DATA}={json.dumps(candidate.to_json())}"]
-        # the host is the tune's, from its first candidate to its return: its mark's lease, its drain behind smg
-        argv += ["--data", f"{drains.OWNER_DATA}={json.dumps(self.drain_owner())}"]
-        argv += [self.inventory, "deploy.py"]
+        """One pyinfra run on the host: the candidate's, or (None) the declared spec's. (exit code, the host's
+        outcome in words: its verdict and reasons, as the run wrote them)."""
+        argv = [PYINFRA, "-y", "--limit", self.name,
+                "--data", f"{intent.INTENT_DATA}={json.dumps(self.intent(candidate).to_json())}",
+                self.inventory, "deploy.py"]
+        self.outcome_path.unlink(missing_ok=True)
         log = open(self.log_path, "a")
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
@@ -177,7 +190,7 @@ class Tuner:
                 say(f"  deploying, {time.monotonic() - started:.0f}s: {_last_line(self.log_path)}")
         finally:
             log.close()
-        return rc, _summary_row(self.log_path, self.name)
+        return rc, _outcome(self.outcome_path, self.name, self.log_path)
 
     def drain_owner(self) -> dict:
         """The host this tune's, for one candidate's deploy and measuring (renewed by each): its tune mark's lease and
@@ -209,36 +222,25 @@ class Tuner:
                     "a make deploy takes it over once its lease has passed")
 
     def measure(self, candidate: tune.Candidate) -> list[tune.Level]:
+        """The fixed workload at each concurrency, sent from the host to its own server (fleet.measure: the
+        canary analysis's routine too)."""
         t, levels = self.spec.tune, []
         for c in t.concurrency:
-            n = t.requests(c)
-            before = self._metrics()
-            started = time.monotonic()
-            load = Load(self.url, self.spec.service.served_model_name, self.api_key, concurrency=c,
-                        max_tokens=t.max_tokens, prompts=list(t.prompts or tune.PROMPTS), requests=n,
-                        timeout_s=t.level_timeout_s, usage=True)
-            load.start()
-            while not load.finished.wait(min(PROGRESS_EVERY_S, max(0.0, started + t.level_timeout_s - time.monotonic()))):
-                if time.monotonic() - started >= t.level_timeout_s:
-                    break
-                say(f"  {candidate.describe()}, concurrency {c}: {load.completed} of {n} requests, "
-                    f"{time.monotonic() - started:.0f}s of at most {t.level_timeout_s:g}s")
-            report = load.stop()
-            wall = time.monotonic() - started
-            lv = tune.level(c, [(r.latency_s, r.ok, r.tokens, None if r.first_token is None else r.first_token - r.started,
-                                 r.error) for r in report.requests], wall, before, self._metrics(), planned=n)
+            load = measure.Load(t.requests(c), c, t.max_tokens, tuple(t.prompts or tune.PROMPTS), t.level_timeout_s)
+            say(f"  {candidate.describe()}, concurrency {c}: {load.requests} requests, at most {t.level_timeout_s:g}s")
+            ok, out = self.fleet.run(self.host, measure.command(self.spec, load),
+                                     measure.bound(load, "the tune's load").seconds)
+            try:
+                lv = measure.parse(out, load)
+            except Unreadable as e:
+                lv = tune.level(c, [], 0.0, {}, {}, planned=load.requests)
+                lv.errors = [clipped(f"{e}" if ok else f"the load did not run: {out}", 300)]
             levels.append(lv)
             say(f"  {candidate.describe()}, concurrency {c}: {lv.tokens_per_s:.1f} tok/s, accept length "
                 f"{_num(lv.accept_length)}, p50 {_ms(lv.latency_p50_s)}, p99 {_ms(lv.latency_p99_s)}, "
                 f"{lv.failed} of {lv.requests} failed" + (f" ({lv.errors[0]})" if lv.errors else ""))
+        self.fleet.close()  # the next candidate's deploy connects on its own
         return levels
-
-    def _metrics(self) -> dict[str, float]:
-        try:
-            with requests.get(self.url + "/metrics", timeout=10) as r:
-                return parse_metrics(r.text[:1 << 20]) if r.status_code == 200 else {}
-        except requests.RequestException:
-            return {}
 
     def source(self) -> str:
         try:
@@ -296,6 +298,7 @@ class Tuner:
     def run(self) -> int:
         RECORDS.mkdir(exist_ok=True)
         self.log_path = RECORDS / f"{self.group}.log"
+        self.outcome_path = (RECORDS / f"{self.group}.outcome.json").resolve()  # each run's, read back as data
         self.log_path.write_text("")
         cands = self.check()
         self.api_key = self._api_key()
@@ -374,11 +377,14 @@ def _last_line(log: Path) -> str:
     return excerpt(lines[-1], 160) if lines else "(no output yet)"
 
 
-def _summary_row(log: Path, host: str) -> str:
-    """The host's row of the deploy's closing table, and its reasons, from the run's output."""
-    text = log.read_text(errors="replace").rsplit("SGLang fleet rollout summary", 1)[-1]
-    lines = [line for line in text.splitlines() if line.split()[:1] == [host] or line.startswith(("  ", "\t"))]
-    return " ".join(" ".join(lines).split()) or text.strip()[-300:]
+def _outcome(path: Path, host: str, log: Path) -> str:
+    """The host's outcome as the run wrote it (fleet.report.RunReport.outcome): its verdict and reasons; a run that
+    wrote none (it ended before its hosts had any) points at its output."""
+    try:
+        said = json.loads(path.read_text())[host]
+        return " ".join([said["verdict"], *said["reasons"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"the run wrote no outcome for {host}: see {log}"
 
 
 def _ms(s: float | None) -> str:

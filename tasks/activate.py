@@ -7,11 +7,13 @@ gate sees the unit as it is after the restart: a crash or a restart ends the wai
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from pyinfra import host
 from pyinfra.operations import python
 
 from fleet import activation, bounds, gate, lock, rollout
+from fleet.canary import Analysis
 from fleet.history import new_record
 from fleet.outcome import HostVerdict
 from fleet.plan import RUNNING_STATES, workload_of
@@ -59,6 +61,7 @@ class HostSteps:
         self.pf = pf = begun.pf
         self.spec = pf.spec
         self.first: str | None = None  # the observation the restart command ended with
+        self.analysis: Callable[[], Analysis] | None = None  # the canary's turn: its analysis (tasks/rolling.py)
 
     def log(self, message: str, color: str | None = None) -> None:
         if color:
@@ -95,6 +98,9 @@ class HostSteps:
     def smoke(self) -> gate.SmokeResult:
         _, out = run(self.host, gate.smoke_command(self.spec), bounds.smoke(self.spec))
         return gate.judge_generation(self.host.name, self.spec, gate.parse_smoke(out))
+
+    def analyse(self) -> Analysis | None:
+        return self.analysis() if self.analysis is not None else None
 
     def show_journal(self) -> None:
         _, out = run(self.host, rollout.journal_command(self.spec), bounds.reading(self.spec, "the journal"))
@@ -157,14 +163,14 @@ class HostSteps:
     def finish(self, record: dict) -> None:
         self.begun.end()  # no renewal after its release: it would find the lock gone
         p = self.pf.plan
-        drop = p.before.backup if record.get("kind") == "tune" else None
-        returned = p.tune_left is not None and p.tune is None and record.get("result") == "ok"
+        drop = None if p.intent.keep_backup else p.before.backup
+        returned = p.overlaid is not None and not p.intent.overlay and record.get("result") == "ok"
         run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
         runs.of(self.host.state).begun.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
-    kind = "rollback" if pf.rollback else "tune" if pf.plan.tune or pf.plan.tune_left else "deploy"
+    kind = "rollback" if pf.rollback else pf.plan.intent.record
     return new_record(kind=kind, spec=pf.spec, group=pf.group, stamp=pf.stamp,
                       now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
                       sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")

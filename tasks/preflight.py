@@ -13,8 +13,7 @@ from pyinfra.operations import python
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
 from fleet import hosts
-from fleet import bounds, guards, lock, tune
-from fleet.drains import requested_owner
+from fleet import bounds, guards, intent, lock, tune
 from fleet.groupdata import SpecError, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
@@ -82,22 +81,22 @@ def _check(report, group_dir: str) -> Preflight | None:
     rollback_to = requested_rollback(host.inventory.get_override_data())
     rollback = None
     try:
-        candidate = tune.requested(host.inventory.get_override_data())  # make tune's run of one candidate
-        own = requested_owner(host.inventory.get_override_data())  # make tune's runs: its mark's and drain's owner
+        asked = intent.requested(host.inventory.get_override_data())  # what the run is asked beyond group_data
     except ValueError as e:
-        return refused(report, [f"{host.name}: tune: {e}; nothing was touched"])
+        return refused(report, [f"{host.name}: {e}; nothing was touched"])
+    runs.of(host.state).outcome = asked.outcome  # where its caller reads the hosts' outcomes (make tune)
     try:
         if len(classes) != 1:
             raise SpecError([f"{host.name}: gpu class: expected exactly one GPU class group, found {classes or 'none'}"])
         group = classes[0]
         spec = validate_host(f"{group_dir}/{group}.py", host.data.dict())
-        if candidate is not None:
-            if rollback_to is not None:
-                raise SpecError([f"{host.name}: tune: a rollback deploys no candidate; nothing was touched"])
-            try:
-                spec = tune.candidate_spec(spec, candidate)
-            except ValueError as e:
-                raise SpecError([f"{host.name}: tune: {e}; nothing was touched"]) from None
+        if asked.overlay and rollback_to is not None:
+            raise SpecError([f"{host.name}: a rollback takes no overlay ({asked.says or asked.overlay}); nothing was "
+                             "touched"])
+        try:
+            spec = intent.applied(spec, asked)
+        except ValueError as e:
+            raise SpecError([f"{host.name}: {e}; nothing was touched"]) from None
         # this class only: a missing one refuses its hosts; a rollback copies its files, reads none
         secrets = Secrets() if rollback_to is not None else resolve(spec, f"{group_dir}/{group}.py")
         if rollback_to is not None:  # make rollback: the files of a backup set, and the spec they came from
@@ -124,9 +123,9 @@ def _check(report, group_dir: str) -> Preflight | None:
     for warning in guards.drain_warnings(host.name, spec, facts):
         _warn(report, warning)
     violations = [str(v) for v in guards.preflight(host.name, spec, facts)]
-    tuning = tune.under_way(tune.read_mark(facts.deployed.tune), time.time(), own[0] if own else None)
-    if tuning:
-        violations.append(f"{host.name}: make tune: {tuning}")
+    held_by = tune.under_way(tune.read_mark(facts.deployed.tune), time.time(), asked.owner or None)
+    if held_by:
+        violations.append(f"{host.name}: make tune: {held_by}")
     held = lock.judge(facts.deployed.lock, spec.lock_file, time.time(), lock.stale_after(spec))
     if not held.free_to_take:
         violations.append(f"{host.name}: deploy lock: expected no other deploy, found {held.message}")
@@ -144,7 +143,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     want = rollback.files if rollback else declared_files(spec, group, facts, secrets)
     pf = Preflight(group, spec, facts, secrets, plan(spec, want, facts, interrupted, stamp, int(now),
-                                                     lock.owner()["holder"], candidate), stamp, rollback)
+                                                     lock.owner()["holder"], asked), stamp, rollback)
     _show(pf)
     return pf
 

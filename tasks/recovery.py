@@ -23,7 +23,6 @@ from pyinfra import host
 from pyinfra.operations import python
 
 from fleet import bounds, lock, rollout, tune
-from fleet.drains import requested_owner
 from fleet.outcome import HostVerdict
 from fleet.plan import units_as_read
 from tasks import activate
@@ -60,9 +59,9 @@ def _begin(state, host, pf: Preflight) -> bool:
         secret_uploads=[f.path for f in p.swap if f.secret and f.content is not None],
         copies={f.path: f.copied_from for f in p.swap if f.copied_from},
         units=units,
-        tune_mark=tune.mark(int(time.time()), lock.owner()["holder"], p.tune,
-                            requested_owner(host.inventory.get_override_data())) if p.tune else None,
-        prune_backups=not (p.tune or p.tune_left),
+        overlay_mark=tune.mark(int(time.time()), lock.owner()["holder"], p.intent.says,
+                               p.intent.owned, p.intent.record) if p.intent.overlay else None,
+        prune_backups=p.intent.keep_backup,
     ), bounds.begin(spec))
     said = rollout.read_begin(out, spec, units)
     if said.begun:

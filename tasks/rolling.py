@@ -22,15 +22,17 @@ from typing import Callable
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
-from fleet import activation, bounds, drains, gate
-from fleet.drains import requested_owner
+from fleet import activation, bounds, canary, drains, gate, measure, tune
+from fleet.canary import Baseline, Figures
 from fleet.gateway import Gateway as GatewaySpec
 from fleet.gateway import Replica, merged, parse_workers, workers_command
 from fleet.hosts import group_name, routing
 from fleet.outcome import HostVerdict
 from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
 from fleet.status import parse_metrics
-from fleet.wire import Unreadable, excerpt
+from fleet.render import server_argv
+from fleet.spec import NoSpeculation
+from fleet.wire import BLOCK_LIMIT, Unreadable, excerpt, load_json
 from adapter import run as runs
 from tasks.common import PeerError, on_peer, run
 from tasks.silences import Monitor, monitor_of, silenced, turn_over
@@ -104,17 +106,16 @@ class ReplicaThrough:
         return self.gateway.statuses()
 
     def owner(self) -> tuple[str, float]:
-        """Its drain's owner and lease: a make tune's (--data), else its rollout's: the pending record this run
-        wrote or took over, so a run finishing a killed one's rollout ends the drain the killed run took."""
-        given = requested_owner(self.host.inventory.get_override_data())  # checked at preflight
-        if given is not None:
-            return given
+        """Its drain's owner and lease: the run's intent's (a make tune's), else its rollout's: the pending record
+        this run wrote or took over, so a run finishing a killed one's rollout ends the drain the killed run took."""
+        if self.pf.plan.intent.owned is not None:
+            return self.pf.plan.intent.owned
         record = self.pf.plan.interrupted or self.pf.plan.record
         return f"the rollout of {self.host.name} begun {record.since} by {record.by}", self.turn_s
 
     def take_out(self, peers: tuple[str, ...]) -> drains.Answer:
         owner, lease_s = self.owner()
-        why = "a make tune candidate" if self.pf.plan.tune is not None else "its turn in a rollout"
+        why = self.pf.plan.intent.says or "its turn in a rollout"
         return self.gateway.change(drains.OUT, self.host.name, owner, lease_s, why, peers)
 
     def put_in(self) -> None:
@@ -253,11 +254,68 @@ def _first(roll: ClassRoll, t: Turns, host, pf, steps, go, leave) -> activation.
 
     if host.name not in t.mid_change and len(roll.order) > 1:
         steps.log(f"canary of {roll.gpu_class}: the other hosts wait for it", "cyan")
+    if canary.judged(pf.spec, len(roll.order), host.name in t.mid_change):
+        go = _analysed(host, pf, steps, go)
     held_back = at_once if host.name in t.mid_change else leave
     try:
         return _stopping_on_failure(roll, host, lambda: _one(roll, host, pf, steps, go, held_back))
     finally:
         roll.ended_first(host.name)
+
+
+def _analysed(host, pf, steps, go: Callable[[], activation.Outcome]) -> Callable[[], activation.Outcome]:
+    """The canary's activation with its analysis (fleet/canary.py): the baseline first, while the old spec still
+    serves (out of its gateway already, where one routes the class: no client sees the load), unless a make tune
+    record has one; after its smoke test, the same load on the new spec, judged against it."""
+    spec = pf.spec
+    load = canary.load(spec.canary, spec)
+    baseline = tuned_baseline(spec, pf.group)
+
+    def measured(what: str):
+        _, out = run(host, measure.command(spec, load), measure.bound(load, what))
+        return measure.parse(out, load)
+
+    def analyse() -> canary.Analysis:
+        steps.log(f"canary analysis: {load.requests} requests of {load.max_tokens} tokens, {load.concurrency} at a "
+                  "time", "cyan")
+        try:
+            figures = Figures.of(measured("the canary analysis's load"))
+        except Unreadable as e:
+            analysis = canary.unmeasured(str(e))
+        else:
+            analysis = canary.judge(figures, baseline, spec.canary, not isinstance(spec.speculative, NoSpeculation),
+                                    spec.service.enable_metrics)
+        steps.log(analysis.summary, "green" if analysis.passed else "red")
+        if analysis.passed:
+            runs.of(host.state).report.host(host.name).notes.append(analysis.summary)
+        return analysis
+
+    def analysed() -> activation.Outcome:
+        nonlocal baseline
+        if baseline is None and pf.plan.before.serving:
+            steps.log("canary analysis: no make tune record for this spec at its concurrency: the load on the old "
+                      "spec first", "cyan")
+            try:
+                baseline = canary.before_turn(measured("the canary analysis's load on the old spec"),
+                                              pf.facts.runtime.cmdline, server_argv(spec))
+            except Unreadable as e:
+                steps.log(f"canary analysis: the old spec's load could not be measured ({e}): no baseline", "yellow")
+        steps.analysis = analyse
+        return go()
+    return analysed
+
+
+def tuned_baseline(spec, group: str) -> Baseline | None:
+    """The class's make tune record's figures for this spec at the analysis's concurrency (fleet.canary.from_record),
+    read from the controller's tuning/ directory; none there, or unreadable: None."""
+    path = Path(tune.RECORDS_DIR) / f"{group}.json"
+    try:
+        with open(path, "rb") as f:
+            text = f.read(BLOCK_LIMIT + 1).decode()
+        record = load_json(text, str(path)) if len(text) <= BLOCK_LIMIT else None
+    except (OSError, UnicodeDecodeError, Unreadable):
+        return None
+    return canary.from_record(record, spec, group, spec.canary.concurrency, str(path))
 
 
 def _stopping_on_failure(roll: ClassRoll, host, turn: Callable[[], activation.Outcome]) -> activation.Outcome:
@@ -287,7 +345,7 @@ def _one(roll: ClassRoll, host, pf, steps, go, leave) -> activation.Outcome:
         me = next(r for r in roll.gateway.replicas if r.host == host.name)
         return through_gateway(me, roll.gateway.replicas, roll.gateway.spec.rolling,
                                ReplicaThrough(roll.gateway, host, pf, steps, roll.turn_s), go, leave,
-                               stay_out=pf.plan.tune is not None)
+                               stay_out=pf.plan.intent.stay_out)
 
 
 def after_rollback(host, pf, steps, outcome: activation.Outcome) -> None:

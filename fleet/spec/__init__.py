@@ -118,6 +118,7 @@ from fleet.spec.workloads import (
 from fleet.spec.operations import (
     TUNE_BLOCK_SIZES,
     BlockSize,
+    Canary,
     Concurrency,
     GpuClass,
     Percent,
@@ -213,6 +214,7 @@ __all__ = [
     "Text",
     "TreeBudget",
     "Tune",
+    "Canary",
     "UNIT_NAME",
     "UNIT_NAME_MAX",
     "UNIT_RULE",

@@ -9,7 +9,7 @@ from fleet.spec.combinations import refused
 from fleet.spec.engine import EngineSpec
 from fleet.spec.hub import HubModel, HubSpec
 from fleet.spec.names import UNIT_RULE
-from fleet.spec.operations import GpuClass, Readiness, Rolling, Smoke, Tune
+from fleet.spec.operations import Canary, GpuClass, Readiness, Rolling, Smoke, Tune
 from fleet.spec.service import DEFAULT_LAUNCHER, Service
 from fleet.spec.speculative import NoSpeculation, Speculative
 from fleet.spec.text import Strict
@@ -53,6 +53,8 @@ class ClassSpec(Strict):
     hub: HubSpec = Field(default_factory=HubSpec, description="Where models declared by repository (service.model, "
                          "speculative.draft_model) are fetched from and kept.")
     tune: Tune = Field(default_factory=Tune, description="What make tune sweeps and how it picks.")
+    canary: Canary = Field(default_factory=Canary, description="How the canary is judged before the rest of its class "
+                           "follows: a measured load against the class's baseline.")
 
     @field_validator("workloads")
     @classmethod

@@ -173,3 +173,33 @@ class Tune(Strict):
 
     def requests(self, concurrency: int) -> int:
         return max(concurrency * self.rounds, self.min_requests)
+
+
+# --- canary: the analysis of a class's first host before the rest follows -------------------------
+
+class Canary(Strict):
+    """The canary analysis: after the canary's smoke test, and before any other host of its class takes its
+    turn, the canary serves a short measured load straight from its host (fleet/measure.py: make tune's
+    routine), out of its gateway where one routes the class. Its output tokens/s and accept length are held
+    against the class's baseline: the make tune record (tuning/<class>.json) for the new spec's block size
+    (and tree budget) at this concurrency, else the same load measured on the canary just before its turn
+    (the old spec still serving, also out of its gateway). Below either fraction of the baseline the canary
+    rolls back and the class stops. A spec without speculation is judged by tokens/s alone; the accept length
+    of a speculative one comes from SGLang's /metrics counters (service.enable_metrics; without it, tokens/s
+    alone). A class of one host, a rollout that takes over a host left mid-change, and make tune's runs have
+    no canary to judge. Read by the deploy only: a change here changes no host. The defaults take seconds on
+    a GPU (16 requests of 128 tokens, 4 at a time)."""
+
+    analysis: Bool = Field(True, description="Judge the canary by a measured load before the rest of the class "
+                           "follows; false: the smoke test alone.")
+    requests: Int = Field(16, ge=1, le=1024, description="Requests of the load, 1..1024.")
+    concurrency: Concurrency = Field(4, description="Requests in flight at once, 1..1024: the concurrency a make "
+                                     "tune record is read at.")
+    max_tokens: Int = Field(128, ge=1, le=8192, description="max_tokens of every request, 1..8192.")
+    min_accept_length: Annotated[float, Field(strict=False, gt=0, le=1)] = Field(
+        0.8, description="The fraction of the baseline's accept length below which the canary fails, (0, 1].")
+    min_tokens_per_s: Annotated[float, Field(strict=False, gt=0, le=1)] = Field(
+        0.7, description="The fraction of the baseline's output tokens/s below which the canary fails, (0, 1]: "
+        "lower than the accept length's, tokens/s moving with whatever else the host does.")
+    timeout_s: Number = Field(120, ge=1, le=3600, description="The most the load may take, 1..3600 s; a "
+                              "request not done by then counts as failed (and a failed request fails the canary).")

@@ -50,6 +50,7 @@ MODULES = {
     "test_recovery_e2e": ("recovery", {"rclab": "10.218.0.0/24"}),
     "test_turns_e2e": ("pro3", {"pro3lab": "10.221.0.0/24"}),
     "test_lost_link_e2e": ("pro3", {"pro3lab": "10.221.0.0/24"}),
+    "test_canary_e2e": ("pro3", {"pro3lab": "10.221.0.0/24"}),
     "test_preflight_e2e": ("preflight", {"pflab": "10.216.0.0/24", "sglseed": "10.203.1.0/24"}),
     "test_journal_e2e": ("journal", {"jrnlab": "10.213.0.0/24"}),
     "test_real_boxes_e2e": ("boxes", {"boxlab": "10.217.0.0/24"}),

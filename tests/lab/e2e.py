@@ -20,25 +20,38 @@ BIN = Path(sys.executable).parent
 CODE = ("deploy.py", "adapter", "tasks", "fleet", "facts", "templates", "ops")
 
 
+# The lab's canary analysis: a smaller load than a GPU's default (the doubles decode 100 tokens/s a request), and
+# a looser tokens/s bound: the lab's hosts share a few busy cores, the accept length is the double's own figure.
+LAB_CANARY = ('canary = {**canary, "requests": 4, "concurrency": 2, "max_tokens": 64, "min_tokens_per_s": 0.5, '
+              '"timeout_s": 60}')
+
+
 def workdir(tmp: Path, **overrides: str) -> Path:
     """A copy of the deploy whose group_data/<class>.py gets extra lines (e.g. a short timeout)."""
     tmp.mkdir(parents=True, exist_ok=True)
     for name in CODE:
         (tmp / name).symlink_to(REPO / name)
     shutil.copytree(REPO / "group_data", tmp / "group_data")
+    with open(tmp / "group_data" / "all.py", "a") as f:
+        f.write("\n" + LAB_CANARY + "\n")
     for group, text in overrides.items():
         with open(tmp / "group_data" / f"{group}.py", "a") as f:
             f.write("\n" + text + "\n")
     return tmp
 
 
-# The same hosts for tests/lab/test_turns_e2e.py and test_lost_link_e2e.py: three PRO 6000 boxes serving the old NEXTN
-# spec beside their training jobs (a spec's load time is its own: LAB_SGLANG_LOAD_SECONDS in its environment).
+# The same hosts for tests/lab/test_turns_e2e.py, test_lost_link_e2e.py and test_canary_e2e.py: three PRO 6000 boxes
+# serving the old NEXTN spec beside their training jobs (a spec's load time is its own: LAB_SGLANG_LOAD_SECONDS in its
+# environment).
 PRO3_HOSTS = ("pro-1", "pro-2", "pro-3")
+# A new revision of the class's drafter on each of them that loads and serves but accepts little with its target
+# (lab/doubles/README.md: a draft's declared acceptance): tests/lab/test_canary_e2e.py.
+PRO3_POOR_DRAFT = "/root/models/Qwen3.6-27B-DFlash-v2"
 PRO3_LAB = ('[lab]\nname = "pro3lab"\nsubnet = "10.221.0.0/24"\n' + "".join(
     f'\n[[hosts]]\nname = "{h}"\ngroup = "pro6000"\ngpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'
     'gpu_count = 1\ngpu_memory_mib = 97887\nload_seconds = 1\nworkloads = ["dflash-train"]\n'
     'preinstalled = { speculative = { algorithm = "NEXTN", num_steps = 3, topk = 1, num_draft_tokens = 4 } }\n'
+    f'draft_acceptance = {{ "{PRO3_POOR_DRAFT}" = {{ "/root/models/Qwen3.6-27B" = 0.2 }} }}\n'
     for h in PRO3_HOSTS))
 
 
@@ -146,6 +159,18 @@ def summary_row(output: str, host: str) -> str:
     """The host's row of the closing table."""
     table = output.rsplit("SGLang fleet rollout summary", 1)[-1]
     return next((line for line in table.splitlines() if line.startswith(host + " ")), "")
+
+
+def canary_analysis(output: str, host: str) -> str:
+    """The canary analysis's line among the host's lines under the closing table ('' if none)."""
+    table = output.rsplit("SGLang fleet rollout summary", 1)[-1].splitlines()
+    start = next(i for i, line in enumerate(table) if line.startswith(host + " "))
+    for line in table[start + 1:]:
+        if not line.startswith("    "):
+            break
+        if "canary analysis" in line:
+            return line.strip()
+    return ""
 
 
 def interrupted(lab, cwd: Path, host: str, sig: int, on_line: str | None = None, when=None, after: float = 0.0,

@@ -25,7 +25,7 @@ from fleet.layout import gateway_mesh_file
 from lab import lab as labmod
 from lab import provision
 from ops.loadgen import Load, WorkersSampler, min_ready
-from tests.lab.e2e import (BIN, REPO, VRRP_ENV, Run, deploy, in_its_readiness_wait, main_pid, sh,
+from tests.lab.e2e import (BIN, REPO, VRRP_ENV, Run, canary_analysis, deploy, in_its_readiness_wait, main_pid, sh,
                            summary_row)
 from tests.lab.gwlab import (ENV, GATEWAYS, KEY, LAB_FILE, LOCK_FILE, MODEL, REPLICAS, assert_clean, block_size,
                              deployed, holders, passed, ready_now, rolled, routed_now, url, vip, vrrp, wait, with_mesh,
@@ -242,6 +242,16 @@ def test_rolling_rollout_drops_no_request(gw_lab, tmp_path):
     order = [line.split("]")[0].strip("[ ") for line in run.out.splitlines() if "out of gateway gw-1 and gw-2" in line]
     assert order[0] == "pro6000-1" and sorted(order) == REPLICAS, run.out
     assert "canary of pro6000" in run.out
+    # the canary's analysis, its load sent while it was out of smg (the clients' load above saw no failure): a shorter
+    # draft accepts less by design, so its tokens/s against the old spec's decides
+    said = canary_analysis(run.out, "pro6000-1")
+    m = re.search(r"canary analysis passed: ([0-9.]+) tok/s, accept length ([0-9.]+) against the baseline's ([0-9.]+) "
+                  r"tok/s, accept length ([0-9.]+) \(the same load on the canary before its turn \(the old spec\)\); "
+                  r"bounds: 0.5 x its tok/s \(the old spec drafts otherwise \(--speculative-dflash-block-size\): "
+                  r"tokens/s alone\)", said)
+    assert m, run.out
+    assert float(m.group(2)) < float(m.group(4))  # the speed model's a(8) < a(16)
+    assert [h for h in REPLICAS if canary_analysis(run.out, h)] == ["pro6000-1"]
 
 
 def test_killmode_control_group_drops_requests(gw_lab, tmp_path):

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from fleet.activation import activate, roll_back
+from fleet.canary import Analysis
 from fleet.gate import SmokeResult, Verdict
 from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
 
@@ -27,7 +28,8 @@ class Steps:
     """Scripted steps: each answer is taken from its list in turn; every call is logged."""
 
     def __init__(self, apply=(True,), ready=(READY, READY), smoke=(SMOKE_OK,), restore=((True, True, ""),),
-                 restart=(True,), give_back=([],), stop_workloads=([],), go_live=((True, ""),)):
+                 restart=(True,), give_back=([],), stop_workloads=([],), go_live=((True, ""),), analysis=None):
+        self.analysis = analysis  # the canary analysis's verdict; None: the turn has none (and no call is logged)
         self.answers = {"go_live": list(go_live), "apply": list(apply), "wait_ready": list(ready), "smoke": list(smoke),
                         "restore": list(restore), "restart": list(restart), "give_back": list(give_back),
                         "stop_workloads": list(stop_workloads)}
@@ -52,6 +54,11 @@ class Steps:
 
     def smoke(self):
         return self._next("smoke")
+
+    def analyse(self):
+        if self.analysis is not None:
+            self.calls.append(("analyse",))
+        return self.analysis
 
     def show_journal(self):
         self.calls.append(("show_journal",))
@@ -96,6 +103,24 @@ def test_ready_and_smoke_passed_finish_the_rollout():
     assert out.ok and out.verdict == "OK" and out.ready == READY and out.smoke == SMOKE_OK
     assert steps.names == ["stop_workloads", "apply", "wait_ready", "smoke", "finish"]
     assert steps.records == [{**RECORD, "result": "ok", "ready": READY.reason, "smoke": SMOKE_OK.summary()}]
+
+
+def test_a_canary_that_passes_its_analysis_finishes_with_the_figures_in_its_record():
+    steps = Steps(analysis=Analysis(True, "canary analysis passed: 100.0 tok/s"))
+    assert activate(make_plan(), steps, UNIT, RECORD).ok
+    assert steps.names == ["stop_workloads", "apply", "wait_ready", "smoke", "analyse", "finish"]
+    assert steps.records[0]["canary"] == "canary analysis passed: 100.0 tok/s"
+
+
+def test_a_canary_below_its_baseline_rolls_back_as_after_a_failed_smoke_test():
+    why = "canary analysis failed: accept length 1.10 below 0.8 x 4.70 = 3.76"
+    steps = Steps(analysis=Analysis(False, why))
+    out = activate(make_plan(), steps, UNIT, RECORD)
+    assert out.verdict == "FAILED (rolled back)" and out.reasons == [why] and out.ready == READY
+    assert steps.names == ["stop_workloads", "apply", "wait_ready", "smoke", "analyse", "restore", "restart",
+                           "wait_ready", "give_back", "finish"]
+    assert steps.calls[5] == ("restore", why, False)  # its files back, then the old service restarted
+    assert steps.records[0]["result"] == "rolled-back" and steps.records[0]["reason"] == why
 
 
 def test_a_rollout_only_begun_records_that_its_turn_came_before_its_first_change():

@@ -6,26 +6,11 @@ from __future__ import annotations
 import base64
 import json
 
-import pytest
 
 from fleet import drains
 from fleet.gateway import Replica, discovery_file
 
 NOW = 1_796_040_000
-
-
-def test_a_tunes_owner_and_lease_come_from_its_data_else_the_run_owns_its_drains():
-    assert drains.requested_owner({}) is None
-    assert drains.requested_owner({drains.OWNER_DATA: '{"owner": "make tune of h1", "lease_s": 900}'}) == \
-        ("make tune of h1", 900.0)
-    assert drains.requested_owner({drains.OWNER_DATA: {"owner": "t", "lease_s": 1}}) == ("t", 1.0)
-
-
-@pytest.mark.parametrize("value", ["tune", '{"owner": "t"}', '{"owner": "t\\n@@result=ok", "lease_s": 9}',
-                                   '{"owner": "t", "lease_s": -1}', '{"owner": "t", "lease_s": 1e9}', "[1]"])
-def test_an_owner_that_is_not_one_is_refused_naming_the_data(value):
-    with pytest.raises(ValueError, match=drains.OWNER_DATA):
-        drains.requested_owner({drains.OWNER_DATA: value})
 
 
 def state(**drained) -> str:

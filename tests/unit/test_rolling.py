@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import gevent
 import pytest
+from builders import make_spec
 
 from fleet import bounds
 from fleet.activation import Outcome
@@ -20,11 +21,13 @@ from fleet.monitoring import Monitoring
 from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
 from fleet.drains import Answer, Drain
 from fleet.rolling import GatewayError, Turns, through_gateway, turns
-from fleet.spec import ClassSpec, Rolling
+from fleet.spec import Canary, ClassSpec, Rolling
 from tasks import rolling
 from adapter import run as runs
 
 HOSTS = ["r1", "r2", "r3", "r4", "r5"]
+# the turns alone here: the canary analysis is test_tasks_rolling's
+TURNS_ONLY = make_spec().model_copy(update={"canary": Canary(analysis=False)})
 
 
 class Steps:
@@ -56,7 +59,7 @@ def run_class(monkeypatch):
                 return Outcome("FAILED (rolled back)" if name in failing else "OK")
             return go
 
-        pf = SimpleNamespace(group="c")
+        pf = SimpleNamespace(group="c", spec=TURNS_ONLY)
         jobs = {h: gevent.spawn(rolling.take_turn, SimpleNamespace(name=h, state=state), pf, Steps(), activation(h),
                                 lambda reason: Outcome("FAILED (service untouched)", [reason]))
                 for h in reversed(arriving)}  # greenlets start in any order

@@ -5,6 +5,7 @@ state at module level or reaches into pyinfra's private names."""
 from __future__ import annotations
 
 import ast
+import json
 import signal
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,8 +27,24 @@ def test_each_state_has_its_own_run_and_its_summary_prints_at_exit(monkeypatch):
     assert a is runs.of(one) and a is not b
     a.lost["h1"], a.begun["h1"] = "given up", object()
     assert b.lost == {} and b.begun == {} and b.rolls == {} and b.gateways == {} and b.slots == {} and b.resolved == {}
-    assert at_exit == [(a.report.print, ()), (b.report.print, ())]
+    assert at_exit == [(a.ended, ()), (b.ended, ())]
     assert a.report.failed_hosts() == {"h1"} and b.report.failed_hosts() == set()
+
+
+def test_a_run_asked_for_its_outcome_writes_each_hosts_as_data_when_it_ends(tmp_path, capsys):
+    run = runs.of(SimpleNamespace(failed_hosts=[SimpleNamespace(name="h2")]))
+    run.report.host("h1").verdict = HostVerdict.ROLLED_BACK
+    run.report.host("h1").reasons.append("smoke test failed: HTTP 500")
+    run.report.host("h2").verdict = HostVerdict.PASSED_PREFLIGHT
+    run.ended()
+    assert not list(tmp_path.iterdir())  # not asked: nothing written
+    run.outcome = str(tmp_path / "outcome.json")
+    run.ended()
+    said = json.loads((tmp_path / "outcome.json").read_text())
+    assert said["h1"] == {"verdict": "FAILED (rolled back)", "ok": False, "action": "-", "ready_s": None,
+                          "smoke": "", "reasons": ["smoke test failed: HTTP 500"], "notes": []}
+    assert said["h2"]["verdict"] == "FAILED" and said["h2"]["reasons"] == ["h2: an operation failed: see its error above"]
+    assert "SGLang fleet rollout summary" in capsys.readouterr().err
 
 
 def test_arm_hooks_the_run_in_once(monkeypatch, capsys):

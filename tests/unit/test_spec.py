@@ -151,7 +151,7 @@ def test_every_algorithm_tag_is_accepted():
 
 
 def test_spec_keys_are_the_top_level_names():
-    assert set(SPEC_KEYS) == {"gpu_class", "service", "speculative", "workloads", "readiness", "smoke", "rolling", "engine", "hub", "tune"}
+    assert set(SPEC_KEYS) == {"gpu_class", "service", "speculative", "workloads", "readiness", "smoke", "rolling", "engine", "hub", "tune", "canary"}
 
 
 @pytest.mark.parametrize(
@@ -267,7 +267,7 @@ def test_unknown_top_level_key_lists_allowed_keys():
     p = one_problem(data(prot=30001))
     assert p == (
         f"{SRC}: prot: unknown key (value 30001); allowed keys: "
-        "gpu_class, service, speculative, workloads, readiness, smoke, rolling, engine, hub, tune"
+        "gpu_class, service, speculative, workloads, readiness, smoke, rolling, engine, hub, tune, canary"
     )
 
 

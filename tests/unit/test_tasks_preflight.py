@@ -17,7 +17,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import drains, tune
+from fleet import intent, tune
 from fleet import bounds
 from fleet.history import Backup, History
 from fleet.lock import LockFacts
@@ -77,13 +77,13 @@ def test_a_host_a_make_tune_measures_is_refused_untouched_but_by_the_tunes_own_r
     now = int(Clock().time())
     measured = converged(SPEC)
     measured = replace(measured, deployed=replace(measured.deployed, tune=json.dumps(
-        tune.mark(now, "root@c", tune.Candidate(8), owner))))
+        tune.mark(now, "root@c", "block size 8", owner))))
     pf, row, _, _, _ = checking(measured)
     assert pf is None and row.verdict == "REFUSED"
     assert row.reasons == [f"h: make tune: expected no make tune under way, found {owner[0]} measuring candidate "
                            "block size 8 (its lease 900s more): the host is left as it is; wait for the tune, or stop "
                            "it (Ctrl-C), then make deploy"]
-    own = {drains.OWNER_DATA: json.dumps({"owner": owner[0], "lease_s": owner[1]})}
+    own = {intent.INTENT_DATA: json.dumps({"owner": owner[0], "lease_s": owner[1], "record": "tune"})}
     pf, row, _, _, _ = checking(measured, override=own)
     assert pf is not None and row.verdict != "REFUSED"
 
@@ -214,19 +214,23 @@ def test_a_branch_without_a_commit_refuses_the_host_before_it_is_read(checking, 
                            "'Repository not found'; nothing was touched"]
 
 
-def test_a_tune_candidate_is_planned_on_the_declared_spec_with_its_knobs_and_always_restarted(checking):
-    pf, row, queued, _, _ = checking(converged(SPEC), override={"sglang_fleet_tune": {"block_size": 8}})
-    assert pf.spec.speculative.block_size == 8 and pf.plan.tune.block_size == 8 and queued == []
-    assert pf.plan.restart and "tune candidate block size 8" in row.action
+def test_an_overlay_is_planned_on_the_declared_spec_with_its_knobs_and_always_restarted(checking):
+    asked = {"overlay": {"block_size": 8}, "says": "a make tune candidate (block size 8)", "stay_out": True,
+             "keep_backup": False, "record": "tune"}
+    pf, row, queued, _, _ = checking(converged(SPEC), override={intent.INTENT_DATA: asked})
+    assert pf.spec.speculative.block_size == 8 and pf.plan.intent == intent.requested({intent.INTENT_DATA: asked})
+    assert pf.plan.restart and queued == [] and "a make tune candidate (block size 8)" in row.action
 
 
 @pytest.mark.parametrize("override, reason", [
-    ({"sglang_fleet_tune": "8"}, 'h: tune: --data sglang_fleet_tune: expected {"block_size": N}'),
-    ({"sglang_fleet_tune": {"block_size": 17}},
-     "h: tune: --data sglang_fleet_tune: block_size: expected 1..16 (SGLang's bound), found '17'"),
-    ({"sglang_fleet_tune": {"block_size": 8}, "sglang_fleet_rollback": STAMP}, "h: tune: a rollback deploys no candidate"),
+    ({intent.INTENT_DATA: "8"}, "h: --data sglang_fleet_run: expected a JSON object of overlay, says"),
+    ({intent.INTENT_DATA: {"overlay": {"block_size": 17}}},
+     "h: the overlay: block_size: Input should be less than or equal to 16"),
+    ({intent.INTENT_DATA: {"overlay": {"tree_budget": 8}}}, "h: speculative.algorithm DFLASH has no tree_budget"),
+    ({intent.INTENT_DATA: {"overlay": {"block_size": 8}}, "sglang_fleet_rollback": STAMP},
+     "h: a rollback takes no overlay"),
 ])
-def test_a_tune_candidate_that_cannot_be_is_refused_before_the_host_is_read(checking, override, reason):
+def test_an_intent_that_cannot_be_is_refused_before_the_host_is_read(checking, override, reason):
     pf, row, queued, _, asked = checking(converged(SPEC), override=override)
     assert pf is None and row.verdict == "REFUSED" and asked == [] and len(queued) == 1
     assert row.reasons[0].startswith(reason) and row.reasons[0].endswith("nothing was touched"), row.reasons

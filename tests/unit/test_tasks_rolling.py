@@ -6,6 +6,7 @@ way they fail as a GatewayError, a replica's /metrics, and a replica's turn thro
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import subprocess
@@ -17,17 +18,24 @@ import pytest
 from builders import make_spec
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
-from fleet import bounds, drains, gate
+from fleet import bounds, canary, drains, gate, measure
 from fleet.activation import Outcome
 from fleet.gateway import Replica, discovery_file, workers_command
 from fleet.groupdata import load_gateways, load_class_specs
 from fleet.hosts import replicas
+from fleet.intent import PLAIN
+from fleet.render import server_argv
 from fleet.rolling import GatewayError
 from tasks import rolling
 
 SPEC = make_spec(service={"host": "0.0.0.0"})  # smg on another host reaches it
 R1, R2 = (Replica("r1", "pro6000", "qwen3.6-27b", "http://10.0.0.1:30000"),
           Replica("r2", "pro6000", "qwen3.6-27b", "http://[fd00::2]:30000"))
+
+
+RECORD = {"class": "pro6000", "target": SPEC.target_path, "algorithm": "DFLASH", "candidates": [
+    {"candidate": {"block_size": 16}, "deployed": True, "levels": [
+        {"concurrency": 4, "requests": 16, "failed": 0, "tokens_per_s": 410.0, "accept_length": 4.6}]}]}
 
 
 def workers(*ready: Replica) -> str:
@@ -80,9 +88,12 @@ def test_group_data_that_does_not_load_gives_no_gateway(fleet, tmp_path):
     assert rolling.gateway_of(hosts["r1"].host.state, "pro6000", fleet.dir) is None
 
 
-def preflight_like():
-    return SimpleNamespace(group="pro6000", spec=SPEC, plan=SimpleNamespace(
-        restart=True, interrupted=None, tune=None, record=SimpleNamespace(since=1796040000, by="root@controller")))
+def preflight_like(spec=SPEC, serving=False, old_argv=None):
+    """old_argv: the running server's command line (default: the spec's own: it drafts as the new one)."""
+    return SimpleNamespace(group="pro6000", spec=spec, facts=SimpleNamespace(runtime=SimpleNamespace(
+        cmdline=tuple(server_argv(spec)) if old_argv is None else old_argv)), plan=SimpleNamespace(
+        restart=True, interrupted=None, intent=PLAIN, record=SimpleNamespace(since=1796040000, by="root@controller"),
+        before=SimpleNamespace(serving=serving)))
 
 
 def gateway_of(hosts, gw) -> rolling.Gateway:
@@ -257,6 +268,91 @@ def test_a_canary_behind_the_gateway_goes_out_drains_activates_and_comes_back(fl
     assert smg.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")] and smg.listed() == ["r1", "r2"]
     assert hosts["r1"].commands()[0] == gate.metrics_command(SPEC)  # drained: none running, none queued
     assert "canary of pro6000: the other hosts wait for it" in steps.logged
+
+
+def loaded(tokens_per_s: float, accept: float, failed: int = 0, requests: int = 16) -> str:
+    """fleet/programs/measure.py's answer: `requests` of 1 s each, their tokens making `tokens_per_s` over 4 s."""
+    tokens = int(tokens_per_s * 4 / (requests - failed))
+    made = tokens * (requests - failed)
+    done = [[1.0, True, tokens, 0.1, ""]] * (requests - failed) + [[1.0, False, 0, None, "HTTP 500"]] * failed
+    data = {"wall_s": 4.0, "before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
+            "after": {"sglang:generation_tokens_total": made, "sglang:spec_verify_calls_total": made / accept},
+            "requests": done}
+    return "@@measure\n" + base64.b64encode(json.dumps(data).encode()).decode() + "\n"
+
+
+def canary_through(fleet, loads: list[str], spec=SPEC, serving=True):
+    """r1, the canary of two behind smg, its activation a fake that runs its analysis as fleet.activation does."""
+    hosts, gw = fleet({"smg": GatewayDisk(fleet.root / "smg", [workers(R1, R2), workers(R2), workers(R1, R2)]),
+                       "r1": Script({"@@measure": loads,
+                                     "/metrics": "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"})})
+    roll = rolling.ClassRoll("pro6000", 1, 100, gateway_of(hosts, gw), order=["r1", "r2"])
+    this_run().rolls["pro6000"] = roll
+    steps, analyses = Steps(), []
+
+    def go():
+        ops = hosts["smg"].answer.ops(hosts["smg"])
+        steps.ops_at_go = list(ops)
+        analyses.append(steps.analyse())
+        return Outcome("OK" if analyses[-1] is None or analyses[-1].passed else "FAILED (rolled back)")
+    steps.analyse = lambda: steps.analysis() if getattr(steps, "analysis", None) else None
+    outcome = rolling.take_turn(hosts["r1"].host, preflight_like(spec, serving), steps, go=go,
+                                leave=lambda why: Outcome("FAILED (service untouched)", [why]))
+    return outcome, hosts, roll, steps, analyses
+
+
+def measures(hosts) -> int:
+    return sum("@@measure" in c for c in hosts["r1"].commands())
+
+
+def test_the_canary_is_measured_out_of_its_gateway_before_and_after_and_judged_against_the_old_spec(fleet):
+    outcome, hosts, roll, steps, (analysis,) = canary_through(fleet, [loaded(400, 2.5), loaded(380, 4.7)])
+    assert outcome.ok and analysis.passed and not roll.stopped
+    assert steps.ops_at_go == [("out", "r1")] and measures(hosts) == 2  # both loads while out of routing
+    # make tune's routine (fleet.measure), the analysis's load: the very command, on the replica itself
+    shared = measure.command(SPEC, canary.load(SPEC.canary, SPEC))
+    assert [c for c in hosts["r1"].commands() if "@@measure" in c] == [shared, shared]
+    assert hosts["smg"].answer.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")]
+    assert analysis.summary == ("canary analysis passed: 380.0 tok/s, accept length 4.70 against the baseline's 400.0 "
+                                "tok/s, accept length 2.50 (the same load on the canary before its turn (the old "
+                                "spec)); bounds: 0.7 x its tok/s, 0.8 x its accept length")
+    assert this_run().report.hosts["r1"].notes == [analysis.summary]
+    assert f"canary analysis: {SPEC.canary.requests} requests of 128 tokens, 4 at a time" in steps.logged
+
+
+def test_a_canary_that_accepts_little_fails_its_analysis_and_stops_the_class(fleet):
+    outcome, hosts, roll, steps, (analysis,) = canary_through(fleet, [loaded(400, 4.7), loaded(390, 1.2)])
+    assert not outcome.ok and not analysis.passed and roll.stopped == "after r1: FAILED (rolled back)"
+    assert "accept length 1.20 below 0.8 x 4.70 = 3.76" in analysis.summary
+    assert "r1" not in this_run().report.hosts  # no note of a pass: its rollback says why
+
+
+def test_a_make_tune_record_is_the_baseline_where_it_has_the_spec_at_the_concurrency(fleet, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tuning").mkdir()
+    (tmp_path / "tuning" / "pro6000.json").write_text(json.dumps(RECORD))
+    outcome, hosts, _, _, (analysis,) = canary_through(fleet, [loaded(380, 4.7)])
+    assert outcome.ok and measures(hosts) == 1  # no load on the old spec
+    assert "(make tune record tuning/pro6000.json (block size 16, concurrency 4))" in analysis.summary
+    (tmp_path / "tuning" / "pro6000.json").write_text("{not json")
+    _, hosts, _, _, (analysis,) = canary_through(fleet, [loaded(400, 2.5), loaded(380, 4.7)])
+    assert measures(hosts) == 2 and "before its turn" in analysis.summary
+
+
+def test_a_load_that_says_nothing_readable_fails_the_canary_and_no_baseline_passes_it(fleet):
+    _, _, _, steps, (analysis,) = canary_through(fleet, ["python: not found", loaded(380, 4.7)])
+    assert analysis.passed and "not compared: no baseline" in analysis.summary
+    assert any("the old spec's load could not be measured" in line for line in steps.logged)
+    _, _, _, _, (analysis,) = canary_through(fleet, [loaded(400, 4.7), "Killed"])
+    assert not analysis.passed and analysis.summary.startswith("canary analysis: its load could not be measured:")
+
+
+def test_no_analysis_when_declared_off_or_no_old_spec_serves(fleet):
+    off = SPEC.model_copy(update={"canary": SPEC.canary.model_copy(update={"analysis": False})})
+    outcome, hosts, _, _, analyses = canary_through(fleet, [loaded(1, 1.0)], spec=off)
+    assert outcome.ok and analyses == [None] and measures(hosts) == 0
+    _, hosts, _, _, (analysis,) = canary_through(fleet, [loaded(380, 4.7)], serving=False)
+    assert measures(hosts) == 1 and "no baseline" in analysis.summary
 
 
 def test_a_turn_that_breaks_off_behind_the_gateway_leaves_the_replica_out_and_stops_the_class(fleet):

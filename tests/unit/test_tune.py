@@ -8,6 +8,7 @@ host or pyinfra run is contacted (the one real child is a stand-in pyinfra scrip
 from __future__ import annotations
 
 import argparse
+import base64
 import ast
 import builtins
 import hashlib
@@ -24,13 +25,13 @@ from types import SimpleNamespace
 
 import pytest
 import builders
-from fleet import bounds, drains
+from fleet import bounds
 from builders import KEYED, converged, secrets_of
 from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
 
 from facts.deploy import DeployedFiles
-from fleet import lock, rollout, tune
+from fleet import intent, lock, measure, rollout, tune
 from fleet.activation import Outcome
 from fleet.gateway import GatewayRolling, Replica
 from fleet.groupdata import load_class_specs, load_gateways, read_group_file, validate_class
@@ -86,53 +87,6 @@ def test_a_candidate_describes_itself_and_names_only_its_knobs():
     assert Candidate(8).describe() == "block size 8" and Candidate(8).to_json() == {"block_size": 8}
     assert Candidate(8, 32).describe() == "block size 8, tree budget 32"
     assert Candidate(8, 32).to_json() == {"block_size": 8, "tree_budget": 32}
-
-
-@pytest.mark.parametrize("data, want", [
-    ({}, None),
-    ({"other": 1}, None),
-    ({tune.TUNE_DATA: None}, None),
-    ({tune.TUNE_DATA: {"block_size": 8}}, Candidate(8)),  # as pyinfra's --data parses JSON
-    ({tune.TUNE_DATA: '{"block_size": 4, "tree_budget": 32}'}, Candidate(4, 32)),  # a string of JSON
-])
-def test_requested_reads_the_candidate_of_the_run(data, want):
-    assert tune.requested(data) == want
-
-
-@pytest.mark.parametrize("value, found", [
-    (8, "found '8'"),  # pyinfra makes "8" an int
-    (True, "found 'true'"),
-    ([8], "found '[8]'"),
-    ({"block_size": "8"}, "found '{\"block_size\": \"8\"}'"),
-    ({"block_size": True}, "found '{\"block_size\": true}'"),  # a bool is no int here
-    ({"tree_budget": 32}, "tree_budget"),  # no block size
-    ({"block_size": 8, "budget": 32}, "budget"),  # an unknown key
-    ({"block_size": 8, "tree_budget": None}, "null"),
-])
-def test_requested_refuses_what_is_not_a_candidate(value, found):
-    with pytest.raises(ValueError, match=r"--data sglang_fleet_tune: expected \{\"block_size\": N\}") as e:
-        tune.requested({tune.TUNE_DATA: value})
-    assert found in str(e.value)
-
-
-@pytest.mark.parametrize("value, said", [
-    ('{"block_size": 100000000000000000000}', "block_size: expected 1..16 (SGLang's bound), found '1000000000"),
-    ({"block_size": 0}, "block_size: expected 1..16 (SGLang's bound), found '0'"),
-    ({"block_size": -3}, "found '-3'"),
-    ({"block_size": 8, "tree_budget": 10 ** 7}, "tree_budget: expected 1..1024 (SGLang's bound), found '10000000'"),
-    ('{"block_size": 1e20}', "expected {\"block_size\": N}"),  # a float is no block size
-])
-def test_requested_refuses_a_candidate_out_of_sglangs_bounds(value, said):
-    with pytest.raises(ValueError) as e:
-        tune.requested({tune.TUNE_DATA: value})
-    assert said in str(e.value) and str(e.value).startswith("--data sglang_fleet_tune: ")
-
-
-def test_requested_refuses_a_string_that_is_not_json():
-    with pytest.raises(ValueError) as e:
-        tune.requested({tune.TUNE_DATA: "block_size=8"})
-    assert str(e.value).startswith('--data sglang_fleet_tune: expected JSON such as {"block_size": 8}, found ')
-    assert "block_size=8" in str(e.value)
 
 
 # --- candidate_spec ----------------------------------------------------------------------------
@@ -549,8 +503,8 @@ def test_apply_change_wins_over_a_later_item_assignment():
 # --- the tune mark --------------------------------------------------------------------------------
 
 def test_the_mark_is_read_back_and_an_unreadable_one_is_still_a_mark():
-    m = tune.mark(NOW, BY, Candidate(8, 32))
-    assert m == {"since": NOW, "by": BY, "candidate": "block size 8, tree budget 32"}
+    m = tune.mark(NOW, BY, Candidate(8, 32).describe())
+    assert m == {"since": NOW, "by": BY, "candidate": "block size 8, tree budget 32", "record": "tune"}
     got = tune.read_mark(json.dumps(m))
     assert got.since == NOW and BY in got.by and "block size 8, tree budget 32" in got.candidate
     assert tune.read_mark(None) is None
@@ -564,36 +518,43 @@ def test_the_mark_is_read_back_and_an_unreadable_one_is_still_a_mark():
 
 # --- the plan of a tune's runs --------------------------------------------------------------------
 
+def asked(c: Candidate | None) -> intent.Intent:
+    """The intent of a tune's run of `c` (ops.tune.Tuner.intent's overlay and words)."""
+    return intent.Intent(c.to_json(), f"a make tune candidate ({c.describe()})", stay_out=True, keep_backup=False,
+                         record="tune") if c else intent.PLAIN
+
+
 def planned(spec, facts, candidate=None, interrupted=None):
     return plan(spec, declared_files(spec, "pro6000", facts, secrets_of(spec)), facts, interrupted, STAMP, NOW, BY,
-                candidate)
+                asked(candidate))
 
 
 def marked(facts, text):
     return replace(facts, deployed=replace(facts.deployed, tune=text))
 
 
-MARK = json.dumps(tune.mark(NOW - 3600, BY, Candidate(8)))
+MARK = json.dumps(tune.mark(NOW - 3600, BY, Candidate(8).describe()))
 
 
 def test_a_candidate_is_always_measured_on_a_fresh_server():
     c = Candidate(8)
     p = planned(tune.candidate_spec(SPEC, c), converged(SPEC), c)
-    assert p.tune == c and p.tune_left is None and p.restart and p.wait and p.backup
-    assert p.action().startswith("tune candidate block size 8, update ") and p.action().endswith(", restart")
+    assert p.intent == asked(c) and p.overlaid is None and p.restart and p.wait and p.backup
+    assert p.action().startswith("a make tune candidate (block size 8), update ") and p.action().endswith(", restart")
     # the declared block size as a candidate: no file changes, restarted all the same
     same = planned(SPEC, converged(SPEC), Candidate(16))
     assert same.swap == () and same.restart and same.has_work and not same.backup
-    assert same.action() == "tune candidate block size 16, restart" and same.why == ()
+    assert same.action() == "a make tune candidate (block size 16), restart" and same.why == ()
     assert not planned(SPEC, converged(SPEC)).has_work  # no candidate: nothing to do
 
 
 def test_a_host_a_tune_left_is_returned_by_the_next_run_that_is_no_candidate():
     p = planned(SPEC, marked(converged(SPEC), MARK))
-    assert p.tune is None and p.tune_left.since == NOW - 3600 and "block size 8" in p.tune_left.candidate
+    assert not p.intent.overlay and p.overlaid.since == NOW - 3600 and "block size 8" in p.overlaid.candidate
+    assert p.intent == intent.Intent(keep_backup=False, record="tune")  # its set and record kept as the tune's
     assert p.restart and p.wait and p.has_work
     assert p.action() == "return from make tune, restart"
-    assert len(p.why) == 1 and p.why[0].startswith("make tune left it serving a candidate (")
+    assert len(p.why) == 1 and p.why[0].startswith("make tune left it serving an overlay (")
     assert "block size 8" in p.why[0] and "since 2026-11-30 11:00:00 UTC" in p.why[0]
     assert p.why[0].endswith("): restarted")
     # it serves a candidate's files: the return puts the declared ones back
@@ -604,15 +565,15 @@ def test_a_host_a_tune_left_is_returned_by_the_next_run_that_is_no_candidate():
 
 def test_an_unreadable_mark_is_returned_all_the_same():
     p = planned(SPEC, marked(converged(SPEC), "{not json"))
-    assert p.tune_left.candidate.startswith("unreadable tune.json: not valid JSON") and p.restart
+    assert p.overlaid.candidate.startswith("unreadable tune.json: not valid JSON") and p.restart
     assert "unreadable tune.json" in p.why[0] and p.action() == "return from make tune, restart"
 
 
 def test_the_next_candidate_on_a_marked_host_is_a_candidate_run_not_a_return():
     c = Candidate(4)
     p = planned(tune.candidate_spec(SPEC, c), marked(converged(tune.candidate_spec(SPEC, Candidate(8))), MARK), c)
-    assert p.tune == c and p.tune_left is not None
-    assert p.action().startswith("tune candidate block size 4") and "return from make tune" not in p.action()
+    assert p.intent == asked(c) and p.overlaid is not None
+    assert p.action().startswith("a make tune candidate (block size 4)") and "return from make tune" not in p.action()
     assert not any("make tune left it" in w for w in p.why)
 
 
@@ -693,11 +654,11 @@ def either_shell(tmp_path, request) -> Root:
     return Root(tmp_path, request.param)
 
 
-def begin(root: Root, tune_mark=None, stamp="s1") -> subprocess.CompletedProcess:
+def begin(root: Root, overlay_mark=None, stamp="s1") -> subprocess.CompletedProcess:
     files = {p: (hashlib.sha1(root.path(p).read_bytes()).hexdigest() if root.path(p).exists() else None)
              for p in rollout.watched_files(SPEC)}
     return root.run(rollout.begin_command(SPEC, WHO, lock.LockFacts(), files, stamp, {"phase": "rolling-out"}, [],
-                                          tune_mark=tune_mark))
+                                          overlay_mark=overlay_mark))
 
 
 def begun(root: Root, stamp: str) -> None:
@@ -710,8 +671,8 @@ def begun(root: Root, stamp: str) -> None:
 def test_begin_writes_the_candidates_mark_with_the_pending_record(either_shell):
     root = either_shell
     root.write(SPEC.unit_file, "unit\n")
-    m = tune.mark(NOW, BY, Candidate(8))
-    r = begin(root, tune_mark=m)
+    m = tune.mark(NOW, BY, Candidate(8).describe())
+    r = begin(root, overlay_mark=m)
     assert r.stdout.strip().endswith(rollout.BEGUN_MARK)
     assert json.loads(root.path(SPEC.tune_file).read_text()) == m
     assert oct(root.path(SPEC.tune_file).stat().st_mode & 0o777) == "0o600"
@@ -730,7 +691,7 @@ def test_finish_of_a_tunes_return_drops_its_backup_set_and_the_mark(either_shell
     begun(root, "20261130T120000Z")
     root.path(f"{SPEC.backups_dir}/20261129T120000Z").mkdir()  # an older set: kept
     command = rollout.finish_command(SPEC, {"result": "ok", "kind": "tune"}, drop_backup="20261130T120000Z",
-                                     tune_returned=True)
+                                     returned=True)
     assert f"rm -rf {SPEC.backups_dir}/20261130T120000Z" in command and f"{SPEC.tune_file}" in command
     root.run(command)
     assert sorted(p.name for p in root.path(SPEC.backups_dir).iterdir()) == ["20261129T120000Z"]
@@ -1045,16 +1006,16 @@ def test_an_interrupted_tune_ends_its_marks_lease_and_leaves_its_drain_to_the_ne
 
 def test_a_tune_mark_with_a_lease_keeps_other_runs_off_the_host_until_it_ends():
     owner = ("make tune of h1 (pid 7 on c)", 900.0)
-    m = tune.read_mark(json.dumps(tune.mark(1000, "root@c", Candidate(8), owner)))
+    m = tune.read_mark(json.dumps(tune.mark(1000, "root@c", "block size 8", owner)))
     assert (m.owner, m.until) == (owner[0], 1900)
     why = tune.under_way(m, 1000.0, None)
     assert why.startswith("expected no make tune under way, found make tune of h1 (pid 7 on c) measuring candidate "
                           "block size 8 (its lease 900s more)")
     assert tune.under_way(m, 1000.0, owner[0]) is None  # the tune's own runs: its candidates and its return
     assert tune.under_way(m, 1900.0, None) is None  # lapsed: a killed tune's host is returned by the next run
-    assert tune.under_way(tune.read_mark(json.dumps(tune.mark(1000, "root@c", Candidate(8)))), 0, None) is None
+    assert tune.under_way(tune.read_mark(json.dumps(tune.mark(1000, "root@c", "block size 8"))), 0, None) is None
     for until in ("soon", -1, 1 << 41, 1.5):
-        assert tune.read_mark(json.dumps({**tune.mark(1000, "r", Candidate(8), owner), "until": until})).until == 0
+        assert tune.read_mark(json.dumps({**tune.mark(1000, "r", "block size 8", owner), "until": until})).until == 0
 
 
 def test_a_failed_return_keeps_the_figures_and_refuses_with_the_log(here, capsys, monkeypatch):
@@ -1273,134 +1234,133 @@ def test_behind_a_gateway_group_the_peer_must_be_ready_in_every_gateway(here):
 PYINFRA = """#!/bin/sh
 echo "$@" >> "{calls}"
 echo "--> Preparing operations..."
-echo "SGLang fleet rollout summary"
-echo "host  class    action  verdict"
-echo "h1    pro6000  restart {verdict}"
-echo "    - {reason}"
-echo "h2    pro6000  none    OK"
+out=$(printf '%s\\n' "$@" | sed -n 's/^sglang_fleet_run=//p' | python3 -c 'import json,sys; print(json.load(sys.stdin)["outcome"])')
+{write}
 exit {rc}
 """
+OUTCOME = '''printf '%s' '{{"h1": {{"verdict": "{verdict}", "ok": false, "reasons": ["{reason}"]}}}}' > "$out"'''
 
 
-def stand_in_pyinfra(here, monkeypatch, verdict="OK", reason="ready in 1s", rc=0) -> Path:
+def stand_in_pyinfra(here, monkeypatch, verdict="OK", reason="ready in 1s", rc=0, writes=True) -> Path:
+    """pyinfra as the tune runs it: its arguments kept, the host's outcome written where the run's intent asks."""
     calls = here / "pyinfra.calls"
     p = here / "pyinfra"
-    p.write_text(PYINFRA.format(calls=calls, verdict=verdict, reason=reason, rc=rc))
+    p.write_text(PYINFRA.format(calls=calls, rc=rc, write=OUTCOME.format(verdict=verdict, reason=reason)
+                                if writes else ""))
     p.chmod(0o755)
     monkeypatch.setattr(ops_tune, "PYINFRA", str(p))
     return calls
 
 
-def test_a_deploy_is_one_pyinfra_run_on_the_host_its_output_in_the_log(here, monkeypatch):
-    calls = stand_in_pyinfra(here, monkeypatch, "FAILED (rolled back)", "smoke test failed: HTTP 500", rc=1)
+def tuner_at(here, gateway=None, spec=SPEC):
     t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", None
-    t.spec, t.drain_owner = SPEC, lambda: {"owner": "make tune of h1", "lease_s": 900}
+    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", gateway
+    t.outcome_path = here / "outcome.json"
+    t.spec = spec
     t.log_path.write_text("")
-    assert TUNER.deploy(t, Candidate(8, 32)) == (
-        1, "h1 pro6000 restart FAILED (rolled back) - smoke test failed: HTTP 500")
+    return t
+
+
+def given(calls: Path) -> list[intent.Intent]:
+    """The intent of each pyinfra run, read back as the deploy's own preflight reads it."""
+    return [intent.requested({intent.INTENT_DATA: line.split(f"--data {intent.INTENT_DATA}=")[1].split(
+        " inventory.py")[0]}) for line in calls.read_text().splitlines()]
+
+
+def test_a_deploy_is_one_pyinfra_run_on_the_host_its_outcome_read_as_data(here, monkeypatch):
+    calls = stand_in_pyinfra(here, monkeypatch, "FAILED (rolled back)", "smoke test failed: HTTP 500", rc=1)
+    t = tuner_at(here)
+    t.drain_owner = lambda: {"owner": "make tune of h1", "lease_s": 900}
+    assert TUNER.deploy(t, Candidate(8, 32)) == (1, "FAILED (rolled back) smoke test failed: HTTP 500")
     assert TUNER.deploy(t, None)[0] == 1
-    owner = f'--data {drains.OWNER_DATA}={{"owner": "make tune of h1", "lease_s": 900}}'
-    assert calls.read_text().splitlines() == [
-        f'-y --limit h1 --data sglang_fleet_tune={{"block_size": 8, "tree_budget": 32}} {owner} inventory.py deploy.py',
-        f"-y --limit h1 {owner} inventory.py deploy.py"]
+    lines = calls.read_text().splitlines()
+    assert [line.split(" --data ")[0] for line in lines] == ["-y --limit h1"] * 2
+    assert all(line.endswith(" inventory.py deploy.py") for line in lines)
+    candidate, back = given(calls)
+    common = {"keep_backup": False, "record": "tune", "owner": "make tune of h1", "lease_s": 900.0,
+              "outcome": str(t.outcome_path)}
+    assert candidate == intent.Intent({"block_size": 8, "tree_budget": 32},
+                                      "a make tune candidate (block size 8, tree budget 32)", stay_out=True, **common)
+    assert back == intent.Intent(**common)  # no overlay: the return to the declared spec
     log = t.log_path.read_text()
-    assert log.startswith(f"\n$ {here / 'pyinfra'} -y --limit h1 --data sglang_fleet_tune=") and log.count("\n$ ") == 2
+    assert log.startswith(f"\n$ {here / 'pyinfra'} -y --limit h1 --data sglang_fleet_run=") and log.count("\n$ ") == 2
     assert t.child.returncode == 1
-    # the --data is what the deploy's own preflight reads back
-    data = calls.read_text().splitlines()[0].split("--data ")[1].split(" --data")[0]
-    assert tune.requested({tune.TUNE_DATA: data.split("=", 1)[1]}) == Candidate(8, 32)
+
+
+def test_a_run_that_wrote_no_outcome_points_at_its_output(here, monkeypatch):
+    stand_in_pyinfra(here, monkeypatch, rc=2, writes=False)
+    t = tuner_at(here)
+    t.drain_owner = lambda: {"owner": "make tune of h1", "lease_s": 900}
+    t.outcome_path.write_text('{"h1": {"verdict": "OK", "reasons": []}}')  # a run before's: not taken for this one
+    assert TUNER.deploy(t, Candidate(8)) == (2, f"the run wrote no outcome for h1: see {t.log_path}")
 
 
 def test_every_run_of_the_tune_owns_the_host_for_a_candidates_time(here, monkeypatch):
     calls = stand_in_pyinfra(here, monkeypatch, "OK", "", rc=0)
-    t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path, t.gateway = "h1", "inventory.py", here / "tune.log", SimpleNamespace(name="gw")
-    t.spec, t.gw_spec = dflash(16, concurrency=[1, 8], level_timeout_s=100), SimpleNamespace(rolling=None)
+    t = tuner_at(here, SimpleNamespace(name="gw"), dflash(16, concurrency=[1, 8], level_timeout_s=100))
+    t.gw_spec = SimpleNamespace(rolling=None)
     TUNER.deploy(t, Candidate(8))
     TUNER.deploy(t, None)
-    given = [line.split(f"--data {drains.OWNER_DATA}=")[1].split(" inventory.py")[0]
-             for line in calls.read_text().splitlines()]
-    owners = [drains.requested_owner({drains.OWNER_DATA: g}) for g in given]
+    owners = [i.owned for i in given(calls)]
     assert owners[0] == owners[1] and owners[0][0].startswith("make tune of h1 (pid ")
     assert owners[0][1] == round(bounds.turn_s(t.spec) + 200 + bounds.MARGIN_S)
 
 
-def test_summary_row_is_the_hosts_row_of_the_last_table(tmp_path):
-    log = tmp_path / "log"
-    log.write_text("SGLang fleet rollout summary\nh1 old row\n\n[h1] noise\nSGLang fleet rollout summary\n"
-                   "host  verdict\nh1    FAILED\n    - why one\n\t- why two\nh2    OK\n")
-    assert ops_tune._summary_row(log, "h1") == "h1 FAILED - why one - why two"
-    log.write_text("Traceback (most recent call last):\nValueError: " + "x" * 400 + "\n")
-    assert ops_tune._summary_row(log, "h1") == ("Traceback (most recent call last):\nValueError: " + "x" * 400)[-300:]
-    log.write_text("")
-    assert ops_tune._summary_row(log, "h1") == ""
-    log.write_bytes(b"SGLang fleet rollout summary\nh1 \xff OK\n")
-    assert ops_tune._summary_row(log, "h1") == "h1 \ufffd OK"
+def measured(requests, before=None, after=None, wall_s=2.0) -> str:
+    """What fleet/programs/measure.py prints: its one record."""
+    data = {"wall_s": wall_s, "before": before or {}, "after": after or {}, "requests": requests}
+    return "@@measure\n" + base64.b64encode(json.dumps(data).encode()).decode() + "\n"
 
 
-class FakeLoad:
-    made: list = []
-    finish = True
+class MeasureFleet:
+    """ops.fleet.Fleet's run and close, answering each load with the next of `answers`."""
 
-    def __init__(self, url, model, api_key, **kw):
-        self.kw, self.url, self.model, self.api_key = kw, url, model, api_key
-        self.finished = SimpleNamespace(wait=self._wait)
-        FakeLoad.made.append(self)
+    def __init__(self, answers):
+        self.answers, self.ran, self.closed = list(answers), [], 0
 
-    def _wait(self, timeout):
-        self.waited = timeout
-        return FakeLoad.finish
+    def run(self, host, command, timeout_s):
+        self.ran.append((host.name, command, timeout_s))
+        return self.answers.pop(0)
 
-    def start(self):
-        self.started = True
-
-    def stop(self):
-        from ops.loadgen import LoadReport, Request
-
-        n = self.kw["requests"]
-        reqs = [Request(10.0, 11.0, True, "", 50, 10.2) for _ in range(n - 1)] + [Request(10.0, 12.0, False, "HTTP 500")]
-        return LoadReport(reqs)
+    def close(self):
+        self.closed += 1
 
 
-def test_measure_sends_the_fixed_workload_at_each_concurrency_and_reads_metrics_around_it(monkeypatch, capsys):
-    FakeLoad.made = []
-    monkeypatch.setattr(ops_tune, "Load", FakeLoad)
+def test_measure_runs_the_shared_load_on_the_host_at_each_concurrency(capsys):
     t = object.__new__(TUNER)
     t.spec = dflash(16, concurrency=[1, 4], rounds=3, min_requests=5, max_tokens=64, level_timeout_s=30)
-    t.url, t.api_key = "http://h1:30000", "sk-x"
-    reads = iter([{"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0},
-                  {"sglang:generation_tokens_total": 400.0, "sglang:spec_verify_calls_total": 100.0,
-                   "sglang:gen_throughput": 77.0}, {}, {}])
-    t._metrics = lambda: next(reads)
+    t.host = SimpleNamespace(name="h1")
+    ok = [1.0, True, 50, 0.2, ""]
+    t.fleet = MeasureFleet([
+        (True, measured([ok] * 4 + [[2.0, False, 0, None, "HTTP 500"]],
+                        {"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0},
+                        {"sglang:generation_tokens_total": 400.0, "sglang:spec_verify_calls_total": 100.0,
+                         "sglang:gen_throughput": 77.0})),
+        (True, measured([ok] * 11 + [[2.0, False, 0, None, "HTTP 500"]]))])
     levels = TUNER.measure(t, Candidate(8))
     assert [(x.concurrency, x.requests, x.failed, x.output_tokens) for x in levels] == [(1, 5, 1, 200), (4, 12, 1, 550)]
     assert levels[0].accept_length == 4.0 and levels[0].gen_throughput == 77.0 and levels[1].accept_length is None
     assert levels[0].ttft_p50_s == pytest.approx(0.2) and levels[0].errors == ["HTTP 500"]
-    first = FakeLoad.made[0]
-    assert (first.url, first.model, first.api_key) == ("http://h1:30000", "qwen3.6-27b", "sk-x")
-    assert first.kw == {"concurrency": 1, "max_tokens": 64, "prompts": list(tune.PROMPTS), "requests": 5,
-                        "timeout_s": 30, "usage": True}
-    assert first.waited == ops_tune.PROGRESS_EVERY_S and FakeLoad.made[1].kw["requests"] == 12
+    # the deploy's canary analysis runs this very command (fleet.measure): the tune's load, the same program
+    load = measure.Load(5, 1, 64, tuple(tune.PROMPTS), 30.0)
+    assert t.fleet.ran[0] == ("h1", measure.command(t.spec, load), measure.bound(load, "x").seconds)
+    assert t.fleet.closed == 1
     out = capsys.readouterr().out
     assert "  block size 8, concurrency 1: " in out and "accept length 4.00, p50 1000 ms, p99 1000 ms, 1 of 5 failed " \
                                                        "(HTTP 500)" in out
     assert "accept length n/a" in out
 
 
-def test_requests_not_sent_within_the_level_timeout_count_as_failed(monkeypatch):
-    class Cut(FakeLoad):
-        def stop(self):
-            from ops.loadgen import LoadReport, Request
-
-            return LoadReport([Request(10.0, 11.0, True, "", 50, 10.2)])  # 1 of n, the rest never sent
-
-    monkeypatch.setattr(ops_tune, "Load", Cut)
-    Cut.finish = False
+def test_a_load_that_says_nothing_readable_counts_every_request_failed():
     t = object.__new__(TUNER)
-    t.spec, t.url, t.api_key, t._metrics = dflash(16, concurrency=[4]), "http://h1:30000", None, dict
+    t.spec, t.host = dflash(16, concurrency=[4]), SimpleNamespace(name="h1")
+    t.fleet = MeasureFleet([(False, "python3: not found"), (True, "@@measure\nbm90IGpzb24=\n")])
     (level,) = TUNER.measure(t, Candidate(8))
-    assert level.requests == t.spec.tune.requests(4) and level.failed == level.requests - 1
+    assert level.requests == t.spec.tune.requests(4) and level.failed == level.requests
+    assert level.errors == ["the load did not run: python3: not found"]
+    t.spec = dflash(16, concurrency=[1])
+    (level,) = TUNER.measure(t, Candidate(8))
+    assert level.failed == level.requests and level.errors[0].startswith("measure: ")
 
 
 class Answer:
@@ -1419,7 +1379,7 @@ class Answer:
         return False
 
 
-def test_metrics_and_the_figures_source_from_the_host(monkeypatch):
+def test_the_figures_source_from_the_host(monkeypatch):
     import requests
 
     t = object.__new__(TUNER)
@@ -1434,12 +1394,6 @@ def test_metrics_and_the_figures_source_from_the_host(monkeypatch):
             return answer
         monkeypatch.setattr(ops_tune.requests, "get", fake)
 
-    get(Answer(200, 'sglang:gen_throughput{model_name="m"} 97.5\n'))
-    assert TUNER._metrics(t) == {"sglang:gen_throughput": 97.5} and got[-1][0] == "http://h1:30000/metrics"
-    get(Answer(500, "sglang:gen_throughput 1\n"))
-    assert TUNER._metrics(t) == {}
-    get(requests.ConnectionError("refused"))
-    assert TUNER._metrics(t) == {}
     get(Answer(200, data={"lab_double": True}))
     assert TUNER.source(t).startswith("the lab's SGLang double (lab/doubles)")
     assert got[-1] == ("http://h1:30000/server_info", {})
@@ -1672,7 +1626,7 @@ def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys
     waits = iter([None, None, 0])  # two progress intervals pass, then it ends
     monkeypatch.setattr(ops_tune, "_wait", lambda child, seconds: (child.wait(), next(waits))[1])
     t = object.__new__(TUNER)
-    t.name, t.inventory, t.log_path, t.gateway, t.spec = "h1", "inventory.py", here / "tune.log", None, SPEC
+    t = tuner_at(here)
     t.log_path.write_text("[h1] restart sglang.service: waiting for /health: 30s of 1200s\n")
     assert TUNER.deploy(t, Candidate(8))[0] == 0
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  deploying, ")]
@@ -1682,26 +1636,3 @@ def test_a_long_deploy_says_where_it_is_every_so_often(here, monkeypatch, capsys
         subprocess.TimeoutExpired("pyinfra", timeout))), 1) is None
     (here / "empty.log").write_text("")
     assert ops_tune._last_line(here / "empty.log") == "(no output yet)"
-
-
-def test_a_long_level_says_where_it_is_and_ends_at_its_timeout(monkeypatch, capsys):
-    now = [100.0]
-    monkeypatch.setattr(ops_tune.time, "monotonic", lambda: now[0])
-
-    class Slow(FakeLoad):
-        completed = 3
-
-        def _wait(self, timeout):
-            self.waited = timeout
-            now[0] += timeout  # nothing finishes: each wait runs out
-            return False
-
-    monkeypatch.setattr(ops_tune, "Load", Slow)
-    t = object.__new__(TUNER)
-    t.spec = dflash(16, concurrency=[1], level_timeout_s=40)
-    t.url, t.api_key, t._metrics = "http://h1:30000", None, dict
-    (level,) = TUNER.measure(t, Candidate(8))
-    out = capsys.readouterr().out
-    assert "  block size 8, concurrency 1: 3 of 8 requests, 15s of at most 40s" in out
-    assert "30s of at most 40s" in out and "40s of at most" not in out  # the third wait is the rest, 10 s: then it stops
-    assert level.requests == 8
