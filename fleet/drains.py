@@ -15,12 +15,11 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
-from fleet import layout
+from fleet import controller, layout
 from fleet.wire import excerpt, frames, load_json
 
-PROGRAM = (Path(__file__).parent / "programs" / "drains.py").read_text()
+PROGRAM = controller.program("drains.py")
 LOCK_WAIT_S = 30  # the program's own wait for the drains' lock (programs/drains.py LOCK_WAIT_S)
 OUT, IN, RELEASE, SYNC = "out", "in", "release", "sync"
 RESULTS = ("ok", "held", "peer", "busy", "unreadable")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import re
 import shlex
 import time
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 import bcrypt
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, WrapValidator, model_validator
 
+from fleet import controller
 from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
     is_loopback
@@ -356,7 +356,8 @@ def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> 
     for c, spec in classes.items():
         path = tuning_dir / f"{c}.json"
         try:
-            record = load_json(path.read_text(), str(path)) if path.is_file() else None
+            text = controller.read_if_file(path)
+            record = load_json(text, str(path)) if text is not None else None
         except (OSError, ValueError):  # Unreadable is a ValueError
             record = None
         out[c] = accept_length_floor(mon, c, spec, record if isinstance(record, dict) else None)
@@ -522,8 +523,8 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     }
 
 
-def webhook_urls(mon: Monitoring, where: str, environ: Mapping[str, str] = os.environ,
-                 read_file: Callable[[Path], str] = Path.read_text) -> dict[str, str]:
+def webhook_urls(mon: Monitoring, where: str, environ: Mapping[str, str] = controller.ENVIRON,
+                 read_file: Callable[[Path], str] = controller.read_file) -> dict[str, str]:
     """Each receiver's webhook URL declared as a secret source (receiver name -> URL), read now; SecretError
     naming each field and source (never a value). where: the group file, for the messages."""
     urls, problems = {}, []

@@ -17,6 +17,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from fleet import controller
 from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune, is_loopback
 from pydantic import ValidationError
 
@@ -265,8 +266,7 @@ def _assigns_speculative(node: ast.stmt) -> bool:
 
 def _declared_in(text: str) -> dict:
     """The `speculative` table the file ends with, run as pyinfra runs a group_data file."""
-    namespace: dict = {}
-    exec(compile(text, "<group_data class file>", "exec"), namespace)  # noqa: S102 - the operator's own file
+    namespace = controller.run_group_text(text, "<group_data class file>")
     return namespace.get("speculative") if isinstance(namespace.get("speculative"), dict) else {}
 
 
