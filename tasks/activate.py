@@ -13,7 +13,7 @@ from pyinfra.operations import python
 
 from fleet import activation, bounds, gate, lock, rollout
 from fleet.history import new_record
-from fleet.outcome import HostVerdict
+from fleet.outcome import HostVerdict, RecordKind, RecordResult
 from fleet.plan import RUNNING_STATES, workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
@@ -157,14 +157,14 @@ class HostSteps:
     def finish(self, record: dict) -> None:
         self.begun.end()  # no renewal after its release: it would find the lock gone
         p = self.pf.plan
-        drop = p.before.backup if record.get("kind") == "tune" else None
-        returned = p.tune_left is not None and p.tune is None and record.get("result") == "ok"
+        drop = p.before.backup if record.get("kind") == RecordKind.TUNE else None
+        returned = p.tune_left is not None and p.tune is None and record.get("result") == RecordResult.OK
         run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
         runs.of(self.host.state).begun.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
-    kind = "rollback" if pf.rollback else "tune" if pf.plan.tune or pf.plan.tune_left else "deploy"
+    kind = RecordKind.ROLLBACK if pf.rollback else RecordKind.TUNE if pf.plan.tune or pf.plan.tune_left else RecordKind.DEPLOY
     return new_record(kind=kind, spec=pf.spec, group=pf.group, stamp=pf.stamp,
                       now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
                       sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")
