@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from fleet import layout, lock
+from fleet import controller, layout, lock
 from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
@@ -300,15 +300,9 @@ TICK_S = 0.2  # how often a process stop looks whether its processes are gone
 
 def _signal_processes(processes: list[tuple[int, int, float]]) -> str:
     """SIGTERM to each (pid, start, kill_after_s), then SIGKILL to one still running after its
-    kill_after_s. Each signal only while the pid is still that process: its start time (field 22 of
-    /proc/PID/stat, after the name in parentheses) unchanged and not a zombie."""
-    alive = ("alive() { s=$(sed 's/^.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f1,20); "
-             "[ \"${s#* }\" = \"$2\" ] && [ \"${s%% *}\" != Z ]; }")
-    term = [f"alive {pid} {start} && kill -TERM {pid} 2>/dev/null" for pid, start, _ in processes]
-    checks = [f"if alive {pid} {start}; then if [ $i -ge {math.ceil(after / TICK_S)} ]; then kill -KILL {pid} "
-              f"2>/dev/null; else left=yes; fi; fi" for pid, start, after in processes]
-    return "; ".join([alive, *term, "i=0", f"while :; do left=no; {'; '.join(checks)}; [ $left = no ] && break; "
-                      f"sleep {TICK_S}; i=$((i + 1)); done"])
+    kill_after_s, each only while the pid is still that process: fleet/programs/stop_processes.sh."""
+    return controller.shell("stop_processes.sh", TICK_S,
+                            *[n for pid, start, after in processes for n in (pid, start, math.ceil(after / TICK_S))])
 
 
 def stop_workloads_command(services: list[str], scopes: list[str] = (),
@@ -354,30 +348,13 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     """Mark the pending record as rolling back, then put back the files that differ from before
     (from backups/STAMP; a file that did not exist is removed). The service is stopped first if one
     of its own files comes back, or if `stop`. Its enabled state ("enabled"/"disabled") is put
-    back where its unit file exists. Prints RESTORED and the paths put back."""
-    unit = _q(spec.service_unit)
-    parts = [f"umask 077; {_write_json(spec.pending_file, pending)} || exit 1", "changed=''"]
-    for path, sha1 in before_files.items():
-        parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed \"{_q(path)}\" \"")
-    patterns = "|".join(f"*\" \"{_q(p)}\" \"*" for p in service_files(spec))
-    parts.append(f"stop={'yes' if stop else 'no'}; case \"$changed\" in {patterns}) stop=yes;; esac")
-    parts.append(f"[ $stop = no ] || systemctl stop -- {unit} 2>/dev/null || true")
-    for path, sha1 in before_files.items():
-        saved = _q(f"{spec.backups_dir}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
-        if sha1 is None:
-            put_back = f"rm -f {_q(path)}"
-        elif saved:
-            put_back = f"cp -p {saved} {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
-        else:
-            put_back = f"printf 'no backup of %s\\n' {_q(path)} >&2; false"
-        parts.append(f"case \"$changed\" in *\" \"{_q(path)}\" \"*) {put_back} || exit 1;; esac")
-    parts.append(_drop_staged(spec))
-    parts.append("[ -z \"$changed\" ] || systemctl daemon-reload")
-    if enabled in ("enabled", "disabled"):
-        verb = "enable" if enabled == "enabled" else "disable"
-        parts.append(f"[ ! -e {_q(spec.unit_file)} ] || systemctl {verb} --quiet -- {unit}")
-    parts.append(f"echo {RESTORED}\"$changed\"")
-    return "; ".join(parts)
+    back where its unit file exists. Prints RESTORED and the paths put back: fleet/programs/restore.sh."""
+    return "umask 077; " + controller.shell(
+        "restore.sh", spec.pending_file, json.dumps(pending, sort_keys=True) + "\n", "yes" if stop else "no",
+        spec.service_unit, spec.unit_file, enabled if enabled in ("enabled", "disabled") else "",
+        f"{spec.backups_dir}/{backup_stamp}" if backup_stamp else "",
+        "\n".join(f"{sha1 or '-'} {path}" for path, sha1 in before_files.items()),
+        "\n".join(service_files(spec)), "\n".join(layout.staged_path(p) for p in managed_paths(spec)))
 
 
 def finish_command(spec: ClassSpec, record: dict, drop_backup: str | None = None, tune_returned: bool = False) -> str:

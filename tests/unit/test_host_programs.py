@@ -1,7 +1,8 @@
 """The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
 Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
-(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands) on a tmp dir.
-How the deploy sends them is tested where their commands are (test_hub.py, test_lock.py)."""
+(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands), restore.sh (a rollback's
+restore of the files) on a tmp dir, stop_processes.sh on processes of its own. How the deploy sends them is tested
+where their commands are (test_hub.py, test_lock.py, test_rollout.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import hub, layout, lock
+from fleet import controller, hub, layout, lock
 from fleet.spec import ClassSpec
 from fleet.wire import frames
 
@@ -25,12 +27,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fleet" / "programs"
 FETCH = PROGRAMS / "fetch_revision.py"
 LOCK = PROGRAMS / "lock.sh"
+RESTORE = PROGRAMS / "restore.sh"
+STOP = PROGRAMS / "stop_processes.sh"
 SHELL = sorted(PROGRAMS.glob("*.sh"))
 PYTHON = sorted(PROGRAMS.glob("*.py"))
 
 
 def test_there_are_programs():
-    assert FETCH in PYTHON and LOCK in SHELL
+    assert FETCH in PYTHON and {LOCK, RESTORE, STOP} <= set(SHELL)
+
+
+@pytest.mark.parametrize("path", SHELL, ids=lambda p: p.name)
+def test_a_shell_program_is_sent_as_its_file_without_its_comments(path):
+    kept = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert controller.shell(path.name, "a b", 1) == "( set -- 'a b' 1\n" + "\n".join(kept) + "\n)"
 
 
 def test_the_shell_programs_pass_shellcheck():
@@ -254,3 +264,81 @@ def test_the_lock_commands_send_the_program_without_its_comments():
     kept = [ln for ln in LOCK.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     args = f"release {layout.LOCK_ROOT} {spec.lock_file} {layout.lease_file(spec.lock_file)} {lock.FLOCK_WAIT_S}"
     assert lock.release_command(spec) == f"( set -- {args}\n" + "\n".join(kept) + "\n)"
+
+
+# --- restore.sh -------------------------------------------------------------------------------
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def restore_sh(tmp: Path, stop: str, files: dict[str, str | None], backup: Path | None, enabled: str = "enabled"):
+    """restore.sh run as the file, under umask 077, with a systemctl that logs its arguments; (the run, its log)."""
+    bin_dir, log = tmp / "bin", tmp / "systemctl.log"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    lines = "\n".join(f"{sha or '-'} {tmp / name}" for name, sha in files.items())
+    done = subprocess.run(
+        ["sh", "-c", 'umask 077; exec sh "$0" "$@"', str(RESTORE), str(tmp / "pending.json"), '{"phase": "rolling-back"}\n',
+         stop, "sglang.service", str(tmp / "sglang.service"), enabled, str(backup) if backup else "", lines,
+         str(tmp / "sglang.service"), str(tmp / "sglang.env.staged")],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    return done, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_the_restore_program_run_as_a_file_puts_back_what_differs_and_says_which(tmp_path):
+    backup = tmp_path / "backups" / "20260101T000000Z"
+    backup.mkdir(parents=True)
+    (backup / "sglang.service").write_text("old unit\n")
+    (tmp_path / "sglang.service").write_text("new unit\n")  # differs: put back from the set, the service stopped first
+    (tmp_path / "spec.json").write_text("same\n")  # as before: left alone
+    (tmp_path / "new.env").write_text("added\n")  # absent before: removed
+    (tmp_path / "sglang.env.staged").write_text("staged\n")
+    files = {"sglang.service": sha1("old unit\n"), "spec.json": sha1("same\n"), "new.env": None}
+    done, systemctl = restore_sh(tmp_path, "no", files, backup)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rsplit("@@restored=", 1)[1].split() == [str(tmp_path / "sglang.service"), str(tmp_path / "new.env")]
+    assert (tmp_path / "sglang.service").read_text() == "old unit\n" and not (tmp_path / "new.env").exists()
+    assert (tmp_path / "spec.json").read_text() == "same\n" and not (tmp_path / "sglang.env.staged").exists()
+    assert json.loads((tmp_path / "pending.json").read_text()) == {"phase": "rolling-back"}
+    assert oct((tmp_path / "pending.json").stat().st_mode & 0o777) == "0o600"
+    assert systemctl == ["stop -- sglang.service", "daemon-reload", "enable --quiet -- sglang.service"]
+    again, systemctl_again = restore_sh(tmp_path, "no", files, backup, enabled="")  # repeatable: nothing differs now
+    assert again.stdout.strip() == "@@restored=" and systemctl_again == systemctl
+
+
+def test_the_restore_program_without_the_backup_it_needs_fails_and_says_so(tmp_path):
+    (tmp_path / "sglang.service").write_text("new unit\n")
+    done, systemctl = restore_sh(tmp_path, "yes", {"sglang.service": sha1("old unit\n")}, None)
+    assert done.returncode == 1 and f"no backup of {tmp_path / 'sglang.service'}" in done.stderr
+    assert (tmp_path / "sglang.service").read_text() == "new unit\n" and systemctl == ["stop -- sglang.service"]
+
+
+# --- stop_processes.sh ------------------------------------------------------------------------
+
+def started(*argv: str) -> tuple[subprocess.Popen, int]:
+    """A real process and its start time (field 22 of /proc/PID/stat), once it runs what it was given."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    for _ in range(500):  # exec'd within a moment: a poll with a bound, not a sleep through a window
+        if "sleep" in Path(f"/proc/{p.pid}/cmdline").read_text():
+            break
+        time.sleep(0.02)
+    return p, int(Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def test_the_stop_program_run_as_a_file_terms_then_kills_and_leaves_a_reused_pid_alone():
+    polite, polite_start = started("sleep", "60")
+    stubborn, stubborn_start = started("sh", "-c", "trap '' TERM; sleep 60; :")
+    other, other_start = started("sleep", "60")  # as if its pid were another process's: a start of its own
+    try:
+        done = subprocess.run(["sh", str(STOP), "0.05", str(polite.pid), str(polite_start), "1000000",
+                               str(stubborn.pid), str(stubborn_start), "2", str(other.pid), str(other_start + 1), "0"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert polite.wait(30) == -signal.SIGTERM and stubborn.wait(30) == -signal.SIGKILL
+        assert other.poll() is None
+    finally:
+        for p in (polite, stubborn, other):
+            p.kill()
+            p.wait()
