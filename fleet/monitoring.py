@@ -731,25 +731,18 @@ def bundle_staging(bundle: str) -> str:
 
 
 def stage_bundle_command(bundle: str) -> str:
-    """An empty staging directory of the bundle's, only its owner's (Alertmanager's file may hold a token)."""
-    q, tmp = shlex.quote, bundle_staging(bundle)
-    dirs = " ".join(q(f"{tmp}/{d}") for d in ("", RULES_DIR, DASHBOARD.rsplit("/", 1)[0]))
-    return f"set -e; rm -rf {q(tmp)}; install -d -m 0700 -o {OWNER} -g {OWNER} {q(BUNDLES)} {dirs}"
+    """An empty staging directory of the bundle's, only its owner's (Alertmanager's file may hold a token):
+    fleet/programs/bundle.sh's stage."""
+    tmp = bundle_staging(bundle)
+    return controller.shell("bundle.sh", "stage", BUNDLES, tmp, OWNER,
+                            *(f"{tmp}/{d}" for d in ("", RULES_DIR, DASHBOARD.rsplit("/", 1)[0])))
 
 
 def install_bundle_command(bundle: str) -> str:
     """Check the uploaded bundle with the host's promtool and amtool, then make it live; the bundles before it but
-    the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
-    q = shlex.quote
-    d, tmp = f"{BUNDLES}/{bundle}", bundle_staging(bundle)
-    return " && ".join([
-        "set -e", f"promtool check config {q(tmp + '/' + CONFIG)} >/dev/null",
-        f"amtool check-config {q(tmp + '/' + ALERTMANAGER_CONFIG)} >/dev/null",
-        f"rm -rf {q(d)}", f"mv {q(tmp)} {q(d)}",
-        f"ln -sfn {q(d)} {q(LIVE + '.new')}", f"mv -T {q(LIVE + '.new')} {q(LIVE)}",
-        f"cd {q(BUNDLES)} && ls -1t | grep -vx {q(bundle)} | tail -n +{KEEP_BUNDLES} | xargs -r rm -rf --",
-        # a bundle written before they were locked down was readable by all
-        f"chmod -R go= {q(BUNDLES)}"])
+    the last KEEP_BUNDLES go. Nothing live changes if a check fails: fleet/programs/bundle.sh's install."""
+    return controller.shell("bundle.sh", "install", BUNDLES, bundle_staging(bundle), bundle, LIVE, KEEP_BUNDLES, CONFIG,
+                            ALERTMANAGER_CONFIG)
 
 
 # --- silences: no page during a rollout ------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
 Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
 (fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands), restore.sh (a rollback's
-restore of the files) on a tmp dir, stop_processes.sh on processes of its own. How the deploy sends them is tested
+restore of the files) and bundle.sh (the monitoring host's configuration) on a tmp dir, stop_processes.sh on
+processes of its own. How the deploy sends them is tested
 where their commands are (test_hub.py, test_lock.py, test_rollout.py)."""
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ PROGRAMS = ROOT / "fleet" / "programs"
 FETCH = PROGRAMS / "fetch_revision.py"
 LOCK = PROGRAMS / "lock.sh"
 RESTORE = PROGRAMS / "restore.sh"
+BUNDLE = PROGRAMS / "bundle.sh"
 STOP = PROGRAMS / "stop_processes.sh"
 SHELL = sorted(PROGRAMS.glob("*.sh"))
 PYTHON = sorted(PROGRAMS.glob("*.py"))
 
 
 def test_there_are_programs():
-    assert FETCH in PYTHON and {LOCK, RESTORE, STOP} <= set(SHELL)
+    assert FETCH in PYTHON and {LOCK, RESTORE, STOP, BUNDLE} <= set(SHELL)
 
 
 @pytest.mark.parametrize("path", SHELL, ids=lambda p: p.name)
@@ -342,3 +344,52 @@ def test_the_stop_program_run_as_a_file_terms_then_kills_and_leaves_a_reused_pid
         for p in (polite, stubborn, other):
             p.kill()
             p.wait()
+
+
+# --- bundle.sh --------------------------------------------------------------------------------
+
+def bundle_sh(tmp: Path, *args: str, checks_pass: bool = True) -> subprocess.CompletedProcess:
+    """bundle.sh run as the file, with a promtool and an amtool that pass (or fail) what they are given."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("promtool", "amtool"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {tmp / 'checks.log'}\n"
+                                    + ("exit 0\n" if checks_pass else "echo invalid >&2; exit 1\n"))
+        (bin_dir / tool).chmod(0o755)
+    return subprocess.run(["sh", str(BUNDLE), *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+
+
+def test_the_bundle_program_run_as_a_file_stages_checks_and_swaps_the_live_link(tmp_path):
+    bundles, live, me = tmp_path / "sglang-fleet.d", tmp_path / "sglang-fleet", str(os.getuid())
+    for n, name in enumerate(("b1", "b2", "b3")):
+        staging = bundles / f".{name}.tmp"
+        staged = bundle_sh(tmp_path, "stage", str(bundles), str(staging), me, f"{staging}/", f"{staging}/rules")
+        assert staged.returncode == 0, staged.stderr
+        assert (staging / "rules").is_dir() and oct(staging.stat().st_mode & 0o777) == "0o700"
+        (staging / "prometheus.yml").write_text(name)
+        (staging / "alertmanager.yml").write_text(name)
+        os.utime(staging, (1_750_000_000 + n, 1_750_000_000 + n))  # ls -t's order: each bundle newer than the last
+        done = bundle_sh(tmp_path, "install", str(bundles), str(staging), name, str(live), "2", "prometheus.yml",
+                         "alertmanager.yml")
+        assert done.returncode == 0, done.stderr
+        assert os.readlink(live) == str(bundles / name) and (live / "prometheus.yml").read_text() == name
+        assert not staging.exists() and oct((bundles / name).stat().st_mode & 0o777) == "0o700"
+    assert sorted(p.name for p in bundles.iterdir()) == ["b2", "b3"]  # the live one and the one before it
+    assert (tmp_path / "checks.log").read_text().splitlines()[:2] == [
+        f"promtool check config {bundles}/.b1.tmp/prometheus.yml", f"amtool check-config {bundles}/.b1.tmp/alertmanager.yml"]
+
+
+def test_a_bundle_that_fails_its_check_changes_nothing_live(tmp_path):
+    bundles, live, me = tmp_path / "sglang-fleet.d", tmp_path / "sglang-fleet", str(os.getuid())
+    staging = bundles / ".bad.tmp"
+    assert bundle_sh(tmp_path, "stage", str(bundles), str(staging), me, f"{staging}/").returncode == 0
+    done = bundle_sh(tmp_path, "install", str(bundles), str(staging), "bad", str(live), "3", "prometheus.yml",
+                     "alertmanager.yml", checks_pass=False)
+    assert done.returncode != 0 and "invalid" in done.stderr
+    assert not live.exists() and not (bundles / "bad").exists() and staging.is_dir()
+
+
+def test_the_bundle_program_says_its_usage(tmp_path):
+    done = bundle_sh(tmp_path, "steal", "a", "b")
+    assert done.returncode == 2 and done.stderr.startswith("usage: bundle.sh stage|install")
