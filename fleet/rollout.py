@@ -18,7 +18,7 @@ from fleet import controller, layout, lock
 from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
-from fleet.wire import block, clipped, frames, mark
+from fleet.wire import BLOCK_LIMIT, clipped, frames
 
 KEEP_BACKUPS = 5
 OWNER = "root:root"  # every managed file and directory
@@ -93,10 +93,6 @@ def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def _sha1_of(path: str) -> str:
-    return f"$(sha1sum {_q(path)} 2>/dev/null | cut -d' ' -f1)"
-
-
 def write_command(path: str, text: str) -> str:
     """Write a file atomically: a reader sees the old content or the new, never half (printf, not
     echo: dash's echo would turn escapes into characters)."""
@@ -114,17 +110,12 @@ def _drop_staged(spec: ClassSpec) -> str:
 def backup_command(spec: ClassSpec, stamp: str, prune: bool = True) -> str:
     """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS (prune: a make tune's run,
     whose set goes at its end, prunes none); prints the dir or nothing (nothing there yet). A failed
-    copy fails the command and leaves no partial set."""
-    d = _q(f"{spec.backups_dir}/{stamp}")
-    files = " ".join(_q(f) for f in managed_paths(spec))
-    return (
-        f"mkdir -p {d} || exit 1; copied=yes; for f in {files}; do "
-        f"if [ -e \"$f\" ]; then cp -p \"$f\" {d}/ || {{ copied=no; break; }}; fi; done; "
-        f"if [ $copied = no ]; then rm -rf {d}; exit 1; fi; "
-        f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi"
-        + (f"; ls -1d {_q(spec.backups_dir)}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
-           if prune else "")
-    )
+    copy fails the command and leaves no partial set: fleet/programs/begin.sh's backup."""
+    return controller.shell("begin.sh", "backup", *_backup_args(spec, stamp, prune))
+
+
+def _backup_args(spec: ClassSpec, stamp: str, prune: bool) -> list[str | int]:
+    return [spec.backups_dir, stamp, "yes" if prune else "no", KEEP_BACKUPS, "\n".join(managed_paths(spec))]
 
 
 BEGUN_MARK = "@@begun"
@@ -147,17 +138,6 @@ class UnitSeen:
         return self.active in self.alike
 
 
-def _unit_check(u: UnitSeen, release: str) -> str:
-    """Its states now, compared as UnitSeen says; a difference prints UNIT_CHANGED with them as its data."""
-    def show(prop: str) -> str:
-        return f"$(systemctl show -p {prop} --value -- {_q(u.unit)} 2>/dev/null)"
-
-    now = block(UNIT_CHANGED, "printf '%s\\n%s\\n' \"$a\" \"$e\"", u.unit)
-    return (f"a={show('ActiveState')}; e={show('UnitFileState')}; "
-            f"case \"$a\" in {'|'.join(_q(s) for s in u.alike)}) like=yes;; *) like=no;; esac; "
-            f"[ $like = {'yes' if u.inside else 'no'} ] && [ \"$e\" = {_q(u.enabled)} ] || {{ {now}; {release}; exit 1; }}")
-
-
 def begin_command(
     spec: ClassSpec,
     who: dict,
@@ -174,39 +154,24 @@ def begin_command(
     """Before the first change: take the lock, check that the files (watched_files) and the units'
     states are still what preflight read, fix the directories, stage the files a rollback copies
     (path -> its backup, before this run's backup can prune that one), back up, write the
-    pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
-    that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
-    (none given: none checked); tune_mark: a make tune candidate's mark (fleet.tune.mark), written with
-    the pending record, before anything changes; prune_backups: False for a make tune's run. Whatever
-    fails after the lock is taken releases it and changes
-    nothing else: a backup set this command took is removed again."""
-    release = "release_lock"  # defined once: the lock's program is long, and every failure below releases it
-    undo = [_drop_staged(spec), release]
-
-    def fail() -> str:
-        return f"{{ {'; '.join(undo)}; exit 1; }}"
-
-    steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?",
-             f"release_lock() {{ {lock.release_command(spec)}; }}"]
-    for path, sha1 in files_seen.items():
-        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ {mark(CHANGED, path)}; {release}; exit 1; }}")
-    steps += [_unit_check(u, release) for u in units]
-    for d in managed_dirs(spec):
-        steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail()}")
-    steps.append(_drop_staged(spec))
-    for path, source in (copies or {}).items():
-        steps.append(f"cp -p {_q(source)} {_q(layout.staged_path(path))} || {fail()}")
-    if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp, prune_backups)} ) || {fail()}")
-        # a set without its pending record would pass for an interrupted rollout's (fleet.history)
-        undo.insert(0, f"rm -rf {_q(f'{spec.backups_dir}/{backup_stamp}')}")
-    steps.append(f"{_write_json(spec.pending_file, pending)} || {fail()}")
-    if tune_mark is not None:
-        steps.append(f"{_write_json(spec.tune_file, tune_mark)} || {fail()}")
-    for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
-        steps.append(f"install -m 600 /dev/null {_q(layout.staged_path(path))} || {fail()}")
-    steps.append(f"echo {BEGUN_MARK}")
-    return "; ".join(steps)
+    pending-rollout record (fleet/programs/begin.sh). Prints BEGUN_MARK at the end, or a CHANGED record
+    naming the path that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states
+    preflight read (none given: none checked); tune_mark: a make tune candidate's mark (fleet.tune.mark),
+    written with the pending record, before anything changes; prune_backups: False for a make tune's run.
+    Whatever fails after the lock is taken releases it and changes nothing else: a backup set this
+    command took is removed again."""
+    program = controller.shell(
+        "begin.sh", "begin", *_backup_args(spec, backup_stamp or "", prune_backups),
+        "\n".join(f"{sha1 or ''} {path}" for path, sha1 in files_seen.items()),
+        "\n".join(f"{u.unit} {'yes' if u.inside else 'no'} {u.enabled or '-'} {' '.join(u.alike)}" for u in units),
+        BLOCK_LIMIT + 1, "\n".join(managed_dirs(spec)), DIR_MODE,
+        "\n".join(layout.staged_path(p) for p in managed_paths(spec)),
+        "\n".join(f"{source}\n{layout.staged_path(path)}" for path, source in (copies or {}).items()),
+        spec.pending_file, json.dumps(pending, sort_keys=True) + "\n",
+        *((spec.tune_file, json.dumps(tune_mark, sort_keys=True) + "\n") if tune_mark is not None else ("", "")),
+        "\n".join(layout.staged_path(path) for path in secret_uploads))
+    return (f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?; "
+            f"{program} || {{ {lock.release_command(spec)}; exit 1; }}; echo {BEGUN_MARK}")
 
 
 @dataclass(frozen=True)

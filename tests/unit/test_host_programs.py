@@ -1,7 +1,8 @@
 """The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
 Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
 (fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands), restore.sh (a rollback's
-restore of the files) and bundle.sh (the monitoring host's configuration) on a tmp dir, stop_processes.sh on
+restore of the files), begin.sh (a rollout's beginning) and bundle.sh (the monitoring host's configuration) on a
+tmp dir, stop_processes.sh on
 processes of its own. How the deploy sends them is tested
 where their commands are (test_hub.py, test_lock.py, test_rollout.py)."""
 
@@ -30,13 +31,14 @@ FETCH = PROGRAMS / "fetch_revision.py"
 LOCK = PROGRAMS / "lock.sh"
 RESTORE = PROGRAMS / "restore.sh"
 BUNDLE = PROGRAMS / "bundle.sh"
+BEGIN = PROGRAMS / "begin.sh"
 STOP = PROGRAMS / "stop_processes.sh"
 SHELL = sorted(PROGRAMS.glob("*.sh"))
 PYTHON = sorted(PROGRAMS.glob("*.py"))
 
 
 def test_there_are_programs():
-    assert FETCH in PYTHON and {LOCK, RESTORE, STOP, BUNDLE} <= set(SHELL)
+    assert FETCH in PYTHON and {LOCK, BEGIN, RESTORE, STOP, BUNDLE} <= set(SHELL)
 
 
 @pytest.mark.parametrize("path", SHELL, ids=lambda p: p.name)
@@ -393,3 +395,53 @@ def test_a_bundle_that_fails_its_check_changes_nothing_live(tmp_path):
 def test_the_bundle_program_says_its_usage(tmp_path):
     done = bundle_sh(tmp_path, "steal", "a", "b")
     assert done.returncode == 2 and done.stderr.startswith("usage: bundle.sh stage|install")
+
+
+# --- begin.sh ---------------------------------------------------------------------------------
+
+def begin_sh(tmp: Path, seen: dict[str, str | None], copies: dict[str, str], stamp: str = "s3", keep: int = 1,
+             pending: Path | None = None) -> subprocess.CompletedProcess:
+    """begin.sh's begin run as the file under umask 077: the unit file and the env file managed, SEEN as preflight
+    read them, COPIES (source -> managed path) staged, no unit checked, no secret, no tune mark."""
+    managed = [tmp / "etc" / "sglang.service", tmp / "etc" / "sglang.env"]
+    return subprocess.run(
+        ["sh", "-c", 'umask 077; exec sh "$0" "$@"', str(BEGIN), "begin", str(tmp / "backups"), stamp, "yes", str(keep),
+         "\n".join(map(str, managed)), "\n".join(f"{sha or ''} {tmp / p}" for p, sha in seen.items()), "", "100",
+         str(tmp / "etc"), "700", "\n".join(f"{m}.staged" for m in managed),
+         "\n".join(f"{tmp / s}\n{tmp / d}.staged" for d, s in copies.items()),
+         str(pending or tmp / "etc" / "pending.json"), '{"phase": "begun"}\n', "", "", ""],
+        capture_output=True, text=True, timeout=30)
+
+
+def test_the_begin_program_stages_a_copy_before_its_own_backup_prunes_the_set_it_comes_from(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.service").write_text("live unit\n")
+    for old in ("s1", "s2"):
+        (tmp_path / "backups" / old).mkdir(parents=True)
+        (tmp_path / "backups" / old / "sglang.service").write_text(f"{old} unit\n")
+    done = begin_sh(tmp_path, {"etc/sglang.service": sha1("live unit\n"), "etc/sglang.env": None},
+                    {"etc/sglang.service": "backups/s1/sglang.service"})
+    assert done.returncode == 0 and done.stdout == f"{tmp_path / 'backups' / 's3'}\n", done.stderr
+    assert (tmp_path / "etc" / "sglang.service.staged").read_text() == "s1 unit\n"  # staged before s1 was pruned
+    assert sorted(p.name for p in (tmp_path / "backups").iterdir()) == ["s3"]
+    assert (tmp_path / "backups" / "s3" / "sglang.service").read_text() == "live unit\n"
+    assert json.loads((tmp_path / "etc" / "pending.json").read_text()) == {"phase": "begun"}
+
+
+def test_the_begin_program_refuses_a_file_changed_since_preflight_and_changes_nothing(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.env").write_text("written since\n")
+    done = begin_sh(tmp_path, {"etc/sglang.env": None}, {})
+    assert done.returncode == 1 and done.stdout == f"@@changed={tmp_path / 'etc' / 'sglang.env'}\n"
+    assert not (tmp_path / "backups").exists() and not (tmp_path / "etc" / "pending.json").exists()
+
+
+def test_a_failure_after_its_backup_undoes_the_set_and_the_staged_copies(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.service").write_text("live unit\n")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sglang.service").write_text("old unit\n")
+    done = begin_sh(tmp_path, {"etc/sglang.service": sha1("live unit\n")}, {"etc/sglang.service": "old/sglang.service"},
+                    pending=tmp_path / "no such dir" / "pending.json")
+    assert done.returncode == 1
+    assert list((tmp_path / "backups").iterdir()) == [] and not (tmp_path / "etc" / "sglang.service.staged").exists()
