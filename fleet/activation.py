@@ -1,8 +1,11 @@
 """Activate and roll back: the small state machine that ends every rollout that has begun.
 
-    [stop workloads] ──ok──> apply ──ok──> [wait] gate ──ready──> smoke ──ok──> finish: OK
-           │                   │                  └─failed─┐        └─failed─┐
-           └─failed────────────┴─failed──────────────────> roll back <───────┘
+    [stop workloads] ──ok──> apply ──ok──> [wait] gate: /health ──200──> generation ──ok──> finish: OK
+           │                   │                          └─failed─┐           └─failed─┐
+           └─failed────────────┴─failed──────────────────────────> roll back <──────────┘
+
+    The gate's last step is a real generation (the smoke test's request, fleet/gate.py): a host is
+    ready only when it returned tokens and, for a speculative service, proved speculation ran.
 
     The workloads (the training) stop here, in the host's own turn of its class's rollout
     (tasks/rolling.py), just before its restart: a host whose turn never comes keeps them.
@@ -11,7 +14,8 @@
       files change, or if the rollout started a service that was not running), its enabled
       state as it was, then
         it was serving, and its files came back (or the rollout had replaced and started them)
-                                                 -> restart, gate: serving again, or ROLLBACK FAILED
+                                                 -> restart, /health: serving again (as preflight
+                                                    judged it serving), or ROLLBACK FAILED
         it was not serving                       -> left stopped (or not installed), as it was
         it was serving, its files were already the declared ones
                                                  -> the rollout (re)started it: stopped, nothing to
@@ -39,7 +43,7 @@ class Steps(Protocol):
     def stop_workloads(self) -> list[str]: ...  # stop the plan's workloads, wait for their GPU memory; problems
     def apply(self) -> tuple[bool, str]: ...  # swap files, repairs, systemctl (restart if planned)
     def wait_ready(self) -> Verdict: ...
-    def smoke(self) -> SmokeResult: ...
+    def smoke(self) -> SmokeResult: ...  # the gate's last step: a generation, judged (fleet.gate.judge_generation)
     def show_journal(self) -> None: ...
     def restore(self, reason: str, stop: bool) -> tuple[bool, bool, str]: ...  # (ok, a service file came back, message)
     def restart(self) -> bool: ...
@@ -92,10 +96,9 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
             steps.show_journal()
             return roll_back(plan, steps, unit, record, ready.reason, started=started, workloads_stopped=True)
         smoke = steps.smoke()
-        if not smoke.ok:
+        if not smoke.ok:  # /health 200 but no generation: not ready (the outcome keeps no ready time)
             steps.show_journal()
-            return roll_back(plan, steps, unit, record, f"smoke test failed: {smoke.reason}", started=started,
-                             workloads_stopped=True, ready=ready)
+            return roll_back(plan, steps, unit, record, smoke.reason, started=started, workloads_stopped=True)
         steps.log(f"serving: {ready.reason}; smoke test {smoke.summary()}: {smoke.text!r}", "green")
     steps.finish({**record, "result": RecordResult.OK, "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
@@ -103,7 +106,7 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
 
 
 def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, started: bool,
-              workloads_stopped: bool, ready: Verdict | None = None) -> Outcome:
+              workloads_stopped: bool) -> Outcome:
     """Return the host to plan.before, whatever this run (or the interrupted one) got to.
     started: the service was (re)started with the new files; workloads_stopped: this run may have
     stopped the workloads (an interrupted run it takes over may have, whatever this says)."""
@@ -146,7 +149,6 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
     if may_have_stopped:  # group_data says how each is given back, or that it is not
         out.left += "".join(f"; {w} was not restarted (declared so)" for w in before.workloads_not_given_back)
     out.next = _next(out, unit)
-    out.ready = ready
     steps.finish({**record, "result": RecordResult.ROLLED_BACK if out.verdict is HostVerdict.ROLLED_BACK else RecordResult.FAILED,
                   "reason": reason, "rollback": out.verdict, "left": out.left})
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fleet.gate import METRICS_TIMEOUT_S, speculative
 from fleet.gateway import GatewayRolling
 from fleet.lock import FLOCK_WAIT_S
 from fleet.spec import ClassSpec, ProcessWorkload
@@ -50,9 +51,12 @@ def waiting(spec: ClassSpec, budget_s: float) -> Bound:
 
 
 def smoke(spec: ClassSpec) -> Bound:
-    """The smoke test: the chat completion (curl --max-time smoke.timeout_s), then /server_info."""
-    return Bound("the smoke test", spec.smoke.timeout_s + SERVER_INFO_S + MARGIN_S,
-                 f"smoke.timeout_s {spec.smoke.timeout_s:g} + {SERVER_INFO_S} + {MARGIN_S}")
+    """The gate's generation (the smoke test): the chat completion (curl --max-time smoke.timeout_s), then
+    /server_info; for a speculative service with /metrics, the verify counter read before and after it."""
+    reads = 2 * METRICS_TIMEOUT_S if speculative(spec) and spec.service.enable_metrics else 0
+    return Bound("the gate's generation (the smoke test)", spec.smoke.timeout_s + SERVER_INFO_S + reads + MARGIN_S,
+                 f"smoke.timeout_s {spec.smoke.timeout_s:g} + {SERVER_INFO_S} + " +
+                 (f"2 x /metrics {METRICS_TIMEOUT_S} + " if reads else "") + f"{MARGIN_S}")
 
 
 def workloads(spec: ClassSpec, what: str) -> Bound:

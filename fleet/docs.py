@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 from fleet.floating import Floating
 from fleet.gateway import Gateway, GatewayRolling, Mesh, MeshTls
 from fleet.monitoring import AlertBounds, Monitoring, Receiver
+from fleet.spec.combinations import KNOWN_BAD
 from fleet.spec import (
     ClassSpec,
     DDTree,
@@ -43,6 +44,7 @@ from fleet.spec import (
     Tune,
 )
 
+KNOWN_BAD_TITLE = "Known-bad speculative combinations (refused with SGLang's reason)"
 SPEC_MD = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 START, END = "<!-- spec-reference:start -->", "<!-- spec-reference:end -->"
 WIDTH = 110  # prose is wrapped here: no line of the reference comes near the README's limit of 300 characters
@@ -162,7 +164,23 @@ def reference() -> str:
         out += ["", f"### `{title}`", ""]
         for name, field in model.model_fields.items():
             out += _item(name, f"{_type(field)}; {_default(field)}", field.description or _doc(model))
-    return "\n".join(out) + "\n"
+    return "\n".join(out + known_bad()) + "\n"
+
+
+def known_bad() -> list[str]:
+    """The speculative combinations the spec refuses (fleet/spec/combinations.py), each with SGLang's reason."""
+    out = ["", f"### {KNOWN_BAD_TITLE}", ""] + _wrap(
+        "`make check` (and every deploy, before it connects) refuses these, reading service.extra_args as SGLang's "
+        "parser does (aliases, `=value`, the `_` spelling, abbreviations, the last value given) and "
+        "service.environment. Each refusal names the class file, the fields, what was found, SGLang's reason and "
+        "where SGLang says so; tests/contract/test_sglang_parser.py proves the real SGLang 0.5.23 refuses each of "
+        "its own and accepts the same settings where they are allowed.")
+    out.append("")
+    for bad in KNOWN_BAD:
+        text = f"{' | '.join(bad.algorithms)} with {bad.combination}: \"{bad.reason}\" ({bad.source})" + (
+            f"; {bad.remedy}" if bad.remedy else "")
+        out += _wrap(text, first="- ", rest="  ")
+    return out
 
 
 def rewrite(path: Path = SPEC_MD) -> bool:

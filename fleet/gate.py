@@ -1,18 +1,28 @@
-"""The readiness gate and the smoke test, as plain functions over what the host answered.
+"""The readiness gate, as plain functions over what the host answered.
 
-Only `/health` == 200 means serving: systemd's "active" does not (the model load can
-die minutes later) and neither does `/v1/models` (it answers before warm-up ends).
-A crash or a restart of the unit ends the wait at the next poll, not at the timeout.
+The gate has two steps, and a host is ready only after both:
+1. `/health` == 200 (the poll: fleet/programs/gate.sh). systemd's "active" does not mean serving
+   (the model load can die minutes later) and neither does `/v1/models` (it answers before
+   warm-up ends). A crash or a restart of the unit ends the wait at the next poll, not at the
+   timeout (readiness.load_timeout_s).
+2. A real generation, its last step: the smoke test's chat completion (smoke.prompt, at most
+   smoke.max_tokens, within smoke.timeout_s) must return tokens; for a speculative service it must
+   also prove that speculation ran: the answer's meta_info has spec_verify_ct > 0, else
+   sglang:spec_verify_calls_total grew across it. `/health` alone lies: SGLang's stays 200 through
+   a hung scheduler (sglang issues 6624, 35822), and a drafter that never runs serves at the
+   target's bare speed without an error.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from fleet import controller
 from fleet.spec import ClassSpec
 from fleet.wire import ascii_int, block, captured, excerpt, finite, frames, load_json
 
@@ -72,34 +82,27 @@ def url(spec: ClassSpec, path: str) -> str:
 CURL = "curl --noproxy '*' --globoff"
 
 
-OBSERVATION_MARK = "@@observation"
+OBSERVATION_MARK = "@@observation"  # what fleet/programs/gate.sh prints before an observation
+POLL = controller.program("gate.sh")
 
 
-def _observe(spec: ClassSpec) -> str:
-    unit = shlex.quote(spec.service_unit)
-    return (
-        f"systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- {unit}; "
-        # `&& ||`: a failed curl ends no command run under `set -e` (the restart's)
-        f"h=$({CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 2 {url(spec, '/health')}) && c=0 || c=$?; "
-        "printf 'health=%s\\nprobe=%s\\n' \"$h\" \"$c\""
-    )
+def _poll(spec: ClassSpec, action: str, *more: object) -> str:
+    """gate.sh's ACTION for the spec's unit and /health, in a subshell of the command's shell (its
+    exit ends only that), its arguments the positional parameters, each quoted."""
+    args = [action, spec.service_unit, base_url(spec) + "/health", *more]
+    return f"( set -- {' '.join(shlex.quote(str(a)) for a in args)}\n{POLL}\n)"
 
 
 def observe_command(spec: ClassSpec) -> str:
     """One observation of the unit and /health, after OBSERVATION_MARK."""
-    return f"echo {OBSERVATION_MARK}; {_observe(spec)}"
+    return _poll(spec, "observe")
 
 
 def wait_command(spec: ClassSpec, previous: str, budget_s: float) -> str:
     """Poll on the host, every poll_interval_s, until the observation differs from `previous`
     (the last one the controller saw) or budget_s has passed; print the last one. The wait
     costs one SSH command per change of state, not one per poll."""
-    return (
-        f"prev={shlex.quote(previous)}; end=$(( $(date +%s) + {max(1, int(budget_s + 0.999))} )); "
-        f"while :; do obs=$({_observe(spec)}); [ \"$obs\" != \"$prev\" ] && break; "
-        f"[ \"$(date +%s)\" -ge \"$end\" ] && break; sleep {spec.readiness.poll_interval_s:g}; done; "
-        f"echo {OBSERVATION_MARK}; printf '%s\\n' \"$obs\""
-    )
+    return _poll(spec, "wait", previous, max(1, int(budget_s + 0.999)), f"{spec.readiness.poll_interval_s:g}")
 
 
 def observation_text(stdout: str) -> str:
@@ -143,7 +146,7 @@ def judge(start: Observation, now: Observation, elapsed: float, timeout: float) 
     return WAITING
 
 
-# --- smoke test -------------------------------------------------------------
+# --- the generation: the gate's last step (the smoke test's request) ----------------
 
 @dataclass(frozen=True)
 class SmokeResult:
@@ -155,6 +158,8 @@ class SmokeResult:
     accept_length: float | None = None
     text: str = ""
     reasoning_only: bool = False  # a thinking model still reasoning when max_tokens ran out (content null)
+    verify_ct: int | None = None  # the answer's meta_info spec_verify_ct (None: it has none)
+    verify_grew: float | None = None  # sglang:spec_verify_calls_total after it less before (None: not read)
 
     def summary(self) -> str:
         if not self.ok:
@@ -167,6 +172,9 @@ class SmokeResult:
 # /server_info answers with the server's keys in clear: they are blanked on the host, before the
 # answer crosses to the controller (where --debug would print it).
 REDACT_KEYS = "sed -E 's/(\"[a-z_]*(api_key|password|token)\") *: *\"[^\"]*\"/\\1:\"***\"/g'"
+METRICS_TIMEOUT_S = 5  # a read of /metrics (its curl --max-time)
+VERIFY_CALLS = "sglang:spec_verify_calls_total"  # SGLang's count of verify steps (absent until it counts one)
+METRICS_READ = "# read"  # the line the verify count's read prints first when /metrics answered
 
 
 def auth_option(spec: ClassSpec) -> str:
@@ -175,20 +183,34 @@ def auth_option(spec: ClassSpec) -> str:
     return f"-H @{shlex.quote(spec.auth_header_file)} " if spec.service.api_key is not None else ""
 
 
-def metrics_command(spec: ClassSpec) -> str:
+def metrics_command(spec: ClassSpec, options: str = "-s") -> str:
     """SGLang's Prometheus text (/metrics skips the API key; the header does no harm)."""
-    return f"{CURL} -s --max-time 5 {auth_option(spec)}{url(spec, '/metrics')}"
+    return f"{CURL} {options} --max-time {METRICS_TIMEOUT_S} {auth_option(spec)}{url(spec, '/metrics')}"
+
+
+def speculative(spec: ClassSpec) -> bool:
+    return spec.speculative.algorithm != "none"
+
+
+def _verify_count(spec: ClassSpec) -> str:
+    """The verify counter's lines of /metrics, after METRICS_READ if /metrics answered at all."""
+    return (f"m=$({metrics_command(spec, '-sf')}) && {{ echo {shlex.quote(METRICS_READ)}; "
+            f"printf '%s\\n' \"$m\" | grep '^{VERIFY_CALLS}' || :; }}")
 
 
 def smoke_command(spec: ClassSpec) -> str:
-    """Chat completion then /server_info (SGLang wants the key on both), run on the host; each
-    answer its own record (a reply may hold any text: it must not frame the other)."""
+    """The chat completion (asking for its meta_info) then /server_info (SGLang wants the key on
+    both), run on the host; each answer its own record (a reply may hold any text: it must not frame
+    the other). For a speculative service with /metrics, the verify counter before and after it."""
     body = json.dumps(
         {
             "model": spec.service.served_model_name,
             "messages": [{"role": "user", "content": spec.smoke.prompt}],
             "temperature": 0,
             "max_tokens": spec.smoke.max_tokens,
+            # SGLang 0.5.23 (serving_chat.py) gives each choice its meta_info, spec_verify_ct among it;
+            # an engine without the field ignores it (the request model ignores unknown fields)
+            "return_meta_info": True,
         },
         ensure_ascii=False,
     )
@@ -201,26 +223,61 @@ def smoke_command(spec: ClassSpec) -> str:
             f"-w '\\nhttp=%{{http_code}} time=%{{time_total}}\\n' --data-binary @- "
             f"{url(spec, '/v1/chat/completions')}")
     info = f"{CURL} -sS --max-time 10 {auth_header}{url(spec, '/server_info')} | {REDACT_KEYS}"
-    return f"{captured('chat', chat)}; {block('server-info', info)}"
+    counted = speculative(spec) and spec.service.enable_metrics
+    before = f"{block('verify-before', _verify_count(spec))}; " if counted else ""
+    after = f"; {block('verify-after', _verify_count(spec))}" if counted else ""
+    return f"{before}{captured('chat', chat)}{after}; {block('server-info', info)}"
+
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> the first finite sample of each metric name (SGLang has one per model)."""
+    out: dict[str, float] = {}
+    for m in map(_SAMPLE.match, text.split("\n")):
+        value = finite(m.group(2)) if m else None
+        if value is not None:
+            out.setdefault(m.group(1), value)
+    return out
 
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31 else 0
 
 
+def _verify_calls(text: str | None) -> float | None:
+    """The verify counter as one read printed it; absent from an answering /metrics, 0 (SGLang shows
+    it only once it has counted); None when /metrics did not answer."""
+    if text is None or METRICS_READ not in text.split("\n"):
+        return None
+    return parse_metrics(text).get(VERIFY_CALLS, 0.0)
+
+
+CURL_EXITS = {7: "connection refused", 28: "timed out", 52: "the connection closed without an answer",
+              56: "the connection broke"}
+
+
 def parse_smoke(answer: str) -> SmokeResult:
-    """The `@@chat` record (curl's reply, then its `http=CODE time=SECONDS` line) and `@@server-info`."""
+    """The `@@chat` record (curl's reply, then its `http=CODE time=SECONDS` line), `@@server-info`, and the
+    verify counter's `@@verify-before` and `@@verify-after` where the command read them."""
     parts = {f.key: f.text for f in frames(answer)}
+    rcs = {f.key: f.value for f in frames(answer)}
     lines = (parts.get("chat") or "").strip().split("\n")
     status = dict(kv.split("=", 1) for kv in lines[-1].split() if "=" in kv)
     body = "\n".join(lines[:-1])
     http = status.get("http", "")
+    if http in ("", "000"):
+        rc = ascii_int(rcs.get("chat"), 0, 255)
+        said = f"curl exit {rc}: {CURL_EXITS[rc]}" if rc in CURL_EXITS else f"curl exit {rc}" if rc else "nothing"
+        return SmokeResult(False, f"chat completion got no answer ({said})")
     if http != "200":
         shown = http if ascii_int(http, 0, 999) is not None else "nothing"
         return SmokeResult(False, f"chat completion answered HTTP {shown}: {excerpt(body, 200)}")
     try:
         reply = load_json(body, "chat completion")
-        message = reply["choices"][0]["message"]
+        choice = reply["choices"][0]
+        message = choice["message"]
         text, reasoning = (message["content"] or "").strip(), (message.get("reasoning_content") or "").strip()
         tokens = _count((reply.get("usage") or {}).get("completion_tokens"))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
@@ -229,6 +286,9 @@ def parse_smoke(answer: str) -> SmokeResult:
     # the text in reasoning_content. Tokens made and no error is a working server.
     if not (text or reasoning) or tokens <= 0:
         return SmokeResult(False, f"chat completion returned no text ({tokens} completion tokens)")
+    meta = choice.get("meta_info") if isinstance(choice, dict) else None
+    verify_ct = _count(meta.get("spec_verify_ct")) if isinstance(meta, dict) and "spec_verify_ct" in meta else None
+    before, after = _verify_calls(parts.get("verify-before")), _verify_calls(parts.get("verify-after"))
     latency = finite(status.get("time")) or 0.0
     accept = None
     try:
@@ -246,4 +306,36 @@ def parse_smoke(answer: str) -> SmokeResult:
         accept_length=accept,
         text=(text or reasoning)[:1000],
         reasoning_only=not text,
+        verify_ct=verify_ct,
+        verify_grew=after - before if before is not None and after is not None else None,
     )
+
+
+def speculation_ran(result: SmokeResult) -> tuple[bool, str]:
+    """(whether the generation proves speculation ran, what it showed): meta_info's spec_verify_ct > 0,
+    else the verify counter grew across it (an engine that gives no meta_info, or 0.5.23, which leaves
+    spec_verify_ct out when it is 0)."""
+    meta = "no spec_verify_ct in its meta_info" if result.verify_ct is None else f"spec_verify_ct {result.verify_ct}"
+    if result.verify_ct:
+        return True, meta
+    if result.verify_grew is None:
+        return False, f"{meta}, {VERIFY_CALLS} not read (/metrics off or not answering)"
+    return result.verify_grew > 0, f"{meta}, {VERIFY_CALLS} +{result.verify_grew:g}"
+
+
+def judge_generation(host: str, spec: ClassSpec, result: SmokeResult) -> SmokeResult:
+    """The gate's last step, judged: tokens back, and for a speculative service proof that speculation
+    ran; else not ready, the reason naming the host, what was expected and what was found."""
+    asked = (f"a chat completion with tokens (at most smoke.max_tokens {spec.smoke.max_tokens}, "
+             f"within smoke.timeout_s {spec.smoke.timeout_s:g}s)")
+    if not result.ok:
+        return replace(result, reason=f"{host}: not ready: /health 200, but its generation failed: expected {asked}, "
+                                      f"found: {result.reason}")
+    if speculative(spec):
+        ran, shown = speculation_ran(result)
+        if not ran:
+            return replace(result, ok=False, reason=(
+                f"{host}: not ready: its generation made {result.completion_tokens} tokens but "
+                f"{spec.speculative.algorithm} did not run: expected spec_verify_ct > 0 in the answer's meta_info "
+                f"or {VERIFY_CALLS} to grow, found {shown}"))
+    return result

@@ -7,13 +7,13 @@ Plain functions over what one round trip read (the preflight facts, the deploy r
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field, replace
 
 from fleet import guards, lock
 from fleet.engine import running_engine
 from fleet.hub import served_weights
 from fleet.floating import Vrrp, parse_vrrp
+from fleet.gate import parse_metrics
 from fleet.gateway import READY, SMG_RELEASE, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_record, describe_serving, when
 from fleet.monitoring import UNIT_STATE, MonitoringHost, firing, is_ready
@@ -23,7 +23,7 @@ from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
 from fleet.secrets import Secrets, unread
 from fleet.spec import ClassSpec
-from fleet.wire import LINE, Unreadable, ascii_int, capped, excerpt, finite, shown
+from fleet.wire import LINE, Unreadable, ascii_int, capped, excerpt, shown
 
 # the verdicts, worst first: the exit code is non-zero for all but OK
 UNREACHABLE, REFUSED, UNHEALTHY, DRIFT, OK = "UNREACHABLE", "REFUSED", "UNHEALTHY", "DRIFT", "OK"
@@ -61,19 +61,6 @@ def unreachable(host: str, gpu_class: str, reason: str) -> HostStatus:
 
 def refused(host: str, gpu_class: str, problems: list[str]) -> HostStatus:
     return HostStatus(host, REFUSED, gpu_class, reasons=list(problems))
-
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> the first finite sample of each metric name (SGLang has one per model)."""
-    out: dict[str, float] = {}
-    for m in map(_SAMPLE.match, text.split("\n")):
-        value = finite(m.group(2)) if m else None
-        if value is not None:
-            out.setdefault(m.group(1), value)
-    return out
 
 
 def _not_compared(files: list[ManagedFile], facts: HostFacts) -> list[ManagedFile]:

@@ -12,6 +12,11 @@ the same on every machine and every build.
                           r2  the same tensors with other bytes: a new revision of the draft
                           r3  the shard grown to 24 MiB, so that a throttled fetch (Lab.throttle) lasts seconds
 
+  lab/Qwen3-8B-Base-DFlash  a DFlash draft trained for another target, lab/Qwen3-8B-Base: the same files as
+                        the draft's r1 (other bytes), its config.json declaring (lab_acceptance, lab/doubles/README.md)
+                        0.9 with lab/Qwen3-8B-Base and 0.2 with lab/Qwen3-8B: served with lab/Qwen3-8B it loads and
+                        serves, and accepts little; one commit
+
 The branch is `main` (olah fails with `master`). Built once into ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}/
 <CACHE_NAME>/ as bare repositories under models/<org>/<name> (olah's <mirrors-path>/models/<org>/<name>),
 with revisions.json, written last, marking a finished build; a mirror host gets a copy at each `up`.
@@ -32,12 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab import base
+from lab import base, wheels
 
 TARGET = "lab/Qwen3-8B"
 DRAFT = "lab/Qwen3-8B-DFlash"
-REPOS = (TARGET, DRAFT)
-CACHE_NAME = "hf-repos-1"  # bump whenever what build() makes changes, so the cache is made again
+OTHER_TARGETS_DRAFT = "lab/Qwen3-8B-Base-DFlash"
+REPOS = (TARGET, DRAFT, OTHER_TARGETS_DRAFT)
+# what OTHER_TARGETS_DRAFT declares it accepts, by target (the SGLang double serves it so)
+OTHER_TARGETS_ACCEPTANCE = {"lab/Qwen3-8B-Base": 0.9, TARGET: 0.2}
+CACHE_NAME = "hf-repos-2"  # bump whenever what build() makes changes, so the cache is made again
 AUTHOR = ("sglang-fleet lab", "lab@sglang-fleet.invalid")
 FIRST_DATE = 1767225600  # 2026-01-01T00:00:00Z; each commit a day after the one before
 DAY = 86400
@@ -168,10 +176,20 @@ def _draft_commits() -> list[tuple[str, dict[str, bytes]]]:
     ]
 
 
+def _other_targets_draft_commits() -> list[tuple[str, dict[str, bytes]]]:
+    from lab.provision import _draft_config, _target_config
+
+    config = {**_draft_config("dflash", _target_config(TARGET), None),
+              wheels.DOUBLE_LAB.DRAFT_ACCEPTANCE_KEY: OTHER_TARGETS_ACCEPTANCE}
+    return [("r1: the DFlash draft of lab/Qwen3-8B-Base (accepts little with lab/Qwen3-8B)",
+             {"config.json": _json(config),
+              "model.safetensors": safetensors(_draft_tensors(False), f"{OTHER_TARGETS_DRAFT}@r1")})]
+
+
 def commits() -> dict[str, list[tuple[str, dict[str, bytes]]]]:
     """Each repository's commits, oldest first: (message, every file the commit's tree holds)."""
     return {TARGET: [("r1: Qwen3-8B, lab weights (small shards in the real format)", _target_files())],
-            DRAFT: _draft_commits()}
+            DRAFT: _draft_commits(), OTHER_TARGETS_DRAFT: _other_targets_draft_commits()}
 
 
 def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None, work_tree: Path | None = None) -> str:

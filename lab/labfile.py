@@ -13,6 +13,7 @@ from typing import Any
 
 from fleet.spec import SGLANG_0523_ALGORITHMS, UNIT_NAME
 from lab.base import DEFAULT_SUITE, IMAGES
+from lab.wheels import DOUBLE_LAB
 
 DEFAULT_LAB_NAME = "sgllab"
 DEFAULT_SUBNET = "10.203.0.0/24"
@@ -36,6 +37,10 @@ SPECULATION_KEYS = ("step_ms", "per_request", "per_draft_token", "per_draft_toke
 SPECULATION_ALLOWED = ("a table of exactly step_ms (> 0), per_request, per_draft_token, per_draft_token_sq (>= 0) "
                        "and acceptance (> 0, <= 1), numbers, e.g. { step_ms = 5.0, per_request = 0.2, "
                        "per_draft_token = 0.05, per_draft_token_sq = 0.01, acceptance = 0.9 }")
+DRAFT_ACCEPTANCE_ALLOWED = (
+    "a table of draft directories (absolute paths), each a table of target -> acceptance (> 0, <= 1), a target "
+    "being '*' (any other), a target's path or a repository id ORG/NAME, e.g. { \"/root/models/Qwen3.6-27B-DFlash-v2\" "
+    "= { \"/root/models/Qwen3.6-27B\" = 0.2, \"*\" = 0.7 } }")
 MIRROR_NO_GROUP = ("a mirror host has no group: it is the lab's package index, no part of the fleet (the inventory "
                    "leaves it out, so that no deploy touches it); remove the key")
 
@@ -166,6 +171,15 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
             out.append("acceptance must be > 0 and <= 1")
         return "; ".join(out) or None
 
+    def draft_acceptance(v):
+        if not isinstance(v, dict) or not v:
+            return "not a non-empty table"
+        bad = [p for p in v if not p.startswith("/")]
+        if bad:
+            return f"draft directory not absolute: {bad}"
+        return "; ".join(f"{p}: {err}" for p, targets in v.items()
+                         if (err := DOUBLE_LAB.check_draft_acceptance(targets))) or None
+
     return {
         "name": (True, None, *text(HOST_NAME, "lowercase letters, digits and '-', at most 32")),
         "group": (True, None, lambda v: None if v in groups + gateway_groups else "not a GPU class or gateway group",
@@ -198,6 +212,7 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "missing_programs": (False, [], job_names, "a list of program names, e.g. ['curl']: none of them on the "
                              "host's PATH, as on a minimal install"),
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
+        "draft_acceptance": (False, None, draft_acceptance, DRAFT_ACCEPTANCE_ALLOWED),
         "reasoning_model": (False, False, *boolean()),
         "ssh_user": (False, "root", *text(re.compile(r"^[a-z_][a-z0-9_-]{0,30}$"), "a user name, e.g. 'ubuntu'")),
         "debian": (False, DEFAULT_SUITE, lambda v: None if v in IMAGES else "not a Debian release the lab builds",

@@ -461,15 +461,24 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
             write(root, f"/etc/systemd/system/{unit}", DISK_MOUNT.format(kib=entry[key], path=path, what=what, key=key))
             enable(root, unit, "local-fs.target")
 
-    # models
+    # models; a draft directory of draft_acceptance is one more draft of the group's, declaring its acceptance
     missing = set(p.rstrip("/") for p in entry["missing_models"])
+    declared = entry.get("draft_acceptance") or {}
+    drafts: dict[str, dict[str, Any]] = {}
     for spec in [group_spec] + ([pre_spec] if pre_spec else []):
         for target, kind, draft, name in models_of(spec):
             tconf = _target_config(name)
             if target and target not in missing:
                 write_model(root, target, tconf)
-            if draft and draft not in missing:
-                write_model(root, draft, _draft_config(kind, tconf, entry.get("draft_vocab_size")))
+            config = _draft_config(kind, tconf, entry.get("draft_vocab_size"))
+            if draft:
+                drafts[draft] = config
+            for path in declared:
+                drafts.setdefault(path, config)
+    for path, config in drafts.items():
+        if path not in missing:
+            acceptance = declared.get(path)
+            write_model(root, path, {**config, **({wheels.DOUBLE_LAB.DRAFT_ACCEPTANCE_KEY: acceptance} if acceptance else {})})
 
     # the preinstalled (old) service, enabled so it serves at boot
     preinstalled_argv = None

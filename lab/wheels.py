@@ -25,15 +25,16 @@ EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: a wheel's bytes must not d
 SKIP = ("__pycache__",)  # and *.pyc: what an import left in the checkout is no part of the package
 
 
-def _builtins() -> list[str]:
-    # the double's own list (its package imports as `sglang`, not from here: load the one module)
+def _double_lab():
+    # the double's own lab module (its package imports as `sglang`, not from here: load the one module)
     spec = importlib.util.spec_from_file_location("_sglang_double_lab", DOUBLE / "_lab.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return list(module.BUILTIN_ALGORITHMS)
+    return module
 
 
-BUILTIN_ALGORITHMS = _builtins()
+DOUBLE_LAB = _double_lab()  # its lists and checks, for the lab's own (labfile.py: a draft's declared acceptance)
+BUILTIN_ALGORITHMS = list(DOUBLE_LAB.BUILTIN_ALGORITHMS)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tasks.preflight import Preflight
 def service(pf: Preflight) -> None:
     rolling.enlist(host, pf)  # its turn in its class: the canary first, then rolling.max_unavailable at a time
     python.call(
-        name=f"Activate {pf.spec.service_unit} (files live, restart if needed, wait for /health, smoke test)",
+        name=f"Activate {pf.spec.service_unit} (files live, restart if needed, the gate: /health, then a generation)",
         function=_activate,
         pf=pf,
     )
@@ -94,7 +94,7 @@ class HostSteps:
 
     def smoke(self) -> gate.SmokeResult:
         _, out = run(self.host, gate.smoke_command(self.spec), bounds.smoke(self.spec))
-        return gate.parse_smoke(out)
+        return gate.judge_generation(self.host.name, self.spec, gate.parse_smoke(out))
 
     def show_journal(self) -> None:
         _, out = run(self.host, rollout.journal_command(self.spec), bounds.reading(self.spec, "the journal"))

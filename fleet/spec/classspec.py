@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from fleet import layout
+from fleet.spec.combinations import refused
 from fleet.spec.engine import EngineSpec
 from fleet.spec.hub import HubModel, HubSpec
 from fleet.spec.names import UNIT_RULE
@@ -44,7 +45,7 @@ class ClassSpec(Strict):
         "where it runs in a container): it keeps its host refused as GPUs busy.",
     )
     readiness: Readiness = Field(default_factory=Readiness, description="The rollout's wait for /health.")
-    smoke: Smoke = Field(default_factory=Smoke, description="The chat completion a rollout must pass.")
+    smoke: Smoke = Field(default_factory=Smoke, description="The chat completion that ends the readiness gate.")
     rolling: Rolling = Field(default_factory=Rolling, description="How many of its hosts restart at once, after the "
                              "canary.")
     engine: EngineSpec | None = Field(None, description="The SGLang to install and run (its venv is the launcher); "
@@ -74,6 +75,9 @@ class ClassSpec(Strict):
                              "runs its venv; remove service.launcher, or engine to run a hand-made environment")
         if self.service_unit in self.service_workloads:
             raise ValueError(f"workloads lists the service's own unit {self.service_unit}")
+        known_bad = refused(self.speculative, self.service, self.engine)
+        if known_bad:
+            raise ValueError("; ".join(known_bad))
         return self
 
     @property

@@ -75,14 +75,17 @@ class Readiness(Strict):
 
 
 class Smoke(Strict):
-    """The OpenAI-API chat completion that must succeed after a rollout."""
+    """The readiness gate's last step, after /health 200: a real chat completion that must return tokens
+    and, for a speculative service, show that speculation ran (its meta_info's spec_verify_ct > 0, else
+    sglang:spec_verify_calls_total grew): /health alone stays 200 through a hung scheduler."""
 
     prompt: text(PROMPT_MAX) = Field(
         "Say hello in one short sentence.", min_length=1,
         description=f"The user message, 1..{PROMPT_MAX} characters (any Unicode but control characters): "
         "the request travels JSON-escaped in one shell argument on the host.")
     max_tokens: Int = Field(16, ge=1, le=512, description="The reply's max_tokens, 1..512.")
-    timeout_s: Number = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s.")
+    timeout_s: Number = Field(120, ge=1, le=3600, description="How long the request may take, 1..3600 s; "
+                              "past it (a generation that hangs) the host is not ready and rolls back.")
 
 
 Percent = Annotated[str, StringConstraints(pattern=r"^(100|[1-9][0-9]?)%$"), Kind("percentage")]  # pydantic's regex: $ ends the text

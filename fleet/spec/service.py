@@ -53,7 +53,9 @@ class Service(Strict):
         "spelling SGLang's parser takes, abbreviations too: the refusal names the field; other "
         "--speculative-* tuning flags are fine), no secret flag (--api-key, --admin-api-key, "
         "--ssl-keyfile-password), no --config, no inline JSON for --watermark-config or "
-        "--hicache-storage-backend-extra-config.",
+        "--hicache-storage-backend-extra-config. Settings SGLang refuses with the speculative algorithm (DFLASH "
+        "with --pp-size 2, NGRAM with --attn-dp-size 2 ...) are refused with its reason: see the known-bad "
+        "speculative combinations at the end of this reference.",
     )
     environment: dict[str, Text] = Field(
         default_factory=dict,

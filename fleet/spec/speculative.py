@@ -82,7 +82,8 @@ class DFlash(Strict):
 
 class DDTree(Strict):
     """DDTree: DFlash draft tree verified in one target pass. PROVISIONAL: rendered as
-    sglang PR 29907 proposes; SGLang 0.5.23 has no DDTree and preflight refuses it there.
+    sglang PR 29907 proposes; SGLang 0.5.23 has no DDTree: the spec refuses it with an engine
+    pinned to 0.5.23 (fleet/spec/combinations.py), preflight on any engine without it.
     It is never served as linear DFLASH."""
 
     algorithm: Literal["DDTREE"]

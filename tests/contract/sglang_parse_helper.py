@@ -5,10 +5,13 @@ Runs inside the real venv (tools/sglang-venv.sh), never in the project venv:
     echo '[{"id": "a", "argv": ["--model-path", "/m"]}]' | $(tools/sglang-venv.sh) sglang_parse_helper.py
 
 stdin: a JSON list of cases {"id": str, "argv": [flags after `-m sglang.launch_server`],
-       "platform": {fact: value} (optional; default: an H200, see DEFAULT_PLATFORM)}.
+       "platform": {fact: value} (optional; default: an H200, see DEFAULT_PLATFORM),
+       "environment": {name: value} (optional: the unit's environment, set for that case only),
+       "check": true (optional: also run `check_server_args()`, the start-up check the server
+       runs after resolving and before it loads anything: entrypoints/engine.py)}.
 stdout: one line `SGLANG-PARSE-RESULT <json list>`, one result per case, in order:
   {"id", "ok": true, "resolved": {field: value}}  or
-  {"id", "ok": false, "stage": "parse"|"resolve", "error_type", "error", "stderr"}.
+  {"id", "ok": false, "stage": "parse"|"resolve"|"check", "error_type", "error", "stderr"}.
 
 Each case does what `python -m sglang.launch_server ARGV` does before it loads
 anything: `prepare_server_args(argv)` (argparse: flags, types, choices) and then
@@ -120,15 +123,34 @@ def _json_safe(value):
         return repr(value)
 
 
-def run_case(prepare_server_args, argv: list[str], platform=None, secrets=None) -> dict:
+@contextlib.contextmanager
+def _environment(variables):
+    """The unit's environment for one case (SGLang reads its switches from os.environ when it checks)."""
+    before = {k: os.environ.get(k) for k in variables or {}}
+    os.environ.update(variables or {})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_case(prepare_server_args, argv: list[str], platform=None, secrets=None, environment=None,
+             check=False) -> dict:
     """secrets: {field: expected value}; the result says which the server got, never the values."""
     err = io.StringIO()
     stage = "parse"
     try:
-        with contextlib.redirect_stderr(err), _platform(platform):
+        with contextlib.redirect_stderr(err), _platform(platform), _environment(environment):
             server_args = prepare_server_args(list(argv))
             stage = "resolve"
             server_args.resolve_once()
+            if check:
+                stage = "check"
+                server_args.check_server_args()
             resolved = server_args.resolved_dict()
     except SystemExit as e:  # argparse: usage + "error: ..." on stderr, exit 2
         return {
@@ -161,7 +183,8 @@ def main() -> int:
     prepare_server_args = _setup()
     results = []
     for case in cases:
-        result = run_case(prepare_server_args, case["argv"], case.get("platform"), case.get("secrets"))
+        result = run_case(prepare_server_args, case["argv"], case.get("platform"), case.get("secrets"),
+                          case.get("environment"), case.get("check", False))
         result["id"] = case.get("id")
         results.append(result)
     sys.stdout.write(MARKER + json.dumps(results) + "\n")

@@ -20,11 +20,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from fleet.groupdata import load_group_data, spec_data
 from fleet.render import render_config, server_argv
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
+from fleet.spec.combinations import KNOWN_BAD
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).resolve().parent / "sglang_parse_helper.py"
@@ -233,3 +235,89 @@ def test_sglang_0523_has_no_ddtree(contract):
     r = contract[1]["ddtree-no-budget"]
     assert not r["ok"] and r["stage"] == "resolve"
     assert (r["error_type"], r["error"]) == ("ValueError", "Unknown speculative algorithm name: DDTREE")
+
+
+# --------------------------------------------------------------------------- known-bad combinations
+
+# fleet/spec/combinations.py's refusals the real SGLang 0.5.23 makes itself, each beside the same settings where
+# both accept them: (variant, service.extra_args, service.environment). A two-GPU class (tp 2) so that data-parallel
+# attention has GPUs to split.
+COMBINATION_GROUP = "a6000"
+PP2, DP_ATTENTION = ["--pp-size", "2"], ["--attn-dp-size", "2"]
+COMBINATIONS: dict[str, tuple[str, list[str], dict[str, str]]] = {
+    "DFLASH pp": ("DFLASH", PP2, {}),
+    "EAGLE3 pp": ("EAGLE3", ["--pipeline-parallel-size=2"], {}),
+    "STANDALONE pp": ("STANDALONE", PP2, {}),
+    "NGRAM pp": ("NGRAM", PP2, {}),
+    "EAGLE pp": ("EAGLE", PP2, {}),
+    "NEXTN pp": ("NEXTN", PP2, {}),
+    "EAGLE pp multi-layer on prefill": ("EAGLE", PP2 + ["--enable-multi-layer-eagle", "--disaggregation-mode",
+                                                      "prefill"], {}),
+    "DFLASH dp attention": ("DFLASH", DP_ATTENTION, {}),
+    "DFLASH deprecated dp attention": ("DFLASH", ["--enable-dp-attention", "--dp-size", "2"], {}),
+    "STANDALONE dp attention": ("STANDALONE", DP_ATTENTION, {}),
+    "NGRAM dp attention": ("NGRAM", ["--enable-dp-attention", "--dp-size=2"], {}),
+    "DFLASH window under block": ("DFLASH", ["--speculative-draft-window-size", "8"], {}),
+    "EAGLE3 flex attention": ("EAGLE3", ["--attention-backend", "flex_attention"], {}),
+    "DFLASH flex attention": ("DFLASH", ["--attention-backend", "flex_attention"], {}),
+    "NGRAM flex attention": ("NGRAM", ["--attention-backend", "flex_attention"], {}),
+    "STANDALONE rejection sampling": ("STANDALONE", ["--speculative-use-rejection-sampling"], {}),
+    "EAGLE3 tree rejection sampling": ("EAGLE3", ["--speculative-use-rejection-sampling"], {}),
+    # allowed
+    "EAGLE pp on prefill": ("EAGLE", PP2 + ["--disaggregation-mode", "prefill"], {}),
+    "EAGLE pp with SGLANG_ENABLE_PP_SPEC": ("EAGLE", PP2, {"SGLANG_ENABLE_PP_SPEC": "1"}),
+    "DFLASH dp attention with dp lm head": ("DFLASH", DP_ATTENTION + ["--enable-dp-lm-head"], {}),
+    "EAGLE3 dp attention": ("EAGLE3", DP_ATTENTION, {}),
+    "NGRAM dp replicas": ("NGRAM", ["--dp-size", "2"], {}),
+    "DFLASH dp attention flag alone": ("DFLASH", ["--enable-dp-attention"], {}),
+    "DFLASH window of the block": ("DFLASH", ["--speculative-draft-window-size", "16"], {}),
+    "EAGLE rejection sampling": ("EAGLE", ["--speculative-use-rejection-sampling"], {}),
+    "DFLASH rejection sampling": ("DFLASH", ["--speculative-use-rejection-sampling"], {}),
+    "none pp": ("none", PP2, {}),
+}
+
+
+def ours(spec: ClassSpec, extra_args: list[str], environment: dict[str, str]) -> list[str]:
+    """What the spec says of the class with these settings: its refusals (none: it validates)."""
+    data = spec.model_dump()
+    data["service"].update(extra_args=extra_args, environment=environment)
+    try:
+        ClassSpec.model_validate(data)
+    except ValidationError as e:
+        return [err["msg"].removeprefix("Value error, ") for err in e.errors()]
+    return []
+
+
+@pytest.fixture(scope="session")
+def combinations(real_sglang_python, tmp_path_factory):
+    root = tmp_path_factory.mktemp("combination-models")
+    config = root / "sglang.yaml"
+    specs, cases = {}, []
+    for cid, (variant, extra_args, environment) in COMBINATIONS.items():
+        spec = build_spec(COMBINATION_GROUP, variant, root)
+        specs[cid] = spec
+        cases.append({"id": cid, "argv": flags(spec, config) + extra_args, "platform": platform_of(spec),
+                      "environment": environment, "check": True})
+    return specs, parse_with_real_sglang(real_sglang_python, cases)
+
+
+@pytest.mark.parametrize("cid", sorted(COMBINATIONS))
+def test_make_check_refuses_what_the_real_sglang_refuses_and_no_more(combinations, cid):
+    specs, results = combinations
+    _, extra_args, environment = COMBINATIONS[cid]
+    refused, real = ours(specs[cid], extra_args, environment), results[cid]
+    if real["ok"]:
+        assert refused == [], f"{cid}: the real SGLang accepts it, the spec refuses: {refused}"
+        return
+    assert real["stage"] in ("resolve", "check"), real
+    assert len(refused) == 1, f"{cid}: the real SGLang refuses ({real['error']}), the spec: {refused}"
+    (reason,) = [b.reason for b in KNOWN_BAD if f'"{b.reason}"' in refused[0]]
+    assert real["error"].startswith(reason), (real["error"], refused[0])
+
+
+def test_make_check_names_the_reason_sglang_0523_gives_for_ddtree(contract):
+    r = contract[1]["ddtree"]
+    (bad,) = [b for b in KNOWN_BAD if b.fields == "engine.sglang"]
+    assert bad.reason in r["error"]
+    assert "Unknown speculative algorithm name: DDTREE" in bad.source
+    assert contract[1]["ddtree-no-budget"]["error"] == "Unknown speculative algorithm name: DDTREE"

@@ -8,7 +8,8 @@ run declares both by revision with hub.max_parallel 2: four fetch, never more th
 refused before anything stops. Then: a second run fetches nothing; a new draft revision is fetched
 while the training still runs; a truncated file is fetched again; the mirror down refuses, naming
 it; a controller killed mid-fetch (the mirror throttled) changes nothing live, and the next run
-resumes the fetch.
+resumes the fetch. And a drafter trained for another target (the hub's lab/Qwen3-8B-Base-DFlash, declaring
+it accepts little with lab/Qwen3-8B) loads and serves, at the accept length it declares.
 """
 
 from __future__ import annotations
@@ -19,22 +20,26 @@ import signal
 import subprocess
 
 import pytest
-from e2e import BIN, deploy, health, interrupted, main_pid, records, sh, summary_row, workdir
+from e2e import BIN, deploy, health, host_json, interrupted, main_pid, records, sh, summary_row, workdir
 
 from lab import hf
+from lab.wheels import DOUBLE_LAB
 
 MODELS = "/opt/sglang-fleet/models"
 N = 5  # a6000-5: the small disk
+SPEED_HOST = 3  # a6000-3: the SGLang double's speed model, so that its accept length is what its steps made
+SPEED = ("speculation = { step_ms = 1.0, per_request = 0.2, per_draft_token = 0.05, per_draft_token_sq = 0.01, "
+         "acceptance = 0.9 }\n")
 HOST = ('[[hosts]]\nname = "a6000-{i}"\ngroup = "a6000"\ngpu_model = "NVIDIA RTX A6000"\ngpu_count = 2\n'
         'gpu_memory_mib = 49140\nload_seconds = 0.5\nworkloads = ["dflash-train"]\npreinstalled = {{}}\n{more}')
 LAB = '[lab]\nname = "hublab"\nsubnet = "10.207.0.0/24"\n\n[[hosts]]\nname = "mirror-1"\nrole = "mirror"\n\n' + \
-    "\n".join(HOST.format(i=i, more="models_disk_kib = 1024\n" if i == N else "") for i in range(1, N + 1))
+    "\n".join(HOST.format(i=i, more={N: "models_disk_kib = 1024\n", SPEED_HOST: SPEED}.get(i, "")) for i in range(1, N + 1))
 FAST = ('readiness = {"load_timeout_s": 30, "poll_interval_s": 0.25, "progress_every_s": 5}\n'
         'rolling = {"max_unavailable": 4}\nworkloads = ["dflash-train.service"]')
 ALL = [f"a6000-{i}" for i in range(1, N)]
 
 
-def by_revision(endpoint: str, target: str, draft: str, **hub) -> str:
+def by_revision(endpoint: str, target: str, draft: str, draft_repo: str = hf.DRAFT, **hub) -> str:
     """a6000's group_data lines: target and draft by repository and commit (the draft by branch: 'main'),
     from the lab's mirror."""
     key = "branch" if draft == "main" else "revision"
@@ -42,7 +47,7 @@ def by_revision(endpoint: str, target: str, draft: str, **hub) -> str:
                                                      **hub}.items())
     return (f'service = {{k: v for k, v in service.items() if k != "model_path"}}\n'
             f'service["model"] = {{"repo": "{hf.TARGET}", "revision": "{target}"}}\n'
-            f'speculative = {{"algorithm": "DFLASH", "draft_model": {{"repo": "{hf.DRAFT}", "{key}": "{draft}"}}, '
+            f'speculative = {{"algorithm": "DFLASH", "draft_model": {{"repo": "{draft_repo}", "{key}": "{draft}"}}, '
             f'"block_size": 16}}\nhub = {{{fields}}}\n{FAST}')
 
 
@@ -185,6 +190,32 @@ def test_the_mirror_down_or_a_missing_commit_refuses_naming_it(hublab):
             "found the client's metadata request failed: ") in run.out, run.out
     assert "HfHubHTTPError: Server error '500 Internal Server Error'" in run.out
     as_before(lab, h, before)
+
+
+def accept_length(lab, host: str, tokens: int = 64) -> float:
+    """meta_info's spec_accept_length of one generation on the host: its tokens per verify step."""
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": tokens}})
+    meta = json.loads(sh(lab, host, f"curl -s --max-time 20 -d '{body}' http://127.0.0.1:30000/generate"))["meta_info"]
+    assert meta["completion_tokens"] == tokens, meta
+    return meta["spec_accept_length"]
+
+
+def test_a_draft_trained_for_another_target_serves_and_accepts_what_it_declares(hublab):
+    """lab/Qwen3-8B-Base-DFlash declares 0.2 with lab/Qwen3-8B (lab/hf.py): deployed, it loads and serves, and
+    the served accept length falls from the host's (0.9: a(16) = 8.1) to the draft's (a(16) = 1.25)."""
+    lab, tmp, endpoint, target, drafts = hublab
+    h = f"a6000-{SPEED_HOST}"
+    assert host_json(lab, h)["speculation"]["acceptance"] == 0.9
+    assert accept_length(lab, h) == pytest.approx(DOUBLE_LAB.accept_length(0.9, 16), rel=0.05)
+    [other] = lab.hf_revisions(hf.OTHER_TARGETS_DRAFT)
+    run = deploy(lab, workdir(tmp / "other", a6000=by_revision(endpoint, target, other, hf.OTHER_TARGETS_DRAFT)),
+                 "--limit", h)
+    assert run.returncode == 0, run.out
+    assert f"--speculative-draft-model-path {MODELS}/{hf.OTHER_TARGETS_DRAFT}/{other} " in argv(lab, h)
+    assert health(lab, h) == "200"
+    assert records(lab, h)[-1]["weights"] == f"{hf.TARGET}@{target} + {hf.OTHER_TARGETS_DRAFT}@{other}"
+    declared = hf.OTHER_TARGETS_ACCEPTANCE[hf.TARGET]
+    assert declared == 0.2 and accept_length(lab, h) == pytest.approx(DOUBLE_LAB.accept_length(declared, 16), rel=0.05)
 
 
 def test_a_fetch_killed_with_the_controller_is_resumed(hublab):

@@ -1,7 +1,9 @@
-"""Rollout in the lab: a crash or a hang rolls back to the service that was serving."""
+"""Rollout in the lab: a crash, a hang, or a generation that hangs behind a /health that answers rolls back to
+the service that was serving."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -33,13 +35,18 @@ load_seconds = 1
 [[hosts]]
 name = "stubborn"
 {COMMON}{NEXTN}workloads = ["dflash-train"]
-"""
+
+[[hosts]]
+name = "hung"
+{COMMON}{NEXTN}"""
+# The SGLang double's control file (lab/doubles/README.md): in /run, so it outlives the restart into the new server.
+CONTROL = "PYTHONPATH=/usr/local/lib/sglang-double python3 -m sglang._lab_control"
 # A training unit that systemd refuses to stop by hand: the deploy must stop there.
 REFUSE_STOP = ("mkdir -p /etc/systemd/system/dflash-train.service.d && printf '[Unit]\\nRefuseManualStop=yes\\n' "
                "> /etc/systemd/system/dflash-train.service.d/stubborn.conf && systemctl daemon-reload")
 
 SHORT_TIMEOUT = ('readiness = {"load_timeout_s": 8, "poll_interval_s": 0.5, "progress_every_s": 3, '
-                 '"workload_release_timeout_s": 30}')
+                 '"workload_release_timeout_s": 30}\nsmoke = {"timeout_s": 5}')
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +55,15 @@ def rolled(lab_manager, tmp_path_factory):
     others' turns (tests/lab/test_turns_e2e.py shows that); here each fails its own way."""
     lab = lab_manager.ensure(LAB)
     sh(lab, "stubborn", REFUSE_STOP)
+    # hung: every server's generation hangs from before the new one starts, /health answering 200 throughout
+    assert '"generation": "hang"' in sh(lab, "hung", f"{CONTROL} --generation hang")
     wd = workdir(tmp_path_factory.mktemp("wd") / "w", pro6000=SHORT_TIMEOUT)
-    hosts = ("crash", "hang", "first-crash", "stubborn")
-    with ThreadPoolExecutor(len(hosts)) as pool:  # side by side: each run on its own host
-        return lab, dict(zip(hosts, pool.map(lambda h: deploy(lab, wd, "--limit", h), hosts)))
+    hosts = ("crash", "hang", "first-crash", "stubborn", "hung")
+    try:
+        with ThreadPoolExecutor(len(hosts)) as pool:  # side by side: each run on its own host
+            return lab, dict(zip(hosts, pool.map(lambda h: deploy(lab, wd, "--limit", h), hosts)))
+    finally:
+        sh(lab, "hung", f"{CONTROL} --reset")  # the previous server generates again (its requests held till now)
 
 
 def test_each_run_fails_and_says_so(rolled):
@@ -104,3 +116,43 @@ def test_a_workload_that_will_not_stop_fails_the_host_before_its_service_is_touc
     assert health(lab, "stubborn") == "200"
     assert sh(lab, "stubborn", "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>&1") \
         == "ls: cannot access '/var/lib/sglang-fleet/sglang/pending.json': No such file or directory\n/run/sglang-fleet/:"
+
+
+def test_a_server_that_answers_health_but_cannot_generate_is_not_called_ready(rolled):
+    """/health 200 through a hung scheduler (sglang 6624, 35822): the gate's last step, a real generation, gets
+    no answer within smoke.timeout_s, so the host is not ready; it rolls back to the previous service."""
+    lab, runs = rolled
+    run = runs["hung"]
+    row = summary_row(run.out, "hung")
+    assert "FAILED (rolled back)" in row, run.out
+    assert row.split()[row.split().index("back)") + 1] == "-", row  # no time to ready: it never was
+    assert ("hung: not ready: /health 200, but its generation failed: expected a chat completion with tokens (at most "
+            "smoke.max_tokens 16, within smoke.timeout_s 5s), found: chat completion got no answer (curl exit 28: "
+            "timed out)") in run.out
+    # the server's journal, shown on the failure: it held the request (the double's hang, not another fault)
+    assert "lab: POST /v1/chat/completions held by /run/lab-sglang-control.json" in run.out
+    # end state: the previous NEXTN service serving (and generating), its record, no lock, no pending rollout
+    assert "NEXTN" in sh(lab, "hung", "cat /etc/systemd/system/sglang.service")
+    assert health(lab, "hung") == "200"
+    reply = json.loads(sh(lab, "hung", "curl -s --max-time 30 -H 'Content-Type: application/json' -d "
+                                       "'{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                       "\"max_tokens\": 4}' http://127.0.0.1:30000/v1/chat/completions"))
+    assert reply["usage"]["completion_tokens"] == 4
+    last = records(lab, "hung")[-1]
+    assert last["result"] == "rolled-back" and last["reason"].startswith("hung: not ready: /health 200, but its "
+                                                                          "generation failed")
+    assert sh(lab, "hung", "ls /run/sglang-fleet/ /var/lib/sglang-fleet/sglang/pending.json 2>&1") \
+        == "ls: cannot access '/var/lib/sglang-fleet/sglang/pending.json': No such file or directory\n/run/sglang-fleet/:"
+
+
+def test_once_its_generation_answers_the_same_deploy_passes_the_gate_with_speculation_shown(rolled, tmp_path):
+    """The other side of the gate's last step: the new DFLASH server generates, its answer's meta_info shows
+    verify steps, so it is ready and serves (the hung host, its control reset by the fixture)."""
+    lab, _ = rolled
+    run = deploy(lab, workdir(tmp_path / "w", pro6000=SHORT_TIMEOUT), "--limit", "hung")
+    row = summary_row(run.out, "hung")
+    assert run.returncode == 0 and " OK " in row, run.out
+    assert row.split()[row.split().index("OK") + 1].endswith("s"), row  # its time to ready
+    assert "accept length" in row
+    assert "DFLASH" in sh(lab, "hung", "cat /etc/systemd/system/sglang.service")
+    assert records(lab, "hung")[-1]["result"] == "ok"

@@ -173,13 +173,15 @@ def observation(active: str = "active", sub: str = "running", pid: int = 4242, r
 
 
 def smoke_answer(http: int = 200, text: str = "Paris", tokens: int = 8, seconds: float = 0.5,
-                 accept: float | None = 3.25) -> str:
-    """What fleet.gate.smoke_command prints: the chat completion's record, then /server_info's."""
+                 accept: float | None = 3.25, verify_ct: int = 3) -> str:
+    """What fleet.gate.smoke_command prints: the chat completion's record (its meta_info saying the
+    verify steps it took, as SGLang 0.5.23's does), then /server_info's."""
     import json
 
     from answers import answer, record
 
-    reply = json.dumps({"choices": [{"message": {"content": text}}], "usage": {"completion_tokens": tokens}})
+    reply = json.dumps({"choices": [{"message": {"content": text}, "meta_info": {"spec_verify_ct": verify_ct}}],
+                        "usage": {"completion_tokens": tokens}})
     info = json.dumps({"internal_states": [{"avg_spec_accept_length": accept}]})
     return answer(record("chat", f"{reply}\nhttp={http} time={seconds}\n", value="0"), record("server-info", info))
 

@@ -122,7 +122,7 @@ def test_a_plan_without_a_wait_applies_and_finishes():
 @pytest.mark.parametrize("failure, reason", [
     ({"apply": (False,)}, "applying the files failed: apply output"),
     ({"ready": (CRASHED, READY)}, CRASHED.reason),
-    ({"smoke": (SMOKE_BAD,)}, f"smoke test failed: {SMOKE_BAD.reason}"),
+    ({"smoke": (SMOKE_BAD,)}, SMOKE_BAD.reason),
 ])
 def test_every_failure_rolls_back_to_the_service_that_was_serving(failure, reason):
     steps = Steps(**failure)
@@ -137,6 +137,15 @@ def test_every_failure_rolls_back_to_the_service_that_was_serving(failure, reaso
                                  "left": out.left}
     # the journal is shown when the server ran and failed, not when the files could not go live
     assert (("show_journal",) in steps.calls) == ("apply" not in failure)
+    assert out.ready is None  # not called ready: /health 200 without a generation is not ready either
+
+
+def test_health_200_without_a_generation_is_not_ready():
+    """The gate's last step failed (a scheduler hung behind /health 200): no ready time in the host's row."""
+    steps = Steps(smoke=(SMOKE_BAD,))
+    out = activate(make_plan(), steps, UNIT, RECORD)
+    assert not out.ok and out.ready is None and out.smoke is None
+    assert steps.names[:4] == ["stop_workloads", "apply", "wait_ready", "smoke"]
 
 
 @pytest.mark.parametrize("restored", [True, False])

@@ -1132,17 +1132,24 @@ def test_control_file_helpers(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("LAB_SGLANG_CONTROL", raising=False)
     path = tmp_path / "lab-sglang-control.json"
     assert SPEED.control_path() == str(path)  # beside the GPU registry
-    assert SPEED.control() == {"acceptance": None, "metrics": True}  # missing: as configured
-    assert SPEED.write_control(acceptance=0.3) == {"acceptance": 0.3, "metrics": True}
-    assert SPEED.write_control(metrics=False) == {"acceptance": 0.3, "metrics": False}  # the other key kept
-    assert json.loads(path.read_text()) == SPEED.control() == {"acceptance": 0.3, "metrics": False}
+    assert SPEED.control() == {"acceptance": None, "metrics": True, "generation": "serve"}  # missing: as configured
+    assert SPEED.write_control(acceptance=0.3) == {"acceptance": 0.3, "metrics": True, "generation": "serve"}
+    # the other keys kept
+    assert SPEED.write_control(metrics=False) == {"acceptance": 0.3, "metrics": False, "generation": "serve"}
+    assert SPEED.write_control(generation="hang") == {"acceptance": 0.3, "metrics": False, "generation": "hang"}
+    assert json.loads(path.read_text()) == SPEED.control() == {"acceptance": 0.3, "metrics": False,
+                                                               "generation": "hang"}
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match="acceptance must be"):
         SPEED.write_control(acceptance=1.5)
-    for bad in ("{not json", "[]", '{"acceptance": "low"}', '{"metrics": "off"}', '{"acceptence": 0.3}'):
+    with pytest.raises(ValueError, match="generation must be serve or hang"):
+        SPEED.write_control(generation="slow")
+    bads = ("{not json", "[]", '{"acceptance": "low"}', '{"metrics": "off"}', '{"acceptence": 0.3}',
+            '{"generation": true}')
+    for bad in bads:
         path.write_text(bad)
-        assert SPEED.control() == SPEED.control() == {"acceptance": None, "metrics": True}, bad
-    assert len(capsys.readouterr().err.splitlines()) == 5  # one line per malformed file, not per read
+        assert SPEED.control() == SPEED.control() == {"acceptance": None, "metrics": True, "generation": "serve"}, bad
+    assert len(capsys.readouterr().err.splitlines()) == len(bads)  # one line per malformed file, not per read
     SPEED.reset_control()
     assert not path.exists() and SPEED.control()["acceptance"] is None
     # the plan at another acceptance: a(b) follows it, DDTREE's tree widening it as before
@@ -1157,21 +1164,91 @@ def test_sglang_control_acceptance_lowers_and_restores_the_accept_length(lab):
     b = 8
     _, port = _start_speed_model(lab, b)
     high = _measure(port, b, 0.9)
-    assert _set_control(lab, "--acceptance", "0.3") == {"acceptance": 0.3, "metrics": True}
-    assert json.loads(lab.control.read_text()) == {"acceptance": 0.3, "metrics": True}
+    assert _set_control(lab, "--acceptance", "0.3") == {"acceptance": 0.3, "metrics": True, "generation": "serve"}
+    assert json.loads(lab.control.read_text()) == {"acceptance": 0.3, "metrics": True, "generation": "serve"}
     low = _measure(port, b, 0.3)
     assert low < 0.5 * high, (low, high)  # a(8) = 1.43 at 0.3, 5.70 at 0.9
     # the gauge too: its last 40 steps are all at 0.3 now (3 requests took 3 x 34 steps)
     assert _metric(http(port, "/metrics")[2], "sglang:spec_accept_length") < 0.5 * high
-    assert _set_control(lab, "--reset") == {"acceptance": None, "metrics": True}
+    assert _set_control(lab, "--reset") == {"acceptance": None, "metrics": True, "generation": "serve"}
     assert not lab.control.exists()
     assert _measure(port, b, 0.9) == high
+
+
+def test_a_draft_declares_its_acceptance_by_target():
+    """config.json's lab_acceptance: the entry for the target served (a path, or a repository id matching the
+    deploy's MODELS_DIR/ORG/NAME/REVISION), else "*", else none (the host's); a malformed one names the file."""
+    config = {"lab_acceptance": {"lab/Qwen3-8B": 0.2, "/root/models/Qwen3-8B": 0.3, "*": 0.8}}
+    hub_target = "/opt/sglang-fleet/models/lab/Qwen3-8B/" + "a" * 40
+    assert SPEED.declared_acceptance(config, "/d", hub_target) == 0.2
+    assert SPEED.declared_acceptance(config, "/d", "/root/models/Qwen3-8B/") == 0.3
+    assert SPEED.declared_acceptance(config, "/d", "/opt/sglang-fleet/models/lab/Qwen3-8B-Base/" + "a" * 40) == 0.8
+    assert SPEED.declared_acceptance({"lab_acceptance": {"lab/Qwen3-8B": 0.2}}, "/d", "/root/models/other") is None
+    assert SPEED.declared_acceptance({"block_size": 16}, "/d", hub_target) is None
+    assert SPEED.check_draft_acceptance({"*": 1}) is None
+    for bad, why in (({}, "non-empty table"), ({"*": 0}, "'* = 0'"), ({"*": True}, "> 0 and <= 1"),
+                     ({"Qwen3-8B": 0.5}, "['Qwen3-8B']"), ({"a/b/c": 0.5}, "repository id"), ([0.5], "table")):
+        assert why in SPEED.check_draft_acceptance(bad), bad
+        with pytest.raises(ValueError, match=r"^/d/config.json: lab_acceptance = "):
+            SPEED.declared_acceptance({"lab_acceptance": bad}, "/d", hub_target)
+
+
+def _draft(lab: Lab, name: str, acceptance: dict | None) -> str:
+    """A DFlash draft directory (block size 8) declaring `acceptance` by target (None: nothing)."""
+    path = lab.models.parent / "drafts" / name
+    path.mkdir(parents=True)
+    config = json.loads((lab.models / "dflash8" / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **({"lab_acceptance": acceptance} if acceptance else {})}))
+    return str(path)
+
+
+def test_sglang_accept_length_follows_the_draft_served(lab):
+    """With the speed model: the draft's declared acceptance for the target served, over host.json's (0.9);
+    a draft trained for another target gets what it declares for the rest ("*"); the control file still wins."""
+    b, target = 8, f"{lab.models}/target"
+    lab.set(speculation=dict(GATEWAY_SPEC, step_ms=1.0))
+    other_target = _draft(lab, "for-another-target", {"lab/Qwen3-8B-Base": 0.9, "*": 0.3})
+    for_this = _draft(lab, "for-this-target", {target: 0.7})
+    for draft, alpha in ((other_target, 0.3), (for_this, 0.7)):
+        p, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                         "--speculative-draft-model-path", draft)
+        assert _measure(port, b, alpha) == pytest.approx(48 / _steps(SPEED.accept_length(alpha, b), 48)), draft
+        p.kill()
+        p.wait(5)
+    _set_control(lab, "--acceptance", "0.5")
+    _, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                     "--speculative-draft-model-path", other_target)
+    _measure(port, b, 0.5)
+
+
+def test_sglang_without_the_speed_model_a_declared_acceptance_sets_the_accept_length(lab):
+    """No speed model: a(b) at the draft's declared acceptance, in place of the fixed per-algorithm one (DFLASH
+    4.7, kept for a draft that declares none); the decode rate stays host.json's."""
+    low = _draft(lab, "low", {"*": 0.3})
+    plain = _draft(lab, "plain", None)
+    for draft, length in ((low, round(SPEED.accept_length(0.3, 8), 4)), (plain, 4.7)):
+        p, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "DFLASH",
+                                         "--speculative-draft-model-path", draft)
+        meta = json.loads(http(port, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 16}})[2])[
+            "meta_info"]
+        assert meta["spec_accept_length"] == length, draft
+        assert _metric(http(port, "/metrics")[2], "sglang:spec_accept_length") == length
+        p.kill()
+        p.wait(5)
+
+
+def test_sglang_refuses_a_draft_whose_declared_acceptance_is_malformed(lab):
+    draft = _draft(lab, "bad", {"*": 1.5})
+    p = lab.sglang_run(*serving_flags(lab, free_port(), "--speculative-algorithm", "DFLASH",
+                                      "--speculative-draft-model-path", draft))
+    assert p.returncode != 0
+    assert f"{draft}/config.json: lab_acceptance = {{'*': 1.5}}: acceptance must be" in p.stderr, p.stderr
 
 
 def test_sglang_control_metrics_off_hangs_metrics_only(lab):
     _, port = start_and_wait_healthy(lab, "--enable-metrics", LAB_SGLANG_METRICS_HANG_SECONDS="3")
     assert http(port, "/metrics")[0] == 200
-    assert _set_control(lab, "--metrics", "off") == {"acceptance": None, "metrics": False}
+    assert _set_control(lab, "--metrics", "off") == {"acceptance": None, "metrics": False, "generation": "serve"}
     with pytest.raises(TimeoutError):
         http(port, "/metrics", timeout=1)
     # everything else serves meanwhile
@@ -1196,6 +1273,63 @@ def test_sglang_control_metrics_off_hangs_metrics_only(lab):
     assert http(port, "/metrics", timeout=2)[0] == 200
 
 
+GENERATE = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            "/v1/completions": {"model": "m", "prompt": "hi", "max_tokens": 4},
+            "/generate": {"text": "hi", "sampling_params": {"max_new_tokens": 4}}}
+
+
+def _post(path: str) -> bytes:
+    body = json.dumps(GENERATE[path]).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def test_sglang_control_generation_hang_hangs_generation_while_health_answers(lab):
+    """A hung scheduler behind a /health that answers (sglang 6624, 35822): what the gate's generation must catch."""
+    p, port = start_and_wait_healthy(lab, "--enable-metrics", LAB_SGLANG_GENERATION_HANG_SECONDS="3")
+    assert _set_control(lab, "--generation", "hang") == {"acceptance": None, "metrics": True, "generation": "hang"}
+    for path in GENERATE:
+        with pytest.raises(TimeoutError):
+            http(port, path, GENERATE[path], timeout=1)
+    # everything else serves meanwhile, /health 200 above all
+    for path in ("/health", "/health_generate", "/ready", "/v1/models", "/metrics", "/v1/loads", "/server_info"):
+        assert http(port, path)[0] == 200, path
+    # bounded: after GENERATION_HANG_SECONDS the connection closes, unanswered
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        t0 = time.monotonic()
+        sock.sendall(_post("/v1/chat/completions"))
+        assert sock.recv(65536) == b""
+        assert 2.5 <= time.monotonic() - t0 < 10
+    # served again: a request hanging now is answered, and new ones at once
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        sock.sendall(_post("/generate"))
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+        _set_control(lab, "--generation", "serve")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    assert http(port, "/v1/chat/completions", GENERATE["/v1/chat/completions"], timeout=5)[0] == 200
+    p.kill()
+    p.wait(5)
+    held = [line for line in p.stderr.read().splitlines() if "held by" in line and "lab-sglang-control.json" in line]
+    assert len(held) == 5, held  # one line per request held, not per poll of the file
+
+
+def test_sglang_chat_gives_meta_info_when_asked_as_0_5_23(lab):
+    """serving_chat.py: choices[].meta_info (spec_verify_ct among it) with return_meta_info, not streamed."""
+    _, port = start_and_wait_healthy(lab, "--enable-metrics", "--speculative-algorithm", "NEXTN",
+                                     "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                                     "--speculative-num-draft-tokens", "4")
+    chat = GENERATE["/v1/chat/completions"]
+    plain = json.loads(http(port, "/v1/chat/completions", chat)[2])["choices"][0]
+    assert "meta_info" not in plain
+    asked = json.loads(http(port, "/v1/chat/completions", {**chat, "return_meta_info": True})[2])["choices"][0]
+    meta = asked["meta_info"]
+    assert meta["completion_tokens"] == 4 and meta["spec_verify_ct"] >= 1 and meta["spec_accept_length"] > 1
+    code, _, text = http(port, "/v1/chat/completions", {**chat, "return_meta_info": True, "stream": True})
+    assert code == 400 and "return_meta_info is not supported with streaming" in text
+
+
 def test_sglang_malformed_control_file_is_ignored_and_logged(lab):
     b = 8
     p, port = _start_speed_model(lab, b)
@@ -1205,7 +1339,8 @@ def test_sglang_malformed_control_file_is_ignored_and_logged(lab):
     refused = lab.control_cli("--acceptance", "1.5")
     assert refused.returncode == 2 and "acceptance must be null or a number 0..1" in refused.stderr
     fixed = lab.control_cli("--acceptance", "0.3")  # a good file over the bad one (which it says it ignored)
-    assert fixed.returncode == 0 and json.loads(fixed.stdout) == {"acceptance": 0.3, "metrics": True}, fixed.stderr
+    assert fixed.returncode == 0 and json.loads(fixed.stdout) == {"acceptance": 0.3, "metrics": True,
+                                                                  "generation": "serve"}, fixed.stderr
     _measure(port, b, 0.3)
     p.kill()
     p.wait(5)

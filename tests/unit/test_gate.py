@@ -16,10 +16,13 @@ import pytest
 
 from fleet.gate import (
     CURL,
+    OBSERVATION_MARK,
+    POLL,
     WAITING,
     Observation,
     base_url,
     judge,
+    judge_generation,
     local_address,
     url_host,
     parse_observation,
@@ -28,6 +31,7 @@ from fleet.gate import (
     observe_command,
     wait_command,
     smoke_command,
+    speculation_ran,
 )
 from fleet.render import render_auth_header
 from fleet.secrets import Secrets
@@ -197,11 +201,15 @@ def test_a_replicas_address_in_a_url(address, shown):
 
 
 def test_observe_command_shape():
+    """fleet/programs/gate.sh, sent whole in a subshell, its arguments the positional parameters."""
     cmd = observe_command(make_spec(host="0.0.0.0", port=30001))
-    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- sglang.service" in cmd
-    assert "http://127.0.0.1:30001/health" in cmd
+    assert cmd == f"( set -- observe sglang.service http://127.0.0.1:30001/health\n{POLL}\n)"
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result" in POLL
+    assert f"printf '{OBSERVATION_MARK}\\n%s\\n'" in POLL  # the mark the controller reads after
     assert "0.0.0.0" not in cmd
     assert "/v1/models" not in cmd
+    wait = wait_command(make_spec(readiness={"poll_interval_s": 0.25}), "health=000\nprobe=7", 2.5)
+    assert wait.startswith("( set -- wait sglang.service http://127.0.0.1:30000/health 'health=000\nprobe=7' 3 0.25\n")
 
 
 def fake_bin(tmp_path: Path, scripts: dict[str, str]) -> dict[str, str]:
@@ -345,7 +353,7 @@ def test_text_without_completion_tokens_fails():
     assert parse_smoke(smoke_out(body)).reason == "chat completion returned no text (0 completion tokens)"
 
 
-@pytest.mark.parametrize("http", ["401", "500", "000", "404"])
+@pytest.mark.parametrize("http", ["401", "500", "404"])
 def test_parse_smoke_non_200_fails(http):
     r = parse_smoke(smoke_out('{"error": {"message": "Invalid API Key"}}', http=http))
     assert not r.ok
@@ -356,7 +364,17 @@ def test_parse_smoke_non_200_fails(http):
 def test_parse_smoke_nothing_fails():
     for out in ("", "\n", answer(record("server-info", "{}"))):
         r = parse_smoke(out)
-        assert not r.ok and r.reason.startswith("chat completion answered HTTP nothing")
+        assert not r.ok and r.reason == "chat completion got no answer (nothing)"
+
+
+@pytest.mark.parametrize("rc, said", [("28", "curl exit 28: timed out"),
+                                      ("52", "curl exit 52: the connection closed without an answer"),
+                                      ("7", "curl exit 7: connection refused"), ("3", "curl exit 3")])
+def test_no_answer_says_what_curl_met(rc, said):
+    """A hung generation: curl's --max-time ends it (28, http_code 000), or the server closes it unanswered (52)."""
+    r = parse_smoke(answer(record("chat", "curl: (28) Operation timed out\nhttp=000 time=5.001\n", rc),
+                           record("server-info", json.dumps(INFO))))
+    assert not r.ok and r.reason == f"chat completion got no answer ({said})"
 
 
 @pytest.mark.parametrize(
@@ -402,8 +420,9 @@ def test_smoke_command_never_holds_the_key():
     cmd = smoke_command(spec)
     assert "http://127.0.0.1:30000/v1/chat/completions" in cmd
     assert "http://127.0.0.1:30000/server_info" in cmd
-    # SGLang 0.5.23 wants the key on every path but /health*, /ready*, /metrics*: /server_info too
-    assert cmd.count("-H @/etc/sglang/sglang.auth ") == 2
+    # SGLang 0.5.23 wants the key on every path but /health*, /ready*, /metrics*: /server_info too (and the
+    # verify counter's two reads of /metrics, which do not need it, carry it: no harm)
+    assert cmd.count("-H @/etc/sglang/sglang.auth ") == 4
 
 
 def test_smoke_command_without_key_sends_no_auth():
@@ -433,6 +452,9 @@ def test_smoke_command_runs_and_parses(tmp_path):
                 f'case "$last" in\n'
                 f'  */v1/chat/completions) cat {chat}; printf "\\nhttp=200 time=0.500000\\n" ;;\n'
                 f'  */server_info) cat {info} ;;\n'
+                f'  */metrics) n=$(cat {tmp_path}/n 2>/dev/null || echo 40); echo $((n + 7)) > {tmp_path}/n; '
+                'printf "# TYPE sglang:spec_verify_calls_total counter\\nsglang:spec_verify_calls_total{model_name=\\"q\\"} %s\\n'
+                'sglang:spec_verify_calls_totalx 1\\n" "$n" ;;\n'
                 'esac\n',
     })
     out = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True)
@@ -441,11 +463,12 @@ def test_smoke_command_runs_and_parses(tmp_path):
     r = parse_smoke(out.stdout)
     assert r.ok, r.reason
     assert r.text == "Hello there, friend!" and r.accept_length == 3.25 and r.tokens_per_s == 10.0
-    chat_args = args_log.read_text().split("----\n")[0].splitlines()
+    assert (r.verify_ct, r.verify_grew) == (None, 7)  # CHAT has no meta_info; the counter read 40, then 47
+    chat_args = next(c for c in args_log.read_text().split("----\n") if "--data-binary" in c).splitlines()
     assert f"Authorization: Bearer {KEY}" in chat_args
     body = json.loads(chat_args[chat_args.index("--data-binary") + 1])  # read from its stdin
     assert body == {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
-                    "temperature": 0, "max_tokens": 16}
+                    "temperature": 0, "max_tokens": 16, "return_meta_info": True}
     assert chat_args[-1] == "http://127.0.0.1:30007/v1/chat/completions"
 
 
@@ -509,3 +532,119 @@ def test_the_longest_prompt_of_quotes_reaches_the_server_whole_under_a_sudo_user
     done = subprocess.run(["sh", "-c", sent], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "Argument list too long" not in done.stdout + done.stderr, done.stderr
     assert json.loads(body.read_text())["messages"][0]["content"] == prompt
+
+
+# --- the gate's last step: the generation, judged ----------------------------------
+
+def chat_with(verify_ct=None, tokens=5) -> dict:
+    body = json.loads(json.dumps(CHAT))
+    body["usage"]["completion_tokens"] = tokens
+    if verify_ct is not None:
+        body["choices"][0]["meta_info"] = {"completion_tokens": tokens, "spec_verify_ct": verify_ct}
+    return body
+
+
+def counter(value: float | None) -> str:
+    """A verify-count read as the command prints it: the read mark, then the counter's line (SGLang leaves
+    the counter out until it has counted a step)."""
+    return "# read\n" + (f'sglang:spec_verify_calls_total{{model_name="q"}} {value:g}\n' if value is not None else "")
+
+
+def generation(body, before: str | None = None, after: str | None = None, rc: str = "0", http="200") -> str:
+    reads = [record("verify-before", before)] if before is not None else []
+    text = body if isinstance(body, str) else json.dumps(body)
+    return answer(*reads, record("chat", f"{text}\nhttp={http} time=0.250000\n", rc),
+                  *([record("verify-after", after)] if after is not None else []), record("server-info", json.dumps(INFO)))
+
+
+PLAIN = ClassSpec.model_validate({**json.loads(make_spec().model_dump_json()), "speculative": {"algorithm": "none"}})
+
+
+def judged(out: str, spec: ClassSpec | None = None):
+    return judge_generation("gpu-1", spec or make_spec(), parse_smoke(out))
+
+
+def test_a_generation_with_tokens_and_verify_steps_is_ready():
+    r = judged(generation(chat_with(verify_ct=2)))
+    assert r.ok and r.reason == "ok" and r.verify_ct == 2
+    assert r.summary() == "250 ms, 20.0 tok/s, accept length 3.25"
+
+
+def test_a_service_without_speculation_needs_tokens_only():
+    assert PLAIN.speculative.algorithm == "none"
+    assert judged(generation(CHAT), PLAIN).ok
+    assert "verify-before" not in smoke_command(PLAIN) and "/metrics" not in smoke_command(PLAIN)
+
+
+def test_no_tokens_is_not_ready_naming_the_host_and_what_was_expected():
+    r = judged(generation(chat_with(verify_ct=0, tokens=0)))
+    assert not r.ok
+    assert r.reason == ("gpu-1: not ready: /health 200, but its generation failed: expected a chat completion with "
+                        "tokens (at most smoke.max_tokens 16, within smoke.timeout_s 120s), found: chat completion "
+                        "returned no text (0 completion tokens)")
+
+
+@pytest.mark.parametrize("rc, said", [("28", "timed out"), ("52", "the connection closed without an answer")])
+def test_a_hung_generation_is_not_ready(rc, said):
+    """/health 200 and a generation that never answers (a hung scheduler): curl's --max-time, or the server
+    closing the connection unanswered."""
+    r = judged(generation("curl: (28) Operation timed out after 120001 milliseconds", rc=rc, http="000"))
+    assert not r.ok and r.reason.startswith("gpu-1: not ready: /health 200, but its generation failed: expected ")
+    assert r.reason.endswith(f"found: chat completion got no answer (curl exit {rc}: {said})")
+
+
+@pytest.mark.parametrize("out, shown", [
+    (generation(chat_with(verify_ct=3)), "meta_info"),
+    # 0.5.23 leaves spec_verify_ct out when it is 0, an older engine gives no meta_info: the counter decides
+    (generation(CHAT, counter(40), counter(42)), "counter"),
+    (generation(CHAT, counter(None), counter(1)), "counter from absent"),
+    (generation(chat_with(verify_ct=3), counter(None), counter(None)), "meta_info wins"),
+])
+def test_speculation_ran(out, shown):
+    r = judged(out)
+    assert r.ok, (shown, r.reason)
+
+
+@pytest.mark.parametrize("out, found", [
+    (generation(chat_with(verify_ct=0), counter(40), counter(40)), "spec_verify_ct 0, sglang:spec_verify_calls_total +0"),
+    (generation(CHAT, counter(None), counter(None)),
+     "no spec_verify_ct in its meta_info, sglang:spec_verify_calls_total +0"),
+    (generation(CHAT), "no spec_verify_ct in its meta_info, sglang:spec_verify_calls_total not read "
+                       "(/metrics off or not answering)"),
+    (generation(CHAT, "", counter(3)), "no spec_verify_ct in its meta_info, sglang:spec_verify_calls_total not read "
+                                       "(/metrics off or not answering)"),  # the first read got no answer
+])
+def test_speculation_that_did_not_run_is_not_ready(out, found):
+    """Tokens came, at the target's bare pace: the drafter never ran. Not ready, and the reason says why."""
+    r = judged(out)
+    assert not r.ok
+    assert r.reason == ("gpu-1: not ready: its generation made 5 tokens but DFLASH did not run: expected "
+                        f"spec_verify_ct > 0 in the answer's meta_info or sglang:spec_verify_calls_total to grow, "
+                        f"found {found}")
+    assert r.summary() == f"FAILED: {r.reason}"
+
+
+def test_speculation_ran_reads_each_source():
+    assert speculation_ran(parse_smoke(generation(chat_with(verify_ct=4)))) == (True, "spec_verify_ct 4")
+    assert speculation_ran(parse_smoke(generation(CHAT, counter(1), counter(9)))) == \
+        (True, "no spec_verify_ct in its meta_info, sglang:spec_verify_calls_total +8")
+
+
+def test_the_verify_reads_are_made_only_with_metrics_on():
+    spec = make_spec()
+    cmd = smoke_command(spec)
+    assert cmd.index("@@verify-before") < cmd.index("@@chat") < cmd.index("@@verify-after") < cmd.index("@@server-info")
+    assert "curl --noproxy '*' --globoff -sf --max-time 5 http://127.0.0.1:30000/metrics" in cmd
+    off = make_spec(enable_metrics=False)
+    assert "verify-before" not in smoke_command(off) and "/metrics" not in smoke_command(off)
+    # then only the meta_info can prove it
+    assert not judge_generation("gpu-1", off, parse_smoke(generation(CHAT))).ok
+    assert judge_generation("gpu-1", off, parse_smoke(generation(chat_with(verify_ct=1)))).ok
+
+
+def test_the_gate_bound_holds_the_verify_reads():
+    from fleet import bounds
+
+    assert bounds.smoke(make_spec()).seconds == 120 + bounds.SERVER_INFO_S + 2 * 5 + bounds.MARGIN_S
+    assert bounds.smoke(PLAIN).seconds == 120 + bounds.SERVER_INFO_S + bounds.MARGIN_S
+    assert bounds.smoke(make_spec()).basis == "smoke.timeout_s 120 + 10 + 2 x /metrics 5 + 30"

@@ -445,3 +445,56 @@ def test_a_failure_after_its_backup_undoes_the_set_and_the_staged_copies(tmp_pat
                     pending=tmp_path / "no such dir" / "pending.json")
     assert done.returncode == 1
     assert list((tmp_path / "backups").iterdir()) == [] and not (tmp_path / "etc" / "sglang.service.staged").exists()
+
+
+GATE = PROGRAMS / "gate.sh"
+
+
+def gate_sh(tmp: Path, codes: list[str], *args: str, systemctl: str = "ActiveState=active\\nSubState=running\\n"
+            "MainPID=42\\nNRestarts=0\\nResult=success\\n") -> subprocess.CompletedProcess:
+    """gate.sh run as a file, against a systemctl that prints `systemctl` and a curl that answers the next of
+    `codes` (the last one repeats), each call logged."""
+    bin_, left = tmp / "bin", tmp / "codes"
+    bin_.mkdir(exist_ok=True)
+    left.write_text("\n".join(codes) + "\n")
+    (bin_ / "systemctl").write_text(f'#!/bin/sh\necho "systemctl $*" >> {tmp}/log\nprintf "{systemctl}"\n')
+    (bin_ / "curl").write_text(f'#!/bin/sh\necho "curl $*" >> {tmp}/log\ncode=$(head -n 1 {left}); '
+                               f'[ $(wc -l < {left}) -gt 1 ] && sed -i 1d {left}; printf "$code"\n')
+    for p in bin_.iterdir():
+        p.chmod(0o755)
+    return subprocess.run(["sh", str(GATE), *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"})
+
+
+def test_the_gate_poll_run_as_a_file_observes_and_waits_for_a_change(tmp_path):
+    from fleet import gate
+
+    url = "http://[::1]:30000/health"
+    seen = gate_sh(tmp_path, ["000"], "observe", "sglang.service", url)
+    assert seen.returncode == 0 and seen.stdout.startswith(gate.OBSERVATION_MARK + "\n")
+    assert gate.parse_observation(seen.stdout).health == 0
+    log = (tmp_path / "log").read_text()
+    assert "systemctl show -p ActiveState,SubState,MainPID,NRestarts,Result -- sglang.service" in log
+    assert f"curl --noproxy * --globoff -s -o /dev/null -w %{{http_code}} --max-time 2 {url}" in log
+    previous = gate.observation_text(seen.stdout)
+    changed = gate_sh(tmp_path, ["000", "000", "503"], "wait", "sglang.service", url, previous, "30", "0.05")
+    assert gate.parse_observation(changed.stdout).health == 503  # the first change, not the budget's end
+    # nothing changes: it waits out its budget, then says the same observation
+    same = gate_sh(tmp_path, ["503"], "wait", "sglang.service", url, gate.observation_text(changed.stdout), "1", "0.2")
+    assert same.returncode == 0 and gate.observation_text(same.stdout) == gate.observation_text(changed.stdout)
+
+
+def test_the_gate_poll_survives_set_e_and_a_bus_that_does_not_answer(tmp_path):
+    """After the restart's `set -e`: a systemctl that fails and a port still closed (curl's exit 7) are an observation."""
+    (tmp_path / "bin").mkdir()
+    done = subprocess.run(["sh", "-c", f"set -e; sh -e {GATE} observe sglang.service http://127.0.0.1:9/health"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "health=000\nprobe=7\n" in done.stdout
+    failing = gate_sh(tmp_path, ["000"], "observe", "sglang.service", "http://127.0.0.1:9/health",
+                      systemctl="Failed to connect to bus\\n\"; exit 1; \"")
+    assert failing.returncode == 0 and failing.stdout.endswith("health=000\nprobe=0\n")
+
+
+def test_the_gate_poll_says_an_unknown_action(tmp_path):
+    done = gate_sh(tmp_path, ["200"], "poll", "sglang.service", "http://127.0.0.1:30000/health")
+    assert done.returncode == 2 and done.stderr == "gate.sh: unknown action: poll\n"

@@ -1,6 +1,7 @@
 """lab/hf.py: the lab's Hugging Face repositories are real git repositories on branch main, made the same on
 every machine (their shas pinned here), holding valid safetensors files; the draft's revisions differ as
-documented (r2 other bytes, r3 a 24 MiB shard); the controller's cache counts only a finished build."""
+documented (r2 other bytes, r3 a 24 MiB shard), the other target's draft declares it accepts little with the
+lab's target; the controller's cache counts only a finished build."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from lab import hf, provision
+from lab import hf, provision, wheels
 
 # What build() makes, by sha. A change to it must bump hf.CACHE_NAME (else a cached build of the old
 # repositories would be served under the new shas' names): this pins both.
-PINNED = ("hf-repos-1", {
+PINNED = ("hf-repos-2", {
     "lab/Qwen3-8B": ["4e1f16a3e8d4778ded06a2d5c9065776e643cbea"],
     "lab/Qwen3-8B-DFlash": ["81efd5c83b1a66daa592792f35106262c4279ed3", "157ba0f8a5819774c77756271a209ecbbe8e4244",
                             "a64c25b71589a02b8ce97f32b2376206f80c1292"],
+    "lab/Qwen3-8B-Base-DFlash": ["ee7bb37d2be87fa4957fd33b5b8a5375afe2074a"],
 })
 MiB = 1 << 20
 
@@ -73,7 +75,7 @@ def check_safetensors(data: bytes) -> dict:
 def test_the_repositories_and_their_shas_are_pinned(built):
     _, revisions = built
     assert (hf.CACHE_NAME, revisions) == PINNED
-    assert list(revisions) == list(hf.REPOS) == [hf.TARGET, hf.DRAFT]
+    assert list(revisions) == list(hf.REPOS) == [hf.TARGET, hf.DRAFT, hf.OTHER_TARGETS_DRAFT]
 
 
 def test_what_each_commit_holds_is_the_same_bytes_every_time():
@@ -130,6 +132,24 @@ def test_the_drafts_revisions_differ_as_documented(built):
     assert headers[r1] == headers[r2] and shard[r1] != shard[r2] and len(shard[r1]) == len(shard[r2])
     assert MiB <= len(shard[r1]) <= 2 * MiB
     assert 23 * MiB <= len(shard[r3]) <= 25 * MiB and set(headers[r1]) < set(headers[r3])
+
+
+def test_the_other_targets_draft_declares_it_accepts_little_with_the_labs_target(built):
+    """lab/Qwen3-8B-Base-DFlash: the draft's files (its own bytes), its config the draft's but for lab_acceptance,
+    which the SGLang double reads: 0.2 served with lab/Qwen3-8B as the deploy fetches it, 0.9 with its own."""
+    root, revisions = built
+    d = hf.repo_dir(root, hf.OTHER_TARGETS_DRAFT)
+    [sha] = revisions[hf.OTHER_TARGETS_DRAFT]
+    config = json.loads(show(d, sha, "config.json"))
+    assert config.pop("lab_acceptance") == {"lab/Qwen3-8B-Base": 0.9, "lab/Qwen3-8B": 0.2}
+    r1 = hf.repo_dir(root, hf.DRAFT), revisions[hf.DRAFT][0]
+    assert config == json.loads(show(*r1, "config.json"))
+    shard, r1_shard = show(d, sha, "model.safetensors"), show(*r1, "model.safetensors")
+    assert check_safetensors(shard) == check_safetensors(r1_shard) and shard != r1_shard
+    declared = json.loads(show(d, sha, "config.json"))
+    served = f"{provision.MODELS_DIR}/{hf.TARGET}/{revisions[hf.TARGET][0]}"
+    assert wheels.DOUBLE_LAB.declared_acceptance(declared, str(d), served) == 0.2
+    assert wheels.DOUBLE_LAB.declared_acceptance(declared, str(d), f"{provision.MODELS_DIR}/lab/Qwen3-8B-Base/x") == 0.9
 
 
 def test_the_cache_counts_a_finished_build_only_and_builds_once(tmp_path, monkeypatch):

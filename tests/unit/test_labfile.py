@@ -339,3 +339,57 @@ def test_a_gateway_host_has_no_speculation(tmp_path):
 def test_the_gateway_lab_gives_its_replicas_the_speed_model():
     lab = labfile.parse(ROOT / "lab" / "gateway.toml", GROUPS, GATEWAYS)
     assert [h.entry["speculation"] for h in lab.hosts if h.entry["role"] == "gpu"] == [SPECULATION] * 3
+
+
+DECLARED = {"/root/models/Qwen3.6-27B-DFlash-v2": {"/root/models/Qwen3.6-27B": 0.2, "*": 0.7},
+            "/root/models/Qwen3.6-27B-DFlash": {"lab/Qwen3-8B": 0.9}}
+
+
+def _declaring_lab(tmp_path: Path, inline: str) -> Path:
+    path = lab_file(tmp_path, PRO6000)
+    path.write_text(path.read_text() + f"draft_acceptance = {inline}\n")
+    return path
+
+
+def _nested(table: dict) -> str:
+    return "{ " + ", ".join(f"{json.dumps(k)} = {_inline({json.dumps(t): a for t, a in v.items()})}"
+                            for k, v in table.items()) + " }"
+
+
+def test_a_draft_directory_declares_its_acceptance_in_its_config(tmp_path):
+    """draft_acceptance: a draft the group's spec names gets the key in its config.json; another directory is
+    one more draft of the group's (its config the same but for the key): a new drafter to deploy."""
+    [h] = labfile.parse(_declaring_lab(tmp_path, _nested(DECLARED)), GROUPS, GATEWAYS).hosts
+    assert h.entry["draft_acceptance"] == DECLARED
+    root = _provision(tmp_path, h.entry)
+    configs = {p: json.loads((root / p.lstrip("/") / "config.json").read_text()) for p in DECLARED}
+    for path, targets in DECLARED.items():
+        assert configs[path]["lab_acceptance"] == targets
+    assert ({k: v for k, v in configs["/root/models/Qwen3.6-27B-DFlash-v2"].items() if k != "lab_acceptance"}
+            == {k: v for k, v in configs["/root/models/Qwen3.6-27B-DFlash"].items() if k != "lab_acceptance"})
+    assert configs["/root/models/Qwen3.6-27B-DFlash"]["architectures"] == ["DFlashDraftModel"]
+    # what the SGLang double reads of it: the acceptance for the target it serves
+    draft = configs["/root/models/Qwen3.6-27B-DFlash-v2"]
+    assert wheels.DOUBLE_LAB.declared_acceptance(draft, "/d", "/root/models/Qwen3.6-27B") == 0.2
+    assert wheels.DOUBLE_LAB.declared_acceptance(draft, "/d", "/root/models/Qwen3-8B") == 0.7
+
+
+def test_without_draft_acceptance_no_draft_declares_one(tmp_path):
+    [h] = parse(tmp_path, PRO6000).hosts
+    root = _provision(tmp_path, h.entry)
+    assert "lab_acceptance" not in json.loads((root / "root/models/Qwen3.6-27B-DFlash/config.json").read_text())
+
+
+@pytest.mark.parametrize("inline, why", [
+    ("0.2", "not a non-empty table"),
+    ("{}", "not a non-empty table"),
+    (_nested({"models/x": {"*": 0.2}}), "draft directory not absolute: ['models/x']"),
+    (_nested({"/root/models/x": {"*": 0}}), "/root/models/x: acceptance must be a number > 0 and <= 1: ['* = 0']"),
+    (_nested({"/root/models/x": {"Qwen3-8B": 0.2}}),
+     "/root/models/x: not '*', an absolute path or a repository id ORG/NAME: ['Qwen3-8B']"),
+])
+def test_a_bad_draft_acceptance_is_refused_naming_host_key_and_draft(tmp_path, inline, why):
+    with pytest.raises(labfile.LabFileError) as e:
+        labfile.parse(_declaring_lab(tmp_path, inline), GROUPS, GATEWAYS)
+    [p] = e.value.problems
+    assert "host 'pro6000-1': draft_acceptance = " in p and f": {why}; allowed: {labfile.DRAFT_ACCEPTANCE_ALLOWED}" in p, p

@@ -44,7 +44,7 @@ class Named:
                       GpuProcesses().command(spec.readiness.command_timeout_s): "smi",
                       rollout.stop_workloads_command([TRAINING]): "stop training",
                       rollout.give_back_command(spec, [TRAINING], [TRAINING]): "give back"}
-        self.starts = {"prev=": "wait", rollout.phase_command(spec, p.record.rolling_out().to_json()): "its turn",
+        self.starts = {"( set -- wait ": "wait", rollout.phase_command(spec, p.record.rolling_out().to_json()): "its turn",
                        "umask 077; ": "restore", rollout.record_command(spec, {})[:40]: "finish"}
 
     def __call__(self, command: str) -> str:
@@ -100,12 +100,19 @@ ROLLED_BACK = ["journal", "restore", "restart", "give back", "smi", "finish"]
     ({"wait": observation(pid=5001, restarts=1, health=0)},
      ["its turn", "stop training", "smi", "apply", "wait", *ROLLED_BACK], "the unit restarted (pid 5000 -> 5001): the server died"),
     ({"smoke": smoke_answer(http=500, text="")},
-     ["its turn", "stop training", "smi", "apply", "wait", "smoke", *ROLLED_BACK], "smoke test failed: chat completion answered HTTP 500"),
+     ["its turn", "stop training", "smi", "apply", "wait", "smoke", *ROLLED_BACK],
+     "h: not ready: /health 200, but its generation failed: expected a chat completion with tokens (at most "
+     "smoke.max_tokens 16, within smoke.timeout_s 120s), found: chat completion answered HTTP 500"),
+    # tokens, but the drafter never ran: no verify step in the answer's meta_info, and no /metrics counter read
+    ({"smoke": smoke_answer(verify_ct=0)},
+     ["its turn", "stop training", "smi", "apply", "wait", "smoke", *ROLLED_BACK],
+     "h: not ready: its generation made 8 tokens but DFLASH did not run: expected spec_verify_ct > 0"),
 ])
 def test_a_failed_activation_rolls_back_to_the_previous_service_and_gives_the_training_back(answers, sent, reason):
     ok, got, fake, row = activating({**SERVING, **GIVEN_BACK, **answers})
     assert not ok and got == sent
     assert row.verdict == "FAILED (rolled back)" and row.reasons[0].startswith(reason)
+    assert row.ready_s is None  # not called ready
     assert any(r.startswith("left: the previous sglang.service serving again (backups/20261130T120000Z); "
                             f"{TRAINING} given back") for r in row.reasons)
     restore = fake.commands()[got.index("restore")]

@@ -8,8 +8,8 @@
   {"pid", "process_name", "gpus": [..], "used_memory_mib"} (per GPU). The SGLang double
   writes one per scheduler process (its pid, its GPU), as CUDA would count them.
 - control file: $LAB_SGLANG_CONTROL, else beside the GPU registry (/run/lab-sglang-control.json):
-  {"acceptance": <0..1 or null>, "metrics": <bool>}, what a lab test changes in a running server
-  (the speed model's acceptance; /metrics hung). Missing: as configured. Written by write_control
+  {"acceptance": <0..1 or null>, "metrics": <bool>, "generation": "serve"|"hang"}, what a lab test
+  changes in a running server (the speed model's acceptance; /metrics hung; generation hung). Missing: as configured. Written by write_control
   (`python3 -m sglang._lab_control`), re-read whenever it changes.
 """
 
@@ -251,10 +251,11 @@ def speed_plan(model: dict, algorithm: str | None, dflash_block_size: int | None
                ddtree_budget: int | None) -> dict:
     """What TP0 runs with: {"algorithm", "b", "c", "alpha", "accept_length", and the model's keys}."""
     b, c = speculation_knobs(algorithm, dflash_block_size, num_draft_tokens, ddtree_budget)
-    return {**model, "algorithm": algorithm, "b": b, "c": c, **_acceptance(algorithm, model["acceptance"], b, c)}
+    return {**model, "algorithm": algorithm, "b": b, "c": c, **acceptance_at(algorithm, model["acceptance"], b, c)}
 
 
-def _acceptance(algorithm: str | None, acceptance: float, b: int, c: int) -> dict:
+def acceptance_at(algorithm: str | None, acceptance: float, b: int, c: int) -> dict:
+    """{"alpha", "accept_length"} of a server at this acceptance (DDTREE's α_tree; 1 without an algorithm)."""
     alpha = ddtree_alpha(acceptance, b, c) if algorithm == "DDTREE" else acceptance
     return {"alpha": alpha, "accept_length": accept_length(alpha, b) if algorithm else 1.0}
 
@@ -264,7 +265,52 @@ def with_acceptance(plan: dict, acceptance: float | None) -> dict:
     if acceptance is None:
         return plan
     return {**plan, "acceptance": float(acceptance),
-            **_acceptance(plan["algorithm"], float(acceptance), plan["b"], plan["c"])}
+            **acceptance_at(plan["algorithm"], float(acceptance), plan["b"], plan["c"])}
+
+
+# A draft declares the acceptance it gets with which target: a lab-only key of its config.json (the real
+# SGLang ignores it), so that a drafter trained for another target is data in the lab, not a test's switch.
+DRAFT_ACCEPTANCE_KEY = "lab_acceptance"
+ANY_TARGET = "*"
+
+
+def check_draft_acceptance(value) -> str | None:
+    """Why a draft config's `lab_acceptance` is not valid (None: it is): a non-empty table of target ->
+    acceptance; a target is "*" (any other), an absolute path, or a repository id ORG/NAME; an acceptance a
+    number > 0 and <= 1."""
+    if not isinstance(value, dict) or not value:
+        return "not a non-empty table of target -> acceptance"
+    bad_targets = [k for k in value if not isinstance(k, str) or not (
+        k == ANY_TARGET or k.startswith("/") or (k.count("/") == 1 and all(k.split("/"))))]
+    if bad_targets:
+        return f"not '*', an absolute path or a repository id ORG/NAME: {bad_targets}"
+    bad = [k for k, v in value.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1]
+    return f"acceptance must be a number > 0 and <= 1: {[f'{k} = {value[k]!r}' for k in bad]}" if bad else None
+
+
+def _serves(key: str, target: str) -> bool:
+    """Whether the target a server loads (--model-path) is the one a `lab_acceptance` key names: the same
+    path, or the repository ORG/NAME, fetched into .../ORG/NAME/REVISION (the deploy's hub models) or at
+    .../ORG/NAME."""
+    path = target.rstrip("/")
+    if key.startswith("/"):
+        return path == key.rstrip("/")
+    return path == key or path.endswith("/" + key) or os.path.dirname(path).endswith("/" + key)
+
+
+def declared_acceptance(draft_config: dict, draft_path: str, target: str) -> float | None:
+    """The acceptance a draft's config declares for `target`: its entry for that target, else its "*", else
+    None (the host's). A malformed `lab_acceptance` is a lab file's mistake: ValueError naming the file."""
+    value = draft_config.get(DRAFT_ACCEPTANCE_KEY)
+    if value is None:
+        return None
+    err = check_draft_acceptance(value)
+    if err:
+        raise ValueError(f"{os.path.join(draft_path, 'config.json')}: {DRAFT_ACCEPTANCE_KEY} = {value!r}: {err}")
+    for key, acceptance in value.items():
+        if key != ANY_TARGET and _serves(key, target):
+            return float(acceptance)
+    return float(value[ANY_TARGET]) if ANY_TARGET in value else None
 
 
 def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
@@ -281,7 +327,8 @@ def credit_tokens(credit: float, a: float, left: int) -> tuple[int, float]:
 # The control file (control_path()): how a lab test changes a running server without a restart.
 # ---------------------------------------------------------------------------------------------
 
-CONTROL_DEFAULT = {"acceptance": None, "metrics": True}  # as configured: what a missing file means
+CONTROL_DEFAULT = {"acceptance": None, "metrics": True, "generation": "serve"}  # as configured: what a missing file means
+GENERATION = ("serve", "hang")  # the control's "generation": hang holds every generate request unanswered
 
 _control_lock = threading.Lock()
 _control_seen: tuple = (None, CONTROL_DEFAULT)  # (the file's identity when read, what it said)
@@ -289,7 +336,7 @@ _control_seen: tuple = (None, CONTROL_DEFAULT)  # (the file's identity when read
 
 def check_control(value) -> str | None:
     """Why `value` is not a valid control file (None: it is): an object of CONTROL_DEFAULT's keys (any
-    may be left out), acceptance null or a number 0..1, metrics true or false."""
+    may be left out), acceptance null or a number 0..1, metrics true or false, generation serve or hang."""
     if not isinstance(value, dict):
         return "not a JSON object"
     extra = sorted(k for k in value if k not in CONTROL_DEFAULT)
@@ -300,11 +347,13 @@ def check_control(value) -> str | None:
         return f"acceptance must be null or a number 0..1, not {acc!r}"
     if not isinstance(value.get("metrics", True), bool):
         return f"metrics must be true or false, not {value['metrics']!r}"
+    if value.get("generation", "serve") not in GENERATION:
+        return f"generation must be serve or hang, not {value['generation']!r}"
     return None
 
 
 def control() -> dict:
-    """What the control file says now ({"acceptance", "metrics"}). One stat per call, the file read
+    """What the control file says now ({"acceptance", "metrics", "generation"}). One stat per call, the file read
     only when it changed: cheap enough for each decode step. Missing or malformed: as configured; a
     malformed one (half-written by hand, say) is logged once, never raised: the server keeps serving."""
     global _control_seen
@@ -372,6 +421,9 @@ def control_main(argv: list[str]) -> int:
                    help="the speed model's acceptance, 0..1, for steps from now on (none: host.json's)")
     p.add_argument("--metrics", choices=("on", "off"), default=argparse.SUPPRESS,
                    help="off: /metrics hangs (no answer, then the connection closes)")
+    p.add_argument("--generation", choices=GENERATION, default=argparse.SUPPRESS,
+                   help="hang: generate requests (chat, completions, /generate) hang as /metrics does; "
+                        "/health stays 200")
     p.add_argument("--reset", action="store_true", help="as configured: remove the control file")
     args = vars(p.parse_args(argv))
     if args.pop("reset"):

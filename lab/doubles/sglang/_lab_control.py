@@ -1,6 +1,6 @@
 """LAB DOUBLE only (no such module in SGLang): set the SGLang double's control file (sglang/_lab.py).
 
-    python3 -m sglang._lab_control [--acceptance ALPHA|none] [--metrics on|off] [--reset]
+    python3 -m sglang._lab_control [--acceptance ALPHA|none] [--metrics on|off] [--generation serve|hang] [--reset]
 
 A module of its own, not `-m sglang._lab`: that one is imported with the package already, and
 runpy would warn. Run with -m (and no --help), `import sglang` counts as a server start: no

@@ -26,7 +26,9 @@ SGLang has no such key): a tool's mark that its figures come from this double.
 The lab's control file (sglang/_lab.py control(), re-read when it changes) changes a running
 server: its "acceptance" overrides the speed model's for TP0's steps from then on; "metrics":
 false hangs /metrics (no answer until it is true again, or for METRICS_HANG_SECONDS, then the
-connection closes unanswered), as a stuck metrics endpoint does, while every other route serves.
+connection closes unanswered), as a stuck metrics endpoint does, while every other route serves;
+"generation": "hang" hangs the generate routes alike (GENERATION_HANG_SECONDS) while /health
+stays 200: a hung scheduler behind a /health that answers (sglang issues 6624, 35822).
 Stop: SIGTERM (or SIGINT) drains as tokenizer_manager.py's sigterm_watchdog: health 503 at
 once, new requests still served; on each tick of that watchdog (every 5 s from the first
 request, so even an idle server takes up to 5 s) "Gracefully exiting... Remaining number
@@ -61,6 +63,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import sglang
 from sglang import _lab
+from sglang.srt.server_args import get_config
 from sglang.srt.managers.scheduler import Progress, SchedulerGone, SchedulerProcess, start_schedulers, tp_log
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,9 @@ SCHEDULER_EXIT_TIMEOUT_SECONDS = 15
 WATCHDOG_SECONDS = 1.0
 # a /metrics the control file hangs gives up this late (closing, no answer): no hang outlives it
 METRICS_HANG_SECONDS = float(os.environ.get("LAB_SGLANG_METRICS_HANG_SECONDS", "120"))
+# a generate request the control file hangs: the same bound
+GENERATION_HANG_SECONDS = float(os.environ.get("LAB_SGLANG_GENERATION_HANG_SECONDS", "120"))
+GENERATE_ROUTES = ("/generate", "/v1/chat/completions", "/v1/completions")
 
 # Mean accepted length per verify step, by algorithm (what /metrics, /server_info and
 # meta_info report without the speed model): plausible, fixed, so lab runs are reproducible.
@@ -211,15 +217,44 @@ def split_reasoning(words: list[str], parser: str | None) -> tuple[list[str], li
     return [], tagged
 
 
+def draft_acceptance(server_args) -> float | None:
+    """The acceptance the draft served declares for the target served (its config.json's
+    `lab_acceptance`, sglang/_lab.py declared_acceptance), else None: the host's."""
+    a = server_args
+    path = a.speculative_draft_model_path
+    if not a.speculative_algorithm or not path or not os.path.isdir(path):
+        return None
+    return _lab.declared_acceptance(get_config(path), path, a.model_path)
+
+
 def speed_plan(server_args) -> dict | None:
-    """The speed model TP0 runs with (host.json "speculation", on the server's resolved
-    speculative arguments), else None."""
+    """The speed model TP0 runs with (host.json "speculation", at the served draft's declared
+    acceptance where it declares one, on the server's resolved speculative arguments), else None."""
     model = _lab.speculation()
     if model is None:
         return None
+    declared = draft_acceptance(server_args)
+    if declared is not None:
+        model = {**model, "acceptance": declared}
     a = server_args
     return _lab.speed_plan(model, a.speculative_algorithm, a.speculative_dflash_block_size,
                            a.speculative_num_draft_tokens, getattr(a, "speculative_ddtree_budget", None))
+
+
+def fixed_accept_length(server_args) -> float | None:
+    """Without the speed model: the per-algorithm ACCEPT_LENGTH, but a(b) at the served draft's
+    declared acceptance where it declares one (so a drafter's acceptance shows on any lab host);
+    None without an algorithm."""
+    algo = server_args.speculative_algorithm
+    if not algo:
+        return None
+    declared = draft_acceptance(server_args)
+    if declared is None:
+        return ACCEPT_LENGTH.get(algo, 2.5)
+    a = server_args
+    b, c = _lab.speculation_knobs(algo, a.speculative_dflash_block_size, a.speculative_num_draft_tokens,
+                                  getattr(a, "speculative_ddtree_budget", None))
+    return round(_lab.acceptance_at(algo, declared, b, c)["accept_length"], 4)
 
 
 class ServerState:
@@ -241,8 +276,7 @@ class ServerState:
         self.last_gen_throughput = 0.0
         self.ttft = LatencyHistogram(getattr(server_args, "bucket_time_to_first_token", None) or TTFT_BUCKETS)
         self.e2e = LatencyHistogram(getattr(server_args, "bucket_e2e_request_latency", None) or E2E_BUCKETS)
-        algo = server_args.speculative_algorithm
-        self.accept_length = ACCEPT_LENGTH.get(algo, 2.5) if algo else None
+        self.accept_length = fixed_accept_length(server_args)
         self.gpu_memory_mib = int(_lab.host_config().get("gpu_memory_mib", 81920))
 
     def start_loop(self) -> None:
@@ -673,8 +707,27 @@ class Handler(BaseHTTPRequestHandler):
         if self.command not in methods:
             self._json(405, {"detail": "Method Not Allowed"})
             return
+        if path in GENERATE_ROUTES and self._hung(lambda c: c["generation"] == "hang", GENERATION_HANG_SECONDS,
+                                                  f"{self.command} {path}"):
+            return
         handler = getattr(self, "_r_" + path.strip("/").replace("/", "_"))
         handler(body)
+
+    def _hung(self, held, seconds: float, what: str) -> bool:
+        """While the control file holds the route (held(control())): the request was read, no answer
+        comes (as from a stuck endpoint). True once `seconds` pass: the connection closes unanswered;
+        False when the control lets it go: it is answered."""
+        end = time.monotonic() + seconds
+        said = False
+        while held(_lab.control()):
+            if not said:
+                print(f"lab: {what} held by {_lab.control_path()}", file=sys.stderr, flush=True)
+                said = True
+            if time.monotonic() >= end:
+                self.close_connection = True
+                return True
+            time.sleep(0.2)
+        return False
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = lambda self: self._dispatch()  # noqa: E731
 
@@ -750,13 +803,8 @@ class Handler(BaseHTTPRequestHandler):
         self._r_server_info(_body)
 
     def _r_metrics(self, _body):
-        # hung by the control file: the request was accepted, no answer comes (as a stuck endpoint)
-        end = time.monotonic() + METRICS_HANG_SECONDS
-        while not _lab.control()["metrics"]:
-            if time.monotonic() >= end:
-                self.close_connection = True
-                return
-            time.sleep(0.2)
+        if self._hung(lambda c: not c["metrics"], METRICS_HANG_SECONDS, "GET /metrics"):
+            return
         self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
 
     def _r_v1_loads(self, _body):
@@ -802,17 +850,22 @@ class Handler(BaseHTTPRequestHandler):
         if progress is None:
             return
         self.state.account(prompt_tokens, len(words), timing)
-        meta = {
+        meta = self._meta_info(rid, finish, prompt_tokens, len(words), progress, timing)
+        self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
+
+    def _meta_info(self, rid: str, finish: str, prompt_tokens: int, tokens: int, progress: Progress,
+                   timing: Timing) -> dict:
+        """A request's meta_info, as /generate gives it and a chat completion with return_meta_info."""
+        return {
             "id": rid,
-            "finish_reason": {"type": "length", "length": len(words)} if finish == "length" else {"type": "stop", "matched": 151645},
+            "finish_reason": {"type": "length", "length": tokens} if finish == "length" else {"type": "stop", "matched": 151645},
             "prompt_tokens": prompt_tokens,
             "weight_version": self.state.args.weight_version,
-            "completion_tokens": len(words),
+            "completion_tokens": tokens,
             "cached_tokens": 0,
-            **self.state.spec_meta(len(words), progress),
+            **self.state.spec_meta(tokens, progress),
             "e2e_latency": round(timing.e2e, 6),
         }
-        self._json(200, {"text": " ".join(words), "output_ids": list(range(1000, 1000 + len(words))), "meta_info": meta})
 
     def _r_v1_completions(self, body):
         timing = Timing()
@@ -870,10 +923,19 @@ class Handler(BaseHTTPRequestHandler):
             "prompt_tokens_details": None,
             "reasoning_tokens": len(thinking),
         }
+        if req.get("stream") and req.get("return_meta_info"):
+            self._json(400, {"object": "error", "message": "return_meta_info is not supported with streaming. Please "
+                             "set stream=false when using return_meta_info=true.", "type": "BadRequestError",
+                             "param": None, "code": 400})
+            return
         if not req.get("stream"):
-            if self._generate_all(rid, len(words), timing) is None:
+            progress = self._generate_all(rid, len(words), timing)
+            if progress is None:
                 return
             self.state.account(prompt_tokens, len(words), timing)
+            # serving_chat.py: choices[].meta_info only when asked (return_meta_info, not streamed)
+            meta = {"meta_info": self._meta_info(rid, finish, prompt_tokens, len(words), progress, timing)} \
+                if req.get("return_meta_info") else {}
             self._json(
                 200,
                 {
@@ -890,6 +952,7 @@ class Handler(BaseHTTPRequestHandler):
                             "logprobs": None,
                             "finish_reason": finish,
                             "matched_stop": 151645 if finish == "stop" else None,
+                            **meta,
                         }
                     ],
                     "usage": usage,
