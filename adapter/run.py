@@ -16,18 +16,12 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
+from gevent.lock import BoundedSemaphore
 from pyinfra.api.state import BaseStateCallback
 
 from fleet.report import RunReport
-
-if TYPE_CHECKING:
-    from gevent.lock import BoundedSemaphore
-
-    from tasks.common import Begun
-    from tasks.gateway_turns import GroupTurns
-    from tasks.rolling import ClassRoll, Gateway
 
 INTERRUPTED_EXIT = 130
 TITLE = "SGLang fleet rollout summary"
@@ -35,12 +29,17 @@ TITLE = "SGLang fleet rollout summary"
 
 @dataclass
 class Run:
+    """The run's shared parts, each kept per concern. The parts the deploy's steps own are typed where they are
+    defined (named in each comment), not here: the adapter sits below tasks/ and imports none of it."""
+
     report: RunReport
-    begun: dict[str, Begun] = field(default_factory=dict)  # host -> its rollout begun and not ended
+    begun: dict[str, Any] = field(default_factory=dict)  # host -> its rollout begun and not ended (tasks.common.Begun)
     lost: dict[str, str] = field(default_factory=dict)  # host -> why this run gave it up
-    rolls: dict[str, ClassRoll] = field(default_factory=dict)  # gpu class -> its turns
-    gateways: dict[str, Gateway] = field(default_factory=dict)  # gateway (its hosts) -> the one object that writes its files
-    gateway_turns: dict[str, GroupTurns] = field(default_factory=dict)  # gateway group -> its hosts' restarts, in turn
+    rolls: dict[str, Any] = field(default_factory=dict)  # gpu class -> its turns (tasks.rolling.ClassRoll)
+    # gateway (its hosts) -> the one object that writes its files (tasks.rolling.Gateway)
+    gateways: dict[str, Any] = field(default_factory=dict)
+    # gateway group -> its hosts' restarts, in turn (tasks.gateway_turns.GroupTurns)
+    gateway_turns: dict[str, Any] = field(default_factory=dict)
     slots: dict[tuple[str, int], BoundedSemaphore] = field(default_factory=dict)  # hub endpoint -> its fetch slots
     resolved: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (endpoint, repo, branch) -> commit
     found: dict[str, object] = field(default_factory=dict)  # what is looked up once per run (the monitoring host)

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from fleet.canary import Analysis
 from fleet.gate import SmokeResult, Verdict
-from fleet.outcome import HostVerdict
+from fleet.outcome import HostVerdict, RecordResult
 from fleet.plan import Plan
 
 
@@ -110,7 +110,7 @@ def activate(plan: Plan, steps: Steps, unit: str, record: dict) -> Outcome:
                              ready=ready)
         if analysis is not None:
             record = {**record, "canary": analysis.summary}
-    steps.finish({**record, "result": "ok", "ready": ready.reason if ready else None,
+    steps.finish({**record, "result": RecordResult.OK, "ready": ready.reason if ready else None,
                   "smoke": smoke.summary() if smoke else None})
     return Outcome(HostVerdict.OK, ready=ready, smoke=smoke)
 
@@ -160,7 +160,7 @@ def roll_back(plan: Plan, steps: Steps, unit: str, record: dict, reason: str, st
         out.left += "".join(f"; {w} was not restarted (declared so)" for w in before.workloads_not_given_back)
     out.next = _next(out, unit)
     out.ready = ready  # a canary that failed its analysis was ready: its row keeps when
-    steps.finish({**record, "result": "rolled-back" if out.verdict is HostVerdict.ROLLED_BACK else "failed",
+    steps.finish({**record, "result": RecordResult.ROLLED_BACK if out.verdict is HostVerdict.ROLLED_BACK else RecordResult.FAILED,
                   "reason": reason, "rollback": out.verdict, "left": out.left})
     return out
 

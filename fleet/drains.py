@@ -15,15 +15,14 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
+from enum import StrEnum
 
-from fleet import layout
+from fleet import controller, layout
 from fleet.wire import excerpt, frames, load_json
 
-PROGRAM = (Path(__file__).parent / "programs" / "drains.py").read_text()
+PROGRAM = controller.program("drains.py")
 LOCK_WAIT_S = 30  # the program's own wait for the drains' lock (programs/drains.py LOCK_WAIT_S)
 OUT, IN, RELEASE, SYNC = "out", "in", "release", "sync"
-RESULTS = ("ok", "held", "peer", "busy", "unreadable")
 LIMIT = 4096  # drains answered: more than any inventory's replicas
 OWNER_TEXT = re.compile(r"[ -~]{1,256}")
 
@@ -39,24 +38,38 @@ class Drain:
         return f"{self.replica} drained by {self.owner or 'no one now'} ({self.why}), its lease {self.left_s:.0f}s more"
 
 
+class DrainResult(StrEnum):
+    """What the drains program answered (programs/drains.py's `@@result=`), or that it did not."""
+
+    OK = "ok"
+    HELD = "held"  # another owner's drain holds the replica
+    PEER = "peer"  # a peer counted as serving is drained now
+    BUSY = "busy"  # the drains' lock stayed taken
+    UNREADABLE = "unreadable"  # the drains file is not one
+    NO_ANSWER = "no answer"
+
+
 @dataclass(frozen=True)
 class Answer:
-    result: str  # one of RESULTS, or "no answer"
+    result: DrainResult
     standing: tuple[Drain, ...] = ()  # held, peer: the drains in the way
     drains: tuple[Drain, ...] = ()  # every drain now, after the change
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", DrainResult(self.result))  # its words, read back: an unknown one raises
+
     @property
     def ok(self) -> bool:
-        return self.result == "ok"
+        return self.result is DrainResult.OK
 
     def describe(self) -> str:
-        if self.result == "held":
+        if self.result is DrainResult.HELD:
             return f"held out by another: {'; '.join(d.describe() for d in self.standing)}"
-        if self.result == "peer":
+        if self.result is DrainResult.PEER:
             return f"the peer it counted is drained now: {'; '.join(d.describe() for d in self.standing)}"
-        if self.result == "busy":
+        if self.result is DrainResult.BUSY:
             return f"the drains' lock on the gateway host stayed taken for {LOCK_WAIT_S}s"
-        if self.result == "unreadable":
+        if self.result is DrainResult.UNREADABLE:
             return "the drains file on the gateway host is not one (inspect it, then remove it)"
         return "no answer from the drains program"
 
@@ -113,7 +126,8 @@ def _drains(text: str | None) -> tuple[Drain, ...]:
 def parse(answer: str | list[str]) -> Answer:
     said = {f.key: f for f in frames(answer)}
     result = said.get("result")
-    if result is None or result.value not in RESULTS:
-        return Answer("no answer")
-    return Answer(result.value, _drains(result.text) if result.value in ("held", "peer") else (),
+    if result is None or result.value not in {r.value for r in DrainResult} - {DrainResult.NO_ANSWER.value}:
+        return Answer(DrainResult.NO_ANSWER)
+    said_result = DrainResult(result.value)
+    return Answer(said_result, _drains(result.text) if said_result in (DrainResult.HELD, DrainResult.PEER) else (),
                   _drains(said["drains"].text) if "drains" in said else ())

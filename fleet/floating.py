@@ -21,12 +21,11 @@ import ipaddress
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Protocol
 
 from pydantic import AfterValidator, Field, model_validator
 
-from fleet import layout
+from fleet import controller, layout
 from fleet.spec import Bool, Int, Kind, Number, Source, Strict
 from fleet.wire import excerpt
 
@@ -290,14 +289,12 @@ def connection_count(text: str) -> int | None:
 
 # --- the handoff's program on the host -----------------------------------------------------------
 
-NOTIFY_PROGRAM = (Path(__file__).parent / "programs" / "vrrp-notify.sh").read_text()
-_PROGRAM = "\n".join(line for line in (Path(__file__).parent / "programs" / "handoff.sh").read_text().splitlines()
-                     if line.strip() and not line.lstrip().startswith("#"))
+NOTIFY_PROGRAM = controller.program("vrrp-notify.sh")
 
 
 def handoff_command(action: str, *args: str) -> str:
     """fleet/programs/handoff.sh ACTION ARGS, sent as one command (its comments left out)."""
-    return f"( set -- {' '.join(shlex.quote(a) for a in (action, *args))}\n{_PROGRAM}\n)"
+    return controller.shell("handoff.sh", action, *args)
 
 
 def set_handoff(unit: str, on: bool) -> str:

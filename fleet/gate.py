@@ -20,9 +20,9 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
+from fleet import controller
 from fleet.spec import ClassSpec
 from fleet.wire import ascii_int, block, captured, excerpt, finite, frames, load_json
 
@@ -83,7 +83,7 @@ CURL = "curl --noproxy '*' --globoff"
 
 
 OBSERVATION_MARK = "@@observation"  # what fleet/programs/gate.sh prints before an observation
-POLL = (Path(__file__).parent / "programs" / "gate.sh").read_text()
+POLL = controller.program("gate.sh")
 
 
 def _poll(spec: ClassSpec, action: str, *more: object) -> str:

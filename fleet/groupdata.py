@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import re
-import runpy
 import sys
 import types
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fleet import floating
+from fleet import controller, floating
 from fleet.gateway import Gateway, check_routes, key_problems
 from fleet.monitoring import Monitoring, floor_problems, scrape_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, SecretSource, Strict, \
@@ -47,7 +46,7 @@ def read_group_file(path: Path) -> dict[str, Any]:
 def _names_of(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, Any], ...]:
     # A deploy reads each file once per host (which groups are classes, gateways): once per version
     # of the file is enough.
-    names = runpy.run_path(path)
+    names = controller.run_group_file(path)
     return tuple((k, v) for k, v in names.items()
                  if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type)))
 

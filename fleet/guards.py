@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.hub import to_fetch
-from fleet.parse import Engine, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, NO_ANSWER, UnitState
+from fleet.parse import Engine, EngineStatus, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, ModelStatus, NO_ANSWER, NvidiaSmiStatus, UnitState
 from fleet.plan import read_pending, workload_of
 from fleet.prerequisites import Program, missing, replica_programs
 from fleet.render import MODULE, server_argv
@@ -32,13 +32,13 @@ class Violation:
 def gpu_violations(host: str, spec: ClassSpec, gpus: GpuList) -> list[Violation]:
     want = spec.gpu_class
     models = " or ".join(want.accepted_models)
-    if gpus.status == "nvidia-smi missing":
+    if gpus.status is NvidiaSmiStatus.MISSING:
         return [Violation(host, "nvidia-smi", "nvidia-smi installed", f"none ({gpus.message})")]
-    if gpus.status == "nvidia-smi hung":
+    if gpus.status is NvidiaSmiStatus.HUNG:
         return [Violation(host, "nvidia-smi", f"an answer within readiness.command_timeout_s = "
                           f"{spec.readiness.command_timeout_s:g}s", "none: `nvidia-smi --query-gpu` hung and was "
                           "killed (a GPU fallen off the bus does that; see dmesg for Xid errors)")]
-    if gpus.status != "ok":
+    if gpus.status is not NvidiaSmiStatus.OK:
         return [Violation(host, "nvidia-smi", "nvidia-smi to list the GPUs", gpus.message)]
     if not gpus.gpus:
         return [Violation(host, "GPU count", f"{want.gpu_count} x {models}", "no GPU (nvidia-smi lists none)")]
@@ -74,11 +74,11 @@ def rendered_flags(spec: ClassSpec) -> list[str]:
 
 def engine_violations(host: str, spec: ClassSpec, engine: Engine) -> list[Violation]:
     launcher = spec.launcher
-    if engine.status == "no launcher" and spec.engine is not None:
+    if engine.status is EngineStatus.NO_LAUNCHER and spec.engine is not None:
         return []  # the deploy installs it, and checks it then (tasks/engine.py), before anything stops
-    if engine.status == "no launcher":
+    if engine.status is EngineStatus.NO_LAUNCHER:
         return [Violation(host, "SGLang engine", f"an SGLang environment at {launcher}", "no executable there")]
-    if engine.status != "ok":
+    if engine.status is not EngineStatus.OK:
         return [Violation(host, "SGLang engine", f"sglang to load with {launcher}", engine.message)]
     found = []
     algorithm = spec.speculative.algorithm
@@ -107,7 +107,7 @@ def _readable(
     model = models.get(path)
     if model is None:
         return None, [Violation(host, role, f"{path} inspected", NO_ANSWER)]
-    if model.status != "ok":
+    if model.status is not ModelStatus.OK:
         detail = f"{model.status}: {model.message}" if model.message else model.status
         return None, [Violation(host, role, f"a model directory with a readable config.json at {path}", detail)]
     return model, []
@@ -206,7 +206,7 @@ def busy_gpus(host: str, spec: ClassSpec, processes: GpuProcessList, workloads: 
     (preflight: those are stopped next; after their stop, none may be left). A shared class allows any."""
     if spec.gpu_class.shared:
         return []
-    if processes.status != "ok":
+    if processes.status is not NvidiaSmiStatus.OK:
         return [Violation(host, "GPU processes", "nvidia-smi to list the GPU processes", processes.message)]
     own = spec.service_unit
     allowed = [describe_workload(w) for w in spec.workloads] if workloads else []
@@ -284,7 +284,7 @@ def preflight(host: str, spec: ClassSpec, facts: HostFacts) -> list[Violation]:
         *engine_violations(host, spec, facts.engine),
         *preflight_model_violations(host, spec, facts.models),
         # the declared workloads are stopped next; a failed nvidia-smi is reported once, above
-        *(busy_gpus(host, spec, facts.gpu_processes) if facts.gpus.status == "ok" else []),
+        *(busy_gpus(host, spec, facts.gpu_processes) if facts.gpus.status is NvidiaSmiStatus.OK else []),
         *unit_violations(host, spec, facts.units),
         *drift_violations(host, spec, facts),
     ]

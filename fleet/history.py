@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.dataclasses import dataclass as checked_dataclass
 
 from fleet.hub import declared_weights
+from fleet.outcome import RecordKind, RecordResult
 from fleet.parse import FileState, file_state
 from fleet.render import server_argv
 from fleet.rollout import KEEP_BACKUPS, ManagedFile, desired_files, spec_record
@@ -74,8 +75,9 @@ class Record:
 
     time: Annotated[int, Field(ge=0, lt=1 << 40)]
     by: Word
-    result: Word  # ok, rolled-back, failed
-    kind: Word = "deploy"  # or rollback, or tune (a make tune candidate, or the run that returned its host)
+    # as the host's file says them: RecordResult's and RecordKind's words (an unknown one is none of them)
+    result: Word
+    kind: Word = RecordKind.DEPLOY.value
     to: Word = ""  # the backup a rollback put back
     group: Word = ""
     stamp: Word = ""
@@ -110,7 +112,7 @@ def when(ts: int) -> str:
 def describe_record(r: Record | None) -> str:
     if r is None:
         return "-"
-    what = f"rollback to {r.to}" if r.kind == "rollback" else "deploy"
+    what = f"rollback to {r.to}" if r.kind == RecordKind.ROLLBACK else "deploy"
     return f"{when(r.time)} {what} by {r.by}: {r.result or '?'} ({r.describe_commit()})"
 
 
@@ -252,7 +254,7 @@ def before_last_change(history: History) -> tuple[Backup | None, str]:
         since = history.records[i - 1].stamp if i else ""
         taken = sets.get(r.stamp) or next(
             (b for b in reversed(history.backups) if since < b.stamp < r.stamp and b.stamp not in recorded), None)
-        if r.result == "ok" and r.kind != "tune" and taken is not None:
+        if r.result == RecordResult.OK and r.kind != RecordKind.TUNE and taken is not None:
             return taken, ""
     return None, (f"no rollout on record that succeeded left a backup set here (only the last {KEEP_BACKUPS} are "
                   f"kept): name the set to put back with TO=<stamp> (make history shows what each holds); the "
@@ -276,12 +278,12 @@ def spec_sha256(spec: ClassSpec, group: str) -> str:
     return hashlib.sha256(spec_record(spec, group).encode()).hexdigest()
 
 
-def new_record(*, kind: str, spec: ClassSpec, group: str, stamp: str, now: int, by: str, action: str, sglang: str,
+def new_record(*, kind: RecordKind, spec: ClassSpec, group: str, stamp: str, now: int, by: str, action: str, sglang: str,
                repo: tuple[str, bool | None], to: str = "") -> dict:
     """A rollout's record before its outcome (activation adds result, reason, left)."""
     commit, dirty = repo
     return {
-        "version": RECORD_VERSION, "time": now, "by": by, "kind": kind, "to": to, "group": group, "stamp": stamp,
+        "version": RECORD_VERSION, "time": now, "by": by, "kind": RecordKind(kind), "to": to, "group": group, "stamp": stamp,
         "algorithm": spec.speculative.algorithm, "served_model": spec.service.served_model_name, "action": action,
         "sglang": spec.engine.version if spec.engine else sglang, "engine": spec.engine.name if spec.engine else "",
         "weights": declared_weights(spec),

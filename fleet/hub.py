@@ -19,11 +19,10 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
-from fleet import layout
+from fleet import controller, layout
 from fleet.parse import NOT_FETCHED, ModelDir
 from fleet.spec import COMMIT, ClassSpec, HubModel, HubSpec
 from fleet.wire import Unreadable, ascii_int, block, excerpt, frames, lines_of, load_json, mark
@@ -240,7 +239,7 @@ def remove_command(models_dir: str, revisions: list[str]) -> str:
 # `python3 -c FETCH --verify DIR` (any Python 3: it imports no client) prints each file of DIR's
 # manifest whose size or digest differs. The program is a file of its own, fleet/programs/fetch_revision.py
 # (its MANIFEST and LIMIT are this module's MANIFEST and SAID_LIMIT), sent whole.
-FETCH = (Path(__file__).parent / "programs" / "fetch_revision.py").read_text()
+FETCH = controller.program("fetch_revision.py")
 
 
 def fetch_command(spec: ClassSpec, path: str, model: HubModel, token_file: str | None) -> str:

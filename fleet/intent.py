@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 from pydantic import ValidationError
 
 from fleet.drains import OWNER_TEXT  # written into the drains file and the mark as it is
+from fleet.outcome import RecordKind
 from fleet.spec import ClassSpec
 from fleet.tune import TuneMark
 from fleet.wire import excerpt
 
 INTENT_DATA = "sglang_fleet_run"  # the one --data a run is given its intent by (never an environment variable)
-RECORD_KINDS = ("deploy", "tune")
+RECORD_KINDS = (RecordKind.DEPLOY, RecordKind.TUNE)  # a rollback is make rollback's, never an intent's
 OVERLAY_KEYS = ("block_size", "tree_budget")  # what an overlay may change: the draft length, the tree's width
 MAX_LEASE_S = 7 * 86400
 
@@ -36,7 +37,7 @@ class Intent:
     says: str = ""  # the overlay in the operator's words: the plan's action, the host's mark, the drain's why
     stay_out: bool = False  # kept out of its gateway after its turn (measured alone); the next run puts it back
     keep_backup: bool = True  # False: the backup set this run takes is dropped when it ends, and none is pruned
-    record: str = "deploy"  # the kind its history record is kept as
+    record: RecordKind = RecordKind.DEPLOY  # the kind its history record is kept as
     owner: str = ""  # whose the host is for this run (its mark's and its drain's owner); '' the run's own
     lease_s: float = 0.0  # ... and for how long
     outcome: str = ""  # a path on the controller the run writes each host's outcome to (JSON); '' none
@@ -82,7 +83,7 @@ def requested(command_line_data: dict) -> Intent:
         if key in said and type(said[key]) is not kind:
             raise ValueError(f"--data {INTENT_DATA}: {key}: expected a {kind.__name__}, found "
                              f"{excerpt(json.dumps(said[key]), 80)}")
-    if said.get("record", "deploy") not in RECORD_KINDS:
+    if said.get("record", RecordKind.DEPLOY) not in RECORD_KINDS:
         raise ValueError(f"--data {INTENT_DATA}: record: expected one of {', '.join(RECORD_KINDS)}, found "
                          f"{excerpt(said['record'], 40)}")
     owner, lease = said.get("owner", ""), said.get("lease_s", 0)
@@ -93,7 +94,7 @@ def requested(command_line_data: dict) -> Intent:
         raise ValueError(f"--data {INTENT_DATA}: expected says of printable characters (at most 256) and an outcome "
                          f"path of at most 4096, found {excerpt(said.get('says', ''), 80)}")
     return Intent(dict(overlay), said.get("says", ""), said.get("stay_out", False), said.get("keep_backup", True),
-                  said.get("record", "deploy"), owner, float(lease) if owner else 0.0, said.get("outcome", ""))
+                  RecordKind(said.get("record", RecordKind.DEPLOY)), owner, float(lease) if owner else 0.0, said.get("outcome", ""))
 
 
 def applied(spec: ClassSpec, intent: Intent) -> ClassSpec:

@@ -26,17 +26,14 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import shlex
-import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from fleet import layout
+from fleet import controller, layout
 from fleet.spec import ClassSpec
 from fleet.wire import BLOCK_LIMIT, Unreadable, block, excerpt, load_json, mark, printable
 
@@ -48,17 +45,11 @@ FLOCK_WAIT_S = 30  # how long taking, renewing or releasing the lock waits for a
 # out: no process starts at the boot's first clock tick, so no session's start time is "0".
 LEASE_RAN_OUT = "0"
 
-# The lock's programs on the host (taking, renewing, releasing it; the session preflight reads) are
-# one file, fleet/programs/lock.sh, sent without its comment and blank lines.
-_PROGRAM = "\n".join(line for line in (Path(__file__).parent / "programs" / "lock.sh").read_text().splitlines()
-                      if line.strip() and not line.lstrip().startswith("#"))
-
-
 def _lock_sh(action: str, lock_path: str, *more: object) -> str:
-    """lock.sh's ACTION for the lock at lock_path, run in a subshell of the command's shell (its
-    exit ends only that) with its arguments as the positional parameters, each quoted."""
-    args = [action, layout.LOCK_ROOT, lock_path, layout.lease_file(lock_path), FLOCK_WAIT_S, *more]
-    return f"( set -- {' '.join(shlex.quote(str(a)) for a in args)}\n{_PROGRAM}\n)"
+    """The lock's programs on the host (taking, renewing, releasing it; the session preflight reads) are one file,
+    fleet/programs/lock.sh: its ACTION for the lock at lock_path (fleet.controller.shell)."""
+    return controller.shell("lock.sh", action, layout.LOCK_ROOT, lock_path, layout.lease_file(lock_path), FLOCK_WAIT_S,
+                            *more)
 
 
 def renew_every_s(spec: ClassSpec) -> float:
@@ -76,11 +67,7 @@ def lost_after_s(spec: ClassSpec) -> float:
 def owner() -> dict:
     """Who this deploy is, as written into the host's lock (the host adds the session): one answer
     for the whole run, since when it first asked."""
-    return {
-        "holder": f"{os.environ.get('USER', 'root')}@{socket.gethostname()}",
-        "pid": os.getpid(),
-        "since": int(time.time()),
-    }
+    return controller.operator()
 
 
 @dataclass(frozen=True)

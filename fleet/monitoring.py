@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import re
 import shlex
 import time
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 import bcrypt
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, WrapValidator, model_validator
 
+from fleet import controller
 from fleet.gate import CURL, local_address, url_host
 from fleet.spec import AbsPath, Bool, ClassSpec, HostAddress, Int, Kind, Number, SecretSource, Source, Strict, Text, \
     is_loopback
@@ -356,7 +356,8 @@ def floors(mon: Monitoring, classes: dict[str, ClassSpec], tuning_dir: Path) -> 
     for c, spec in classes.items():
         path = tuning_dir / f"{c}.json"
         try:
-            record = load_json(path.read_text(), str(path)) if path.is_file() else None
+            text = controller.read_if_file(path)
+            record = load_json(text, str(path)) if text is not None else None
         except (OSError, ValueError):  # Unreadable is a ValueError
             record = None
         out[c] = accept_length_floor(mon, c, spec, record if isinstance(record, dict) else None)
@@ -522,8 +523,8 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     }
 
 
-def webhook_urls(mon: Monitoring, where: str, environ: Mapping[str, str] = os.environ,
-                 read_file: Callable[[Path], str] = Path.read_text) -> dict[str, str]:
+def webhook_urls(mon: Monitoring, where: str, environ: Mapping[str, str] = controller.ENVIRON,
+                 read_file: Callable[[Path], str] = controller.read_file) -> dict[str, str]:
     """Each receiver's webhook URL declared as a secret source (receiver name -> URL), read now; SecretError
     naming each field and source (never a value). where: the group file, for the messages."""
     urls, problems = {}, []
@@ -730,25 +731,18 @@ def bundle_staging(bundle: str) -> str:
 
 
 def stage_bundle_command(bundle: str) -> str:
-    """An empty staging directory of the bundle's, only its owner's (Alertmanager's file may hold a token)."""
-    q, tmp = shlex.quote, bundle_staging(bundle)
-    dirs = " ".join(q(f"{tmp}/{d}") for d in ("", RULES_DIR, DASHBOARD.rsplit("/", 1)[0]))
-    return f"set -e; rm -rf {q(tmp)}; install -d -m 0700 -o {OWNER} -g {OWNER} {q(BUNDLES)} {dirs}"
+    """An empty staging directory of the bundle's, only its owner's (Alertmanager's file may hold a token):
+    fleet/programs/bundle.sh's stage."""
+    tmp = bundle_staging(bundle)
+    return controller.shell("bundle.sh", "stage", BUNDLES, tmp, OWNER,
+                            *(f"{tmp}/{d}" for d in ("", RULES_DIR, DASHBOARD.rsplit("/", 1)[0])))
 
 
 def install_bundle_command(bundle: str) -> str:
     """Check the uploaded bundle with the host's promtool and amtool, then make it live; the bundles before it but
-    the last KEEP_BUNDLES go. Nothing live changes if a check fails."""
-    q = shlex.quote
-    d, tmp = f"{BUNDLES}/{bundle}", bundle_staging(bundle)
-    return " && ".join([
-        "set -e", f"promtool check config {q(tmp + '/' + CONFIG)} >/dev/null",
-        f"amtool check-config {q(tmp + '/' + ALERTMANAGER_CONFIG)} >/dev/null",
-        f"rm -rf {q(d)}", f"mv {q(tmp)} {q(d)}",
-        f"ln -sfn {q(d)} {q(LIVE + '.new')}", f"mv -T {q(LIVE + '.new')} {q(LIVE)}",
-        f"cd {q(BUNDLES)} && ls -1t | grep -vx {q(bundle)} | tail -n +{KEEP_BUNDLES} | xargs -r rm -rf --",
-        # a bundle written before they were locked down was readable by all
-        f"chmod -R go= {q(BUNDLES)}"])
+    the last KEEP_BUNDLES go. Nothing live changes if a check fails: fleet/programs/bundle.sh's install."""
+    return controller.shell("bundle.sh", "install", BUNDLES, bundle_staging(bundle), bundle, LIVE, KEEP_BUNDLES, CONFIG,
+                            ALERTMANAGER_CONFIG)
 
 
 # --- silences: no page during a rollout ------------------------------------------------------------

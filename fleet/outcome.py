@@ -1,5 +1,5 @@
-"""What became of a host in a run, as a type: code steers by these, and the summary's words are
-their values (a wording edit changes no control flow)."""
+"""What became of a host in a run, and of a rollout in its host's records, as types: code steers by these, and
+the summary's (or the record's) words are their values (a wording edit changes no control flow)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,19 @@ class HostVerdict(StrEnum):
         """It says already that the host did not end as declared (the summary adds nothing to it)."""
         return self not in (HostVerdict.PENDING, HostVerdict.PASSED_PREFLIGHT, HostVerdict.OK,
                             HostVerdict.INTERRUPTED)
+
+
+class RecordKind(StrEnum):
+    """What a rollout on record was (deploys.jsonl's "kind")."""
+
+    DEPLOY = "deploy"
+    ROLLBACK = "rollback"  # make rollback: a backup set put back
+    TUNE = "tune"  # a make tune candidate, or the run that returned its host
+
+
+class RecordResult(StrEnum):
+    """How a rollout on record ended (deploys.jsonl's "result")."""
+
+    OK = "ok"
+    ROLLED_BACK = "rolled-back"
+    FAILED = "failed"

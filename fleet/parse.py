@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from fleet.lock import LockFacts
 from fleet.spec import UNIT_NAME, UNIT_NAME_MAX
@@ -21,11 +22,42 @@ from fleet.wire import Frame, Unreadable, ascii_int, clipped, excerpt, frames, l
 
 NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
 
-NvidiaSmiStatus = Literal["ok", "nvidia-smi missing", "nvidia-smi failed", "nvidia-smi hung"]
+
+
+class NvidiaSmiStatus(StrEnum):
+    """What nvidia-smi's run came to: the guards steer by it, a row shows its words."""
+
+    OK = "ok"
+    MISSING = "nvidia-smi missing"
+    FAILED = "nvidia-smi failed"
+    HUNG = "nvidia-smi hung"
+
+
 TIMED_OUT = "124"  # coreutils timeout's exit status (facts.bounded)
-EngineStatus = Literal["ok", "no launcher", "not importable"]
-ModelStatus = Literal["ok", "no directory", "no config.json", "unreadable", "no manifest", "damaged"]
-NOT_FETCHED = ("no directory", "no manifest", "damaged")  # a revision the deploy fetches (again)
+
+
+class EngineStatus(StrEnum):
+    """What the declared launcher came to: the guards and the plan steer by it (no launcher: an engine to install)."""
+
+    OK = "ok"
+    NO_LAUNCHER = "no launcher"
+    NOT_IMPORTABLE = "not importable"
+
+
+
+
+class ModelStatus(StrEnum):
+    """What a model directory came to: the guards refuse all but OK; the hub fetches NOT_FETCHED ones (again)."""
+
+    OK = "ok"
+    NO_DIRECTORY = "no directory"
+    NO_CONFIG = "no config.json"
+    UNREADABLE = "unreadable"
+    NO_MANIFEST = "no manifest"
+    DAMAGED = "damaged"
+
+
+NOT_FETCHED = (ModelStatus.NO_DIRECTORY, ModelStatus.NO_MANIFEST, ModelStatus.DAMAGED)  # fetched (again) by the deploy
 
 # systemctl show property -> UnitState field; the units fact asks for exactly these.
 UNIT_PROPERTIES = {
@@ -65,6 +97,9 @@ class GpuList:
     message: str = ""  # nvidia-smi's own words when it failed
     warnings: tuple[str, ...] = ()  # what it said on stderr (e.g. "WARNING: infoROM is corrupted at gpu ...")
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", NvidiaSmiStatus(self.status))  # its words, read back: an unknown one raises
+
 
 @dataclass(frozen=True)
 class GpuProcess:
@@ -83,6 +118,9 @@ class GpuProcessList:
     processes: tuple[GpuProcess, ...] = ()
     message: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", NvidiaSmiStatus(self.status))
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -94,6 +132,9 @@ class Engine:
     flags: frozenset[str] = frozenset()
     message: str = ""  # why it is not importable
     cached: bool = False  # read from the host's engine cache: nothing was imported
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", EngineStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -111,6 +152,9 @@ class ModelDir:
     block_size: int | None = None  # top-level: a DFlash draft's trained block size
     dflash_config: dict | None = None
     mtp_layers: int = 0  # built-in draft layers (MTP_KEYS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", ModelStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -254,22 +298,22 @@ def _nvidia_smi_rows(answer: str | list[str]) -> tuple[NvidiaSmiStatus, str, lis
     """(status, message, the CSV rows, its stderr lines, the remaining records) of an nvidia-smi query."""
     found = frames(answer)
     if not found or found[0].key != "nvidia-smi":
-        return "nvidia-smi failed", NO_ANSWER, [], (), []
+        return NvidiaSmiStatus.FAILED, NO_ANSWER, [], (), []
     first, rest = found[0], found[1:]
     stderr: tuple[str, ...] = ()
     if rest and rest[0].key == "stderr":
         stderr, rest = tuple(line.strip() for line in (rest[0].text or "").split("\n") if line.strip()), rest[1:]
     rc = first.value
     if rc == "missing":
-        return "nvidia-smi missing", "command not found", [], (), []
+        return NvidiaSmiStatus.MISSING, "command not found", [], (), []
     if rc == TIMED_OUT:
-        return "nvidia-smi hung", "no answer: killed by the command timeout", [], stderr, []
+        return NvidiaSmiStatus.HUNG, "no answer: killed by the command timeout", [], stderr, []
     if rc != "0":  # NVIDIA prints its failures on stdout; stderr may add to them
         said = _words("\n".join([first.text or "", *stderr]))
-        return "nvidia-smi failed", f"exit {_words(rc)}: {said or '(no message)'}", [], stderr, []
+        return NvidiaSmiStatus.FAILED, f"exit {_words(rc)}: {said or '(no message)'}", [], stderr, []
     if first.text is None:
-        return "nvidia-smi failed", "its answer could not be read (not sent whole)", [], stderr, []
-    return "ok", "", [line for line in first.text.split("\n") if line.strip()], stderr, rest
+        return NvidiaSmiStatus.FAILED, "its answer could not be read (not sent whole)", [], stderr, []
+    return NvidiaSmiStatus.OK, "", [line for line in first.text.split("\n") if line.strip()], stderr, rest
 
 
 def _field(text: str) -> str | None:
@@ -293,15 +337,15 @@ def parse_gpu_inventory(answer: str | list[str]) -> GpuList:
     """`nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current`
     (csv, noheader, nounits), its stderr apart."""
     status, message, rows, warnings, _ = _nvidia_smi_rows(answer)
-    if status != "ok":
+    if status is not NvidiaSmiStatus.OK:
         return GpuList(status, message=message, warnings=warnings)
     gpus = []
     for line in rows:
         gpu = _gpu(line)
         if gpu is None:  # a header, a warning on stdout: never guess past it
-            return GpuList("nvidia-smi failed", message=f"unexpected line {excerpt(line)}", warnings=warnings)
+            return GpuList(NvidiaSmiStatus.FAILED, message=f"unexpected line {excerpt(line)}", warnings=warnings)
         gpus.append(gpu)
-    return GpuList("ok", tuple(gpus), warnings=warnings)
+    return GpuList(NvidiaSmiStatus.OK, tuple(gpus), warnings=warnings)
 
 
 def unit_of_cgroup(lines: list[str]) -> str | None:
@@ -340,7 +384,7 @@ def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
     """`nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid` plus `@@cgroup=PID`,
     `@@cmdline=PID` and `@@stat=PID` records."""
     status, message, rows, _, rest = _nvidia_smi_rows(answer)
-    if status != "ok":
+    if status is not NvidiaSmiStatus.OK:
         return GpuProcessList(status, message=message)
     units = {f.value: unit_of_cgroup((f.text or "").split("\n")) for f in rest if f.key == "cgroup"}
     command_lines = {f.value: command_line_of(f.text) for f in rest if f.key == "cmdline"}
@@ -353,11 +397,11 @@ def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
         except ValueError:
             name = None
         if name is None or memory is None or uuid is None:
-            return GpuProcessList("nvidia-smi failed", message=f"unexpected line {excerpt(line)}")
+            return GpuProcessList(NvidiaSmiStatus.FAILED, message=f"unexpected line {excerpt(line)}")
         pid = pid.strip()
         processes.append(GpuProcess(ascii_int(pid, 1, 1 << 32), name, ascii_int(memory, 0, 1 << 40), uuid,
                                     units.get(pid), command_lines.get(pid), starts.get(pid)))
-    return GpuProcessList("ok", tuple(processes))
+    return GpuProcessList(NvidiaSmiStatus.OK, tuple(processes))
 
 
 _OPTION_LINE = re.compile(r"^  (-\S.*)$")  # argparse: options at indent 2, help text deeper
@@ -412,20 +456,20 @@ def parse_engine(answer: str | list[str]) -> Engine:
     found = frames(answer)
     parts = {f.key: f for f in found}
     if "launcher" in parts:
-        return Engine("no launcher")
+        return Engine(EngineStatus.NO_LAUNCHER)
     cached = "engine-cache" in parts
     if cached:
         parts = {f.key: f for f in frames(parts["engine-cache"].text or "")}
     for step, what in (("version", "import sglang"), ("help", "sglang.launch_server --help")):
         f = parts.get(step)
         if f is not None and f.value == TIMED_OUT:
-            return Engine("not importable", message=f"{what} hung and was killed by the command timeout")
+            return Engine(EngineStatus.NOT_IMPORTABLE, message=f"{what} hung and was killed by the command timeout")
         if f is None or f.value != "0" or f.text is None:
             found_text = (f"{what} exited {_words(f.value)}: {clipped(_last_line(f.text), 300) or '(no message)'}"
                           if f is not None and f.value != "0" else NO_ANSWER)
-            return Engine("not importable", message=found_text)
+            return Engine(EngineStatus.NOT_IMPORTABLE, message=found_text)
     algorithms, flags = _help_facts(parts["help"].text)
-    return Engine("ok", cached=cached, version=_last_line(parts["version"].text)[:64],  # after any warnings
+    return Engine(EngineStatus.OK, cached=cached, version=_last_line(parts["version"].text)[:64],  # after any warnings
                   algorithms=algorithms, flags=flags)
 
 
@@ -438,9 +482,9 @@ def parse_config(path: str, text: str | None) -> ModelDir:
     try:
         config = load_json(text, "config.json")
     except Unreadable as e:
-        return ModelDir(path, "unreadable", message=str(e))
+        return ModelDir(path, ModelStatus.UNREADABLE, message=str(e))
     if not isinstance(config, dict):
-        return ModelDir(path, "unreadable", message="config.json is not a JSON object")
+        return ModelDir(path, ModelStatus.UNREADABLE, message="config.json is not a JSON object")
     inner = config.get("text_config")
     inner = inner if isinstance(inner, dict) else {}
 
@@ -452,7 +496,7 @@ def parse_config(path: str, text: str | None) -> ModelDir:
     model_type = config.get("model_type")
     return ModelDir(
         path,
-        "ok",
+        ModelStatus.OK,
         architectures=tuple(a[:FIELD_LIMIT] for a in architectures if isinstance(a, str))
         if isinstance(architectures, list) else (),
         model_type=model_type[:FIELD_LIMIT] if isinstance(model_type, str) else None,
@@ -473,13 +517,13 @@ def parse_model_dirs(answer: str | list[str]) -> dict[str, ModelDir]:
         if f.key == "path":
             path = f.value
         elif f.key == "missing":
-            models[path] = ModelDir(path, {"directory": "no directory", "manifest": "no manifest"}.get(
-                f.value, "no config.json"))
+            models[path] = ModelDir(path, {"directory": ModelStatus.NO_DIRECTORY, "manifest": ModelStatus.NO_MANIFEST}.get(
+                f.value, ModelStatus.NO_CONFIG))
         elif f.key == "damaged":
-            models[path] = ModelDir(path, "damaged", message=clipped(
+            models[path] = ModelDir(path, ModelStatus.DAMAGED, message=clipped(
                 "size differs from its manifest: " + ", ".join(lines_of(f.text or "")), 300))
         elif f.key == "config" and f.value != "0":
-            models[path] = ModelDir(path, "unreadable", message=_words(f.text))  # the reader's own words
+            models[path] = ModelDir(path, ModelStatus.UNREADABLE, message=_words(f.text))  # the reader's own words
         elif f.key == "config":
             models[path] = parse_config(path, f.text)
     return models

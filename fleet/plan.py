@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from fleet.gate import base_url
 from fleet.hub import to_fetch
-from fleet.parse import COMMAND_LINE_LIMIT, GpuProcess, GpuProcessList, HostFacts, UnitState
+from fleet.parse import COMMAND_LINE_LIMIT, EngineStatus, GpuProcess, GpuProcessList, HostFacts, UnitState
 from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import DIR_MODE, OWNER, ManagedFile, UnitSeen, desired_files, managed_dirs, managed_paths
 from fleet.secrets import Secrets
@@ -496,7 +496,7 @@ def plan(spec: ClassSpec, want: list[ManagedFile], facts: HostFacts, interrupted
         record=record,
         replaces_service=any(before.files.get(f.path) != f.sha1 for f in want if f.restarts),
         why=tuple(why),
-        install_engine=spec.engine.name if spec.engine is not None and facts.engine.status == "no launcher" else None,
+        install_engine=spec.engine.name if spec.engine is not None and facts.engine.status is EngineStatus.NO_LAUNCHER else None,
         fetch_models=tuple((p, spec.hub_models[p].describe()) for p in to_fetch(spec, facts.models)),
         intent=intent,
         overlaid=overlaid,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fleet.activation import Outcome
-from fleet.drains import Answer
+from fleet.drains import Answer, DrainResult
 from fleet.gateway import READY, GatewayRolling, Replica, peer_problem, ready_peers, routed
 from fleet.outcome import HostVerdict
 
@@ -123,7 +123,7 @@ def go_out(me: Replica, replicas: list[Replica], r: GatewayRolling, gw: Through)
             answer = gw.take_out(ready_peers(me, replicas, statuses))
             if answer.ok:
                 return None
-            if answer.result != "peer":  # held by another owner, or a drains file not ours: no wait helps
+            if answer.result is not DrainResult.PEER:  # held by another owner, or a drains file not ours: no wait helps
                 return answer.describe()
             problem = answer.describe()
             if not said:

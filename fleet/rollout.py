@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from fleet import layout, lock
+from fleet import controller, layout, lock
 from fleet.render import render_auth_header, render_config, render_env, render_secret_env, render_unit
 from fleet.secrets import Secrets
 from fleet.spec import ClassSpec
-from fleet.wire import block, clipped, frames, mark
+from fleet.wire import BLOCK_LIMIT, clipped, frames
 
 KEEP_BACKUPS = 5
 OWNER = "root:root"  # every managed file and directory
@@ -93,10 +93,6 @@ def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def _sha1_of(path: str) -> str:
-    return f"$(sha1sum {_q(path)} 2>/dev/null | cut -d' ' -f1)"
-
-
 def write_command(path: str, text: str) -> str:
     """Write a file atomically: a reader sees the old content or the new, never half (printf, not
     echo: dash's echo would turn escapes into characters)."""
@@ -114,17 +110,12 @@ def _drop_staged(spec: ClassSpec) -> str:
 def backup_command(spec: ClassSpec, stamp: str, prune: bool = True) -> str:
     """Copy the current files to backups/STAMP, keep the last KEEP_BACKUPS (prune: a make tune's run,
     whose set goes at its end, prunes none); prints the dir or nothing (nothing there yet). A failed
-    copy fails the command and leaves no partial set."""
-    d = _q(f"{spec.backups_dir}/{stamp}")
-    files = " ".join(_q(f) for f in managed_paths(spec))
-    return (
-        f"mkdir -p {d} || exit 1; copied=yes; for f in {files}; do "
-        f"if [ -e \"$f\" ]; then cp -p \"$f\" {d}/ || {{ copied=no; break; }}; fi; done; "
-        f"if [ $copied = no ]; then rm -rf {d}; exit 1; fi; "
-        f"if [ -z \"$(ls -A {d})\" ]; then rmdir {d}; else echo {d}; fi"
-        + (f"; ls -1d {_q(spec.backups_dir)}/*/ 2>/dev/null | sort | head -n -{KEEP_BACKUPS} | xargs -r rm -rf"
-           if prune else "")
-    )
+    copy fails the command and leaves no partial set: fleet/programs/begin.sh's backup."""
+    return controller.shell("begin.sh", "backup", *_backup_args(spec, stamp, prune))
+
+
+def _backup_args(spec: ClassSpec, stamp: str, prune: bool) -> list[str | int]:
+    return [spec.backups_dir, stamp, "yes" if prune else "no", KEEP_BACKUPS, "\n".join(managed_paths(spec))]
 
 
 BEGUN_MARK = "@@begun"
@@ -147,17 +138,6 @@ class UnitSeen:
         return self.active in self.alike
 
 
-def _unit_check(u: UnitSeen, release: str) -> str:
-    """Its states now, compared as UnitSeen says; a difference prints UNIT_CHANGED with them as its data."""
-    def show(prop: str) -> str:
-        return f"$(systemctl show -p {prop} --value -- {_q(u.unit)} 2>/dev/null)"
-
-    now = block(UNIT_CHANGED, "printf '%s\\n%s\\n' \"$a\" \"$e\"", u.unit)
-    return (f"a={show('ActiveState')}; e={show('UnitFileState')}; "
-            f"case \"$a\" in {'|'.join(_q(s) for s in u.alike)}) like=yes;; *) like=no;; esac; "
-            f"[ $like = {'yes' if u.inside else 'no'} ] && [ \"$e\" = {_q(u.enabled)} ] || {{ {now}; {release}; exit 1; }}")
-
-
 def begin_command(
     spec: ClassSpec,
     who: dict,
@@ -174,40 +154,25 @@ def begin_command(
     """Before the first change: take the lock, check that the files (watched_files) and the units'
     states are still what preflight read, fix the directories, stage the files a rollback copies
     (path -> its backup, before this run's backup can prune that one), back up, write the
-    pending-rollout record. Prints BEGUN_MARK at the end, or a CHANGED record naming the path
-    that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states preflight read
-    (none given: none checked); overlay_mark: the mark of the overlay the run deploys (fleet.tune.mark, a
-    make tune candidate's), written with the pending record, before anything changes; prune_backups: False
-    for a run whose backup set is not kept (fleet.intent.Intent.keep_backup). Whatever
-    fails after the lock is taken releases it and changes
-    nothing else: a backup set this command took is removed again."""
-    release = "release_lock"  # defined once: the lock's program is long, and every failure below releases it
-    undo = [_drop_staged(spec), release]
-
-    def fail() -> str:
-        return f"{{ {'; '.join(undo)}; exit 1; }}"
-
-    steps = [f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?",
-             f"release_lock() {{ {lock.release_command(spec)}; }}"]
-    for path, sha1 in files_seen.items():
-        steps.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || {{ {mark(CHANGED, path)}; {release}; exit 1; }}")
-    steps += [_unit_check(u, release) for u in units]
-    for d in managed_dirs(spec):
-        steps.append(f"install -d -m {DIR_MODE} -o root -g root {_q(d)} || {fail()}")
-    steps.append(_drop_staged(spec))
-    for path, source in (copies or {}).items():
-        steps.append(f"cp -p {_q(source)} {_q(layout.staged_path(path))} || {fail()}")
-    if backup_stamp:
-        steps.append(f"( {backup_command(spec, backup_stamp, prune_backups)} ) || {fail()}")
-        # a set without its pending record would pass for an interrupted rollout's (fleet.history)
-        undo.insert(0, f"rm -rf {_q(f'{spec.backups_dir}/{backup_stamp}')}")
-    steps.append(f"{_write_json(spec.pending_file, pending)} || {fail()}")
-    if overlay_mark is not None:
-        steps.append(f"{_write_json(spec.tune_file, overlay_mark)} || {fail()}")
-    for path in secret_uploads:  # the upload then writes into a file that is 0600 from its first byte
-        steps.append(f"install -m 600 /dev/null {_q(layout.staged_path(path))} || {fail()}")
-    steps.append(f"echo {BEGUN_MARK}")
-    return "; ".join(steps)
+    pending-rollout record (fleet/programs/begin.sh). Prints BEGUN_MARK at the end, or a CHANGED record
+    naming the path that changed, or a UNIT_CHANGED record (read_begin reads them). units: the states
+    preflight read (none given: none checked); overlay_mark: the mark of the overlay the run deploys
+    (fleet.tune.mark, a make tune candidate's), written with the pending record, before anything changes;
+    prune_backups: False for a run whose backup set is not kept (fleet.intent.Intent.keep_backup).
+    Whatever fails after the lock is taken releases it and changes nothing else: a backup set this
+    command took is removed again."""
+    program = controller.shell(
+        "begin.sh", "begin", *_backup_args(spec, backup_stamp or "", prune_backups),
+        "\n".join(f"{sha1 or ''} {path}" for path, sha1 in files_seen.items()),
+        "\n".join(f"{u.unit} {'yes' if u.inside else 'no'} {u.enabled or '-'} {' '.join(u.alike)}" for u in units),
+        BLOCK_LIMIT + 1, "\n".join(managed_dirs(spec)), DIR_MODE,
+        "\n".join(layout.staged_path(p) for p in managed_paths(spec)),
+        "\n".join(f"{source}\n{layout.staged_path(path)}" for path, source in (copies or {}).items()),
+        spec.pending_file, json.dumps(pending, sort_keys=True) + "\n",
+        *((spec.tune_file, json.dumps(overlay_mark, sort_keys=True) + "\n") if overlay_mark is not None else ("", "")),
+        "\n".join(layout.staged_path(path) for path in secret_uploads))
+    return (f"umask 077; {lock.take_command(spec, who, lock_seen)} || exit $?; "
+            f"{program} || {{ {lock.release_command(spec)}; exit 1; }}; echo {BEGUN_MARK}")
 
 
 @dataclass(frozen=True)
@@ -301,15 +266,9 @@ TICK_S = 0.2  # how often a process stop looks whether its processes are gone
 
 def _signal_processes(processes: list[tuple[int, int, float]]) -> str:
     """SIGTERM to each (pid, start, kill_after_s), then SIGKILL to one still running after its
-    kill_after_s. Each signal only while the pid is still that process: its start time (field 22 of
-    /proc/PID/stat, after the name in parentheses) unchanged and not a zombie."""
-    alive = ("alive() { s=$(sed 's/^.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f1,20); "
-             "[ \"${s#* }\" = \"$2\" ] && [ \"${s%% *}\" != Z ]; }")
-    term = [f"alive {pid} {start} && kill -TERM {pid} 2>/dev/null" for pid, start, _ in processes]
-    checks = [f"if alive {pid} {start}; then if [ $i -ge {math.ceil(after / TICK_S)} ]; then kill -KILL {pid} "
-              f"2>/dev/null; else left=yes; fi; fi" for pid, start, after in processes]
-    return "; ".join([alive, *term, "i=0", f"while :; do left=no; {'; '.join(checks)}; [ $left = no ] && break; "
-                      f"sleep {TICK_S}; i=$((i + 1)); done"])
+    kill_after_s, each only while the pid is still that process: fleet/programs/stop_processes.sh."""
+    return controller.shell("stop_processes.sh", TICK_S,
+                            *[n for pid, start, after in processes for n in (pid, start, math.ceil(after / TICK_S))])
 
 
 def stop_workloads_command(services: list[str], scopes: list[str] = (),
@@ -355,30 +314,13 @@ def restore_command(spec: ClassSpec, before_files: dict[str, str | None], backup
     """Mark the pending record as rolling back, then put back the files that differ from before
     (from backups/STAMP; a file that did not exist is removed). The service is stopped first if one
     of its own files comes back, or if `stop`. Its enabled state ("enabled"/"disabled") is put
-    back where its unit file exists. Prints RESTORED and the paths put back."""
-    unit = _q(spec.service_unit)
-    parts = [f"umask 077; {_write_json(spec.pending_file, pending)} || exit 1", "changed=''"]
-    for path, sha1 in before_files.items():
-        parts.append(f"[ \"{_sha1_of(path)}\" = {_q(sha1 or '')} ] || changed=\"$changed \"{_q(path)}\" \"")
-    patterns = "|".join(f"*\" \"{_q(p)}\" \"*" for p in service_files(spec))
-    parts.append(f"stop={'yes' if stop else 'no'}; case \"$changed\" in {patterns}) stop=yes;; esac")
-    parts.append(f"[ $stop = no ] || systemctl stop -- {unit} 2>/dev/null || true")
-    for path, sha1 in before_files.items():
-        saved = _q(f"{spec.backups_dir}/{backup_stamp}/{PurePosixPath(path).name}") if backup_stamp else None
-        if sha1 is None:
-            put_back = f"rm -f {_q(path)}"
-        elif saved:
-            put_back = f"cp -p {saved} {_q(path + '.tmp')} && mv -f {_q(path + '.tmp')} {_q(path)}"
-        else:
-            put_back = f"printf 'no backup of %s\\n' {_q(path)} >&2; false"
-        parts.append(f"case \"$changed\" in *\" \"{_q(path)}\" \"*) {put_back} || exit 1;; esac")
-    parts.append(_drop_staged(spec))
-    parts.append("[ -z \"$changed\" ] || systemctl daemon-reload")
-    if enabled in ("enabled", "disabled"):
-        verb = "enable" if enabled == "enabled" else "disable"
-        parts.append(f"[ ! -e {_q(spec.unit_file)} ] || systemctl {verb} --quiet -- {unit}")
-    parts.append(f"echo {RESTORED}\"$changed\"")
-    return "; ".join(parts)
+    back where its unit file exists. Prints RESTORED and the paths put back: fleet/programs/restore.sh."""
+    return "umask 077; " + controller.shell(
+        "restore.sh", spec.pending_file, json.dumps(pending, sort_keys=True) + "\n", "yes" if stop else "no",
+        spec.service_unit, spec.unit_file, enabled if enabled in ("enabled", "disabled") else "",
+        f"{spec.backups_dir}/{backup_stamp}" if backup_stamp else "",
+        "\n".join(f"{sha1 or '-'} {path}" for path, sha1 in before_files.items()),
+        "\n".join(service_files(spec)), "\n".join(layout.staged_path(p) for p in managed_paths(spec)))
 
 
 def finish_command(spec: ClassSpec, record: dict, drop_backup: str | None = None, returned: bool = False) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from fleet import controller
 from fleet.spec import SECRET_FLAGS, ClassSpec, SecretSource, host_name_problem
 from fleet.wire import excerpt
 
@@ -96,8 +97,8 @@ def server_field(flag: str) -> str:
     return f"service.{flag.replace('-', '_')}"
 
 
-def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ,
-            read_file: Callable[[Path], str] = Path.read_text) -> Secrets:
+def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = controller.ENVIRON,
+            read_file: Callable[[Path], str] = controller.read_file) -> Secrets:
     """Every secret the spec declares, read now; SecretError naming each field, source and rule
     broken (never a value). where: the group file, for the messages."""
     problems: list[str] = []
@@ -130,8 +131,8 @@ def resolve(spec: ClassSpec, where: str, environ: Mapping[str, str] = os.environ
     return Secrets(values["server"], values["environment"], values["hub"].get("token"))
 
 
-def hub_token(spec: ClassSpec, environ: Mapping[str, str] = os.environ,
-              read_file: Callable[[Path], str] = Path.read_text) -> str | None:
+def hub_token(spec: ClassSpec, environ: Mapping[str, str] = controller.ENVIRON,
+              read_file: Callable[[Path], str] = controller.read_file) -> str | None:
     """hub.token's value where it can be read, else None (make status and make verify ask the endpoint
     a branch's commit with it, and carry on without it)."""
     try:
@@ -140,8 +141,8 @@ def hub_token(spec: ClassSpec, environ: Mapping[str, str] = os.environ,
         return None
 
 
-def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = os.environ,
-             read_file: Callable[[Path], str] = Path.read_text,
+def read_key(source: SecretSource, where: str, field_name: str, environ: Mapping[str, str] = controller.ENVIRON,
+             read_file: Callable[[Path], str] = controller.read_file,
              problem: Callable[[str], str | None] = lambda v: None if API_KEY.match(v) else f"expected {KEY_RULE}",
              what: str = "key") -> str:
     """One secret (an API key unless `problem` says another rule), read now; SecretError naming the field,

@@ -17,7 +17,7 @@ from fleet.gate import parse_metrics
 from fleet.gateway import READY, SMG_RELEASE, Gateway, Replica, parse_workers
 from fleet.history import History, Record, describe_record, describe_serving, when
 from fleet.monitoring import UNIT_STATE, MonitoringHost, firing, is_ready
-from fleet.parse import HostFacts
+from fleet.parse import HostFacts, NvidiaSmiStatus
 from fleet.plan import declared_files, plan, read_pending
 from fleet.report import describe_gpu_list
 from fleet.rollout import ManagedFile
@@ -83,7 +83,7 @@ def judge(host: str, group: str, spec: ClassSpec, facts: HostFacts, history: His
     # what runs: a declared engine by its venv, else the SGLang at the declared launcher
     running = running_engine(facts.runtime.cmdline)
     row = HostStatus(host, gpu_class=group, sglang=running or facts.engine.version or facts.engine.status)
-    row.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
+    row.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status is NvidiaSmiStatus.OK else facts.gpus.status
     row.reasons += [f"nvidia-smi said: {w}" for w in facts.gpus.warnings]
     unit = facts.units.get(spec.service_unit)
     row.unit = f"{unit.active_state} ({unit.sub_state}), {unit.unit_file_state or 'no unit file'}" if unit else "-"

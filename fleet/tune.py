@@ -18,6 +18,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from fleet import controller
+from fleet.outcome import RecordKind
 from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, DDTree, DFlash, Tune, is_loopback
 from pydantic import ValidationError
 
@@ -244,8 +246,7 @@ def _assigns_speculative(node: ast.stmt) -> bool:
 
 def _declared_in(text: str) -> dict:
     """The `speculative` table the file ends with, run as pyinfra runs a group_data file."""
-    namespace: dict = {}
-    exec(compile(text, "<group_data class file>", "exec"), namespace)  # noqa: S102 - the operator's own file
+    namespace = controller.run_group_text(text, "<group_data class file>")
     return namespace.get("speculative") if isinstance(namespace.get("speculative"), dict) else {}
 
 
@@ -291,7 +292,7 @@ class TuneMark:
     candidate: str
     owner: str = ""  # the make tune that made it (its drain's owner, fleet/drains.py); '' for one of before
     until: int = 0  # while the tune goes on: its lease (renewed by each candidate), 0 once it stopped or unknown
-    record: str = "tune"  # the kind the overlay's runs keep their records as (fleet.intent.Intent.record)
+    record: RecordKind = RecordKind.TUNE  # the kind the overlay's runs keep their records as (fleet.intent.Intent.record)
 
 
 MARK_SINCE_MAX = 1 << 40  # seconds since 1970 (the year 36812), as in pending.json: any later one is no time
@@ -317,10 +318,11 @@ def read_mark(text: str | None) -> TuneMark | None:
     return TuneMark(since, clipped(str(data["by"]), 200), clipped(str(data["candidate"]), 200),
                     clipped(str(data.get("owner", "")), 256),
                     until if type(until) is int and 0 <= until < MARK_SINCE_MAX else 0,
-                    record if record in ("deploy", "tune") else "tune")
+                    RecordKind(record) if record in (RecordKind.DEPLOY, RecordKind.TUNE) else RecordKind.TUNE)
 
 
-def mark(since: int, by: str, says: str, owner: tuple[str, float] | None = None, record: str = "tune") -> dict:
+def mark(since: int, by: str, says: str, owner: tuple[str, float] | None = None,
+         record: RecordKind = RecordKind.TUNE) -> dict:
     """tune.json, the mark of a run's overlay (fleet/intent.py); with its owner and lease, a mark no other run takes
     over until; record: how the overlay's runs keep their records (the return keeps its record so too)."""
     lease = {"owner": owner[0], "until": since + int(owner[1])} if owner else {}

@@ -15,7 +15,7 @@ from pyinfra.operations import python
 from fleet import activation, bounds, gate, lock, rollout
 from fleet.canary import Analysis
 from fleet.history import new_record
-from fleet.outcome import HostVerdict
+from fleet.outcome import HostVerdict, RecordKind, RecordResult
 from fleet.plan import RUNNING_STATES, workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
@@ -164,13 +164,13 @@ class HostSteps:
         self.begun.end()  # no renewal after its release: it would find the lock gone
         p = self.pf.plan
         drop = None if p.intent.keep_backup else p.before.backup
-        returned = p.overlaid is not None and not p.intent.overlay and record.get("result") == "ok"
+        returned = p.overlaid is not None and not p.intent.overlay and record.get("result") == RecordResult.OK
         run(self.host, rollout.finish_command(self.spec, record, drop, returned), bounds.finish(self.spec))
         runs.of(self.host.state).begun.pop(self.host.name, None)
 
 
 def _record(pf: Preflight) -> dict:
-    kind = "rollback" if pf.rollback else pf.plan.intent.record
+    kind = RecordKind.ROLLBACK if pf.rollback else pf.plan.intent.record
     return new_record(kind=kind, spec=pf.spec, group=pf.group, stamp=pf.stamp,
                       now=int(time.time()), by=lock.owner()["holder"], action=pf.plan.action(),
                       sglang=pf.facts.engine.version, repo=repo_state(), to=pf.rollback.stamp if pf.rollback else "")

@@ -24,7 +24,7 @@ from facts.sglang import SglangEngine
 from fleet import bounds, guards, layout
 from fleet import engine as rules
 from fleet.outcome import HostVerdict
-from fleet.parse import parse_engine
+from fleet.parse import EngineStatus, parse_engine
 from fleet.wire import excerpt
 from adapter import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded
@@ -129,7 +129,7 @@ def _checked(host, pf: Preflight, refuse) -> bool:
     fact = SglangEngine().command(spec.launcher, timeout, spec.service.environment, layout.ENGINE_CACHE_DIR)
     _, out = run(host, rules.check_command(spec, timeout, fact), bounds.engine_check(spec))
     engine = parse_engine(out)
-    if engine.status == "no launcher":
+    if engine.status is EngineStatus.NO_LAUNCHER:
         return refuse(f"expected its venv at {spec.launcher}, found no executable there")
     violations = guards.engine_violations(host.name, spec, engine)
     if violations:

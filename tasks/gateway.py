@@ -130,7 +130,7 @@ def _converge(report, group_dir: str) -> None:
     report.action = ", ".join(changes + vrrp + (["restart"] if restarts else [])
                               + (["finish a lost run's turn"] if held and not restarts else [])) \
         or "none (already as declared)"
-    report.verdict = "passed preflight"
+    report.verdict = HostVerdict.PASSED_PREFLIGHT
     if gw.floating is None:
         if restarts:
             systemd.service(name=f"Restart {gw.service_unit} (it does not run what its files say)",

@@ -99,7 +99,7 @@ def _converge(report, group_dir: Path) -> None:
     if not changes and facts.ready and all(s == "active" for s in facts.active.values()):
         report.verdict = HostVerdict.OK  # read ready in the facts' one command: nothing to wait for
         return None
-    report.verdict = "passed preflight"
+    report.verdict = HostVerdict.PASSED_PREFLIGHT
     python.call(name="Wait for Prometheus and Alertmanager to be ready with this configuration",
                 function=_wait_ready, mon=mon)
 

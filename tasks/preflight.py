@@ -17,7 +17,7 @@ from fleet import bounds, guards, intent, lock, tune
 from fleet.groupdata import SpecError, validate_host
 from fleet.history import choose_backup, rollback_files
 from fleet.hub import pin_branches
-from fleet.parse import HostFacts
+from fleet.parse import HostFacts, NvidiaSmiStatus
 from fleet.plan import Plan, declared_files, describe_diff, plan, read_pending
 from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.outcome import HostVerdict
@@ -116,7 +116,7 @@ def _check(report, group_dir: str) -> Preflight | None:
     if facts is None:  # the one command answered nothing at all (the connection broke, say)
         return refused(report, [f"{host.name}: preflight: expected the host's facts, found no answer to the "
                                  "preflight command (see pyinfra's error above)"])
-    report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status == "ok" else facts.gpus.status
+    report.gpus = describe_gpu_list(facts.gpus.gpus) if facts.gpus.status is NvidiaSmiStatus.OK else facts.gpus.status
     report.engine = spec.engine.name if spec.engine else facts.engine.version or "-"  # declared, else found
     for warning in facts.gpus.warnings:  # harmless to the rollout, worth an operator's look
         _warn(report, f"{host.name}: nvidia-smi said: {warning}")

@@ -83,7 +83,7 @@ class Gateway:
                 answer = drains.parse(self.command(h, drains.command(
                     self.spec.python, self.spec.unit, self.spec.discovery_file, self.replicas, op, name, owner,
                     lease_s, why, peers), f"the drains ({op} {name})"))
-                if answer.result in ("no answer", "busy"):
+                if answer.result in (drains.DrainResult.NO_ANSWER, drains.DrainResult.BUSY):
                     raise GatewayError(f"gateway {h.name}: {answer.describe()}")
                 if not answer.ok:
                     for d in done:

@@ -1,7 +1,10 @@
 """The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
 Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
-(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands) on a tmp dir.
-How the deploy sends them is tested where their commands are (test_hub.py, test_lock.py)."""
+(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands), restore.sh (a rollback's
+restore of the files), begin.sh (a rollout's beginning) and bundle.sh (the monitoring host's configuration) on a
+tmp dir, stop_processes.sh on
+processes of its own. How the deploy sends them is tested
+where their commands are (test_hub.py, test_lock.py, test_rollout.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import hub, layout, lock
+from fleet import controller, hub, layout, lock
 from fleet.spec import ClassSpec
 from fleet.wire import frames
 
@@ -25,12 +29,22 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fleet" / "programs"
 FETCH = PROGRAMS / "fetch_revision.py"
 LOCK = PROGRAMS / "lock.sh"
+RESTORE = PROGRAMS / "restore.sh"
+BUNDLE = PROGRAMS / "bundle.sh"
+BEGIN = PROGRAMS / "begin.sh"
+STOP = PROGRAMS / "stop_processes.sh"
 SHELL = sorted(PROGRAMS.glob("*.sh"))
 PYTHON = sorted(PROGRAMS.glob("*.py"))
 
 
 def test_there_are_programs():
-    assert FETCH in PYTHON and LOCK in SHELL
+    assert FETCH in PYTHON and {LOCK, BEGIN, RESTORE, STOP, BUNDLE} <= set(SHELL)
+
+
+@pytest.mark.parametrize("path", SHELL, ids=lambda p: p.name)
+def test_a_shell_program_is_sent_as_its_file_without_its_comments(path):
+    kept = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert controller.shell(path.name, "a b", 1) == "( set -- 'a b' 1\n" + "\n".join(kept) + "\n)"
 
 
 def test_the_shell_programs_pass_shellcheck():
@@ -254,6 +268,183 @@ def test_the_lock_commands_send_the_program_without_its_comments():
     kept = [ln for ln in LOCK.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     args = f"release {layout.LOCK_ROOT} {spec.lock_file} {layout.lease_file(spec.lock_file)} {lock.FLOCK_WAIT_S}"
     assert lock.release_command(spec) == f"( set -- {args}\n" + "\n".join(kept) + "\n)"
+
+
+# --- restore.sh -------------------------------------------------------------------------------
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def restore_sh(tmp: Path, stop: str, files: dict[str, str | None], backup: Path | None, enabled: str = "enabled"):
+    """restore.sh run as the file, under umask 077, with a systemctl that logs its arguments; (the run, its log)."""
+    bin_dir, log = tmp / "bin", tmp / "systemctl.log"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    lines = "\n".join(f"{sha or '-'} {tmp / name}" for name, sha in files.items())
+    done = subprocess.run(
+        ["sh", "-c", 'umask 077; exec sh "$0" "$@"', str(RESTORE), str(tmp / "pending.json"), '{"phase": "rolling-back"}\n',
+         stop, "sglang.service", str(tmp / "sglang.service"), enabled, str(backup) if backup else "", lines,
+         str(tmp / "sglang.service"), str(tmp / "sglang.env.staged")],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    return done, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_the_restore_program_run_as_a_file_puts_back_what_differs_and_says_which(tmp_path):
+    backup = tmp_path / "backups" / "20260101T000000Z"
+    backup.mkdir(parents=True)
+    (backup / "sglang.service").write_text("old unit\n")
+    (tmp_path / "sglang.service").write_text("new unit\n")  # differs: put back from the set, the service stopped first
+    (tmp_path / "spec.json").write_text("same\n")  # as before: left alone
+    (tmp_path / "new.env").write_text("added\n")  # absent before: removed
+    (tmp_path / "sglang.env.staged").write_text("staged\n")
+    files = {"sglang.service": sha1("old unit\n"), "spec.json": sha1("same\n"), "new.env": None}
+    done, systemctl = restore_sh(tmp_path, "no", files, backup)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rsplit("@@restored=", 1)[1].split() == [str(tmp_path / "sglang.service"), str(tmp_path / "new.env")]
+    assert (tmp_path / "sglang.service").read_text() == "old unit\n" and not (tmp_path / "new.env").exists()
+    assert (tmp_path / "spec.json").read_text() == "same\n" and not (tmp_path / "sglang.env.staged").exists()
+    assert json.loads((tmp_path / "pending.json").read_text()) == {"phase": "rolling-back"}
+    assert oct((tmp_path / "pending.json").stat().st_mode & 0o777) == "0o600"
+    assert systemctl == ["stop -- sglang.service", "daemon-reload", "enable --quiet -- sglang.service"]
+    again, systemctl_again = restore_sh(tmp_path, "no", files, backup, enabled="")  # repeatable: nothing differs now
+    assert again.stdout.strip() == "@@restored=" and systemctl_again == systemctl
+
+
+def test_the_restore_program_without_the_backup_it_needs_fails_and_says_so(tmp_path):
+    (tmp_path / "sglang.service").write_text("new unit\n")
+    done, systemctl = restore_sh(tmp_path, "yes", {"sglang.service": sha1("old unit\n")}, None)
+    assert done.returncode == 1 and f"no backup of {tmp_path / 'sglang.service'}" in done.stderr
+    assert (tmp_path / "sglang.service").read_text() == "new unit\n" and systemctl == ["stop -- sglang.service"]
+
+
+# --- stop_processes.sh ------------------------------------------------------------------------
+
+def started(*argv: str) -> tuple[subprocess.Popen, int]:
+    """A real process and its start time (field 22 of /proc/PID/stat), once it runs what it was given."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    for _ in range(500):  # exec'd within a moment: a poll with a bound, not a sleep through a window
+        if "sleep" in Path(f"/proc/{p.pid}/cmdline").read_text():
+            break
+        time.sleep(0.02)
+    return p, int(Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def test_the_stop_program_run_as_a_file_terms_then_kills_and_leaves_a_reused_pid_alone():
+    polite, polite_start = started("sleep", "60")
+    stubborn, stubborn_start = started("sh", "-c", "trap '' TERM; sleep 60; :")
+    other, other_start = started("sleep", "60")  # as if its pid were another process's: a start of its own
+    try:
+        done = subprocess.run(["sh", str(STOP), "0.05", str(polite.pid), str(polite_start), "1000000",
+                               str(stubborn.pid), str(stubborn_start), "2", str(other.pid), str(other_start + 1), "0"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert polite.wait(30) == -signal.SIGTERM and stubborn.wait(30) == -signal.SIGKILL
+        assert other.poll() is None
+    finally:
+        for p in (polite, stubborn, other):
+            p.kill()
+            p.wait()
+
+
+# --- bundle.sh --------------------------------------------------------------------------------
+
+def bundle_sh(tmp: Path, *args: str, checks_pass: bool = True) -> subprocess.CompletedProcess:
+    """bundle.sh run as the file, with a promtool and an amtool that pass (or fail) what they are given."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("promtool", "amtool"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {tmp / 'checks.log'}\n"
+                                    + ("exit 0\n" if checks_pass else "echo invalid >&2; exit 1\n"))
+        (bin_dir / tool).chmod(0o755)
+    return subprocess.run(["sh", str(BUNDLE), *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+
+
+def test_the_bundle_program_run_as_a_file_stages_checks_and_swaps_the_live_link(tmp_path):
+    bundles, live, me = tmp_path / "sglang-fleet.d", tmp_path / "sglang-fleet", str(os.getuid())
+    for n, name in enumerate(("b1", "b2", "b3")):
+        staging = bundles / f".{name}.tmp"
+        staged = bundle_sh(tmp_path, "stage", str(bundles), str(staging), me, f"{staging}/", f"{staging}/rules")
+        assert staged.returncode == 0, staged.stderr
+        assert (staging / "rules").is_dir() and oct(staging.stat().st_mode & 0o777) == "0o700"
+        (staging / "prometheus.yml").write_text(name)
+        (staging / "alertmanager.yml").write_text(name)
+        os.utime(staging, (1_750_000_000 + n, 1_750_000_000 + n))  # ls -t's order: each bundle newer than the last
+        done = bundle_sh(tmp_path, "install", str(bundles), str(staging), name, str(live), "2", "prometheus.yml",
+                         "alertmanager.yml")
+        assert done.returncode == 0, done.stderr
+        assert os.readlink(live) == str(bundles / name) and (live / "prometheus.yml").read_text() == name
+        assert not staging.exists() and oct((bundles / name).stat().st_mode & 0o777) == "0o700"
+    assert sorted(p.name for p in bundles.iterdir()) == ["b2", "b3"]  # the live one and the one before it
+    assert (tmp_path / "checks.log").read_text().splitlines()[:2] == [
+        f"promtool check config {bundles}/.b1.tmp/prometheus.yml", f"amtool check-config {bundles}/.b1.tmp/alertmanager.yml"]
+
+
+def test_a_bundle_that_fails_its_check_changes_nothing_live(tmp_path):
+    bundles, live, me = tmp_path / "sglang-fleet.d", tmp_path / "sglang-fleet", str(os.getuid())
+    staging = bundles / ".bad.tmp"
+    assert bundle_sh(tmp_path, "stage", str(bundles), str(staging), me, f"{staging}/").returncode == 0
+    done = bundle_sh(tmp_path, "install", str(bundles), str(staging), "bad", str(live), "3", "prometheus.yml",
+                     "alertmanager.yml", checks_pass=False)
+    assert done.returncode != 0 and "invalid" in done.stderr
+    assert not live.exists() and not (bundles / "bad").exists() and staging.is_dir()
+
+
+def test_the_bundle_program_says_its_usage(tmp_path):
+    done = bundle_sh(tmp_path, "steal", "a", "b")
+    assert done.returncode == 2 and done.stderr.startswith("usage: bundle.sh stage|install")
+
+
+# --- begin.sh ---------------------------------------------------------------------------------
+
+def begin_sh(tmp: Path, seen: dict[str, str | None], copies: dict[str, str], stamp: str = "s3", keep: int = 1,
+             pending: Path | None = None) -> subprocess.CompletedProcess:
+    """begin.sh's begin run as the file under umask 077: the unit file and the env file managed, SEEN as preflight
+    read them, COPIES (source -> managed path) staged, no unit checked, no secret, no tune mark."""
+    managed = [tmp / "etc" / "sglang.service", tmp / "etc" / "sglang.env"]
+    return subprocess.run(
+        ["sh", "-c", 'umask 077; exec sh "$0" "$@"', str(BEGIN), "begin", str(tmp / "backups"), stamp, "yes", str(keep),
+         "\n".join(map(str, managed)), "\n".join(f"{sha or ''} {tmp / p}" for p, sha in seen.items()), "", "100",
+         str(tmp / "etc"), "700", "\n".join(f"{m}.staged" for m in managed),
+         "\n".join(f"{tmp / s}\n{tmp / d}.staged" for d, s in copies.items()),
+         str(pending or tmp / "etc" / "pending.json"), '{"phase": "begun"}\n', "", "", ""],
+        capture_output=True, text=True, timeout=30)
+
+
+def test_the_begin_program_stages_a_copy_before_its_own_backup_prunes_the_set_it_comes_from(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.service").write_text("live unit\n")
+    for old in ("s1", "s2"):
+        (tmp_path / "backups" / old).mkdir(parents=True)
+        (tmp_path / "backups" / old / "sglang.service").write_text(f"{old} unit\n")
+    done = begin_sh(tmp_path, {"etc/sglang.service": sha1("live unit\n"), "etc/sglang.env": None},
+                    {"etc/sglang.service": "backups/s1/sglang.service"})
+    assert done.returncode == 0 and done.stdout == f"{tmp_path / 'backups' / 's3'}\n", done.stderr
+    assert (tmp_path / "etc" / "sglang.service.staged").read_text() == "s1 unit\n"  # staged before s1 was pruned
+    assert sorted(p.name for p in (tmp_path / "backups").iterdir()) == ["s3"]
+    assert (tmp_path / "backups" / "s3" / "sglang.service").read_text() == "live unit\n"
+    assert json.loads((tmp_path / "etc" / "pending.json").read_text()) == {"phase": "begun"}
+
+
+def test_the_begin_program_refuses_a_file_changed_since_preflight_and_changes_nothing(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.env").write_text("written since\n")
+    done = begin_sh(tmp_path, {"etc/sglang.env": None}, {})
+    assert done.returncode == 1 and done.stdout == f"@@changed={tmp_path / 'etc' / 'sglang.env'}\n"
+    assert not (tmp_path / "backups").exists() and not (tmp_path / "etc" / "pending.json").exists()
+
+
+def test_a_failure_after_its_backup_undoes_the_set_and_the_staged_copies(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sglang.service").write_text("live unit\n")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sglang.service").write_text("old unit\n")
+    done = begin_sh(tmp_path, {"etc/sglang.service": sha1("live unit\n")}, {"etc/sglang.service": "old/sglang.service"},
+                    pending=tmp_path / "no such dir" / "pending.json")
+    assert done.returncode == 1
+    assert list((tmp_path / "backups").iterdir()) == [] and not (tmp_path / "etc" / "sglang.service.staged").exists()
 
 
 GATE = PROGRAMS / "gate.sh"

@@ -22,6 +22,7 @@ from facts.monitoring import MonitoringFacts, MonitoringStatus, MonitorView
 from fleet.gate import CURL
 from fleet.monitoring import (
     AUTH_CURL,
+    BUNDLES,
     CONFIG,
     CURL_CONFIG,
     DEFAULTS,
@@ -228,13 +229,13 @@ def test_a_1000_replica_bundle_is_checked_by_promtool_and_uploaded_as_files_thro
     assert mon.uploads == {staged_path(f"{staging}/{p}"): t for p, t in files.items()}
     commands = mon.commands()
     assert max(len(c) for c in commands) < 4096  # no file's content in any command
-    assert commands[0].startswith(f"set -e; rm -rf {staging}; install -d -m 0700 -o prometheus")
+    # staged afresh, each file 0600, then checked and made live (what bundle.sh does: test_host_programs.py)
+    assert commands[0] == monitoring.stage_bundle_command(bundle_id(files))
+    assert f"stage {BUNDLES} {staging} prometheus" in commands[0]
     assert all(f"install -m 0600 -o prometheus -g prometheus /dev/null {staged_path(f'{staging}/{p}')}" in commands
                for p in files)
-    checks = commands[-1].split(" && ")
-    live = next(i for i, step in enumerate(checks) if step.startswith("mv -T"))
-    assert checks[1].startswith("promtool check config") and checks[2].startswith("amtool check-config")
-    assert live > 2 and checks[live].endswith(LIVE)
+    assert commands[-1] == monitoring.install_bundle_command(bundle_id(files))
+    assert f"install {BUNDLES} {staging} {bundle_id(files)} {LIVE} " in commands[-1]
 
 
 def test_the_password_comes_from_its_secret_source_and_its_hash_stays_while_it_matches(group_dir, monkeypatch):
