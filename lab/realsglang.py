@@ -72,3 +72,15 @@ def install(root: Path, model_path: str, model: Path) -> None:
     shutil.copytree(model, dest, ignore=shutil.ignore_patterns("complete"))
     for d in venv_dirs():
         (root / REAL_DIR.lstrip("/") / d.name).mkdir(parents=True, exist_ok=True)
+
+
+# What the SGLang double does otherwise than the real server, on purpose (lab/doubles/README.md, "Checked against
+# the real server"): tests/lab/test_real_sglang_e2e.py sends both the same requests and fails on any other
+# difference in what the deploy, the gateway, the rules and make status read. Key: where the difference is.
+DOUBLE_DELIBERATE = {
+    "server_info.lab_double": "the double says it is one (the tuner records that its figures come from a double)",
+    "server_info.config": "the double's own resolved configuration (host.json), for the lab's tests",
+    "speed": "the double's tokens/s and latencies are its speed model's (host.json), not a CPU's or a GPU's",
+    "speculation": "the double speculates (any algorithm, its speed model's accept lengths); the real server on a "
+                   "CPU cannot, so its speculative gauges stay 0 here and spec_verify_calls_total never appears",
+}
