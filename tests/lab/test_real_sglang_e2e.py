@@ -16,10 +16,8 @@ whole, then the exit).
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-import time
 
 import pytest
 import requests
