@@ -16,6 +16,7 @@ whole, then the exit).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -104,7 +105,7 @@ def _read_names() -> set[str]:
 
 
 def _series(text: str) -> tuple[dict[str, str], dict[str, set[tuple[str, ...]]]]:
-    """Prometheus text -> (family -> type, series name -> the label-name sets of its samples)."""
+    """Prometheus text -> (family -> type, series name -> the label sets of its samples)."""
     types, labels = {}, {}
     for line in text.splitlines():
         if line.startswith("# TYPE "):
@@ -112,7 +113,9 @@ def _series(text: str) -> tuple[dict[str, str], dict[str, set[tuple[str, ...]]]]
             types[family] = kind
         elif line and not line.startswith("#"):
             m = re.match(r"([^{ ]+)(?:\{([^}]*)\})? ", line)
-            keys = tuple(sorted(k for k in re.findall(r'([a-zA-Z_]\w*)="', m.group(2) or "") if k != "le"))
+            # the label names, and the values of is_streaming (a child per value)
+            keys = tuple(sorted(f"{k}={v}" if k == "is_streaming" else k
+                                for k, v in re.findall(r'([a-zA-Z_]\w*)="([^"]*)"', m.group(2) or "") if k != "le"))
             labels.setdefault(m.group(1), set()).add(keys)
     return types, labels
 
@@ -173,9 +176,18 @@ def test_the_double_answers_the_deploys_requests_as_the_real_server(real):
         problems += _differences(answers[REAL].json(), answers[DOUBLE].json(), path.lstrip("/").replace("get_", ""))
     replies = {h: _chat(lab, h).json() for h in (REAL, DOUBLE)}
     problems += _differences(replies[REAL], replies[DOUBLE], "chat")
+    streams = {}
     for host in (REAL, DOUBLE):  # a stream: SSE chunks, then [DONE]
         lines = [ln for ln in _chat(lab, host, stream=True).iter_lines(decode_unicode=True) if ln]
         assert lines[-1] == "data: [DONE]" and all(ln.startswith("data: ") for ln in lines), (host, lines[-3:])
+        streams[host] = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
+    for i, what in ((0, "first"), (1, "a token's"), (-1, "last")):
+        chunks = [streams[h][i] for h in (REAL, DOUBLE)]
+        problems += _differences(*chunks, f"stream's {what} chunk")
+        deltas = [set(c["choices"][0]["delta"]) for c in chunks]
+        if deltas[0] != deltas[1]:
+            problems.append(f"stream's {what} chunk: delta {sorted(deltas[0])} from the real server, "
+                            f"{sorted(deltas[1])} from the double")
     # /metrics: every name our code reads, of the same type and labels on both; nothing the double invents
     scraped = {h: _series(requests.get(url(lab, h, "/metrics"), timeout=30).text) for h in (REAL, DOUBLE)}
     (real_types, real_series), (double_types, double_series) = scraped[REAL], scraped[DOUBLE]

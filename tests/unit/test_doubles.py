@@ -853,6 +853,10 @@ def test_sglang_metrics_latency_histograms_count_every_request(lab):
     assert s.done and len(s.tokens) == 10
     metrics = http(port, "/metrics")[2]
     assert _metric(metrics, "sglang:num_requests_total") == 4
+    # as the real server's tokenizer manager: one child per is_streaming value
+    assert 'sglang:num_requests_total{engine_type="unified",is_streaming="false",model_name="qwen-test"} 3.0' \
+        in metrics and 'sglang:generation_tokens_total{engine_type="unified",is_streaming="true",' \
+        'model_name="qwen-test"} 10.0' in metrics, metrics
     ttft, e2e = _histogram(metrics, TTFT), _histogram(metrics, E2E)
     assert list(ttft) == list(e2e) == ["false", "true"]
     for h, le in ((ttft, TTFT_LE), (e2e, E2E_LE)):
@@ -1038,8 +1042,10 @@ def test_gateway_lab_plants_the_block_size_optimum():
 
 
 def _metric(text: str, name: str) -> float:
-    [line] = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
-    return float(line.rsplit(" ", 1)[1])
+    """The name's one sample, or a counter's total over its children (one per is_streaming value)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
+    assert len(lines) == 1 or name.endswith("_total"), lines
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
 def _steps(a: float, n: int) -> int:
