@@ -38,6 +38,9 @@ MONITORING = monitoring_overrides({})
 # When to give up looking for what the product bounds itself (an alert's delivery, a drain's end): no timing asserted.
 LOOK_S = 180
 # Source of everything that reads SGLang's metrics: the names it reads are those the double must answer as the real.
+# What Prometheus 2.42 (Debian 12's, the deploy's) sends for a scrape.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 READERS = ("fleet/monitoring.py", "fleet/status.py", "fleet/tune.py", "tasks/rolling.py", "ops/tune.py")
 
 
@@ -110,7 +113,7 @@ def _series(text: str) -> tuple[dict[str, str], dict[str, set[tuple[str, ...]]]]
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, family, kind = line.split()
-            types[family] = kind
+            types[family] = types[family.replace(":", "_")] = kind  # OpenMetrics: `sglang:x` typed, `sglang_x` sampled
         elif line and not line.startswith("#"):
             m = re.match(r"([^{ ]+)(?:\{([^}]*)\})? ", line)
             # the label names, and the values of is_streaming (a child per value)
@@ -188,27 +191,33 @@ def test_the_double_answers_the_deploys_requests_as_the_real_server(real):
         if deltas[0] != deltas[1]:
             problems.append(f"stream's {what} chunk: delta {sorted(deltas[0])} from the real server, "
                             f"{sorted(deltas[1])} from the double")
-    # /metrics: every name our code reads, of the same type and labels on both; nothing the double invents
-    scraped = {h: _series(requests.get(url(lab, h, "/metrics"), timeout=30).text) for h in (REAL, DOUBLE)}
-    (real_types, real_series), (double_types, double_series) = scraped[REAL], scraped[DOUBLE]
-    for name in sorted(_read_names()):
-        if name == "sglang:spec_verify_calls_total":
-            assert name not in real_series, "the real server counts verify calls without speculation"
-            continue  # DOUBLE_DELIBERATE["speculation"]
-        for where, series in (("real server", real_series), ("double", double_series)):
-            if name not in series:
-                problems.append(f"metrics: {name}: the {where} has no such series")
-    for name, label_sets in sorted(double_series.items()):
-        if name == "sglang:spec_verify_calls_total":
-            continue  # DOUBLE_DELIBERATE["speculation"]
-        if name not in real_series:
-            problems.append(f"metrics: {name}: the double has it, the real server not")
-        elif _type_of(real_types, name) != _type_of(double_types, name):
-            problems.append(f"metrics: {name}: {_type_of(real_types, name)} on the real server, "
-                            f"{_type_of(double_types, name)} on the double")
-        elif label_sets != real_series[name]:
-            problems.append(f"metrics: {name}: labels {sorted(real_series[name])} on the real server, "
-                            f"{sorted(label_sets)} on the double")
+    # /metrics, as make status and make tune ask (plain text) and as Prometheus asks (OpenMetrics first): every
+    # name our code reads, of the same type and labels on both; nothing the double invents
+    for accept, escaped in ((None, lambda n: n), (PROMETHEUS_ACCEPT, lambda n: n.replace(":", "_"))):
+        answers = {h: requests.get(url(lab, h, "/metrics"), timeout=30, headers={"Accept": accept} if accept else {})
+                   for h in (REAL, DOUBLE)}
+        asked = f"metrics ({'OpenMetrics' if accept else 'text'})"
+        if answers[REAL].headers["Content-Type"] != answers[DOUBLE].headers["Content-Type"]:
+            problems.append(f"{asked}: Content-Type {answers[REAL].headers['Content-Type']!r} from the real server, "
+                            f"{answers[DOUBLE].headers['Content-Type']!r} from the double")
+        (real_types, real_series), (double_types, double_series) = (_series(answers[h].text) for h in (REAL, DOUBLE))
+        verify_calls = escaped("sglang:spec_verify_calls_total")
+        assert verify_calls not in real_series, "the real server counts verify calls without speculation"
+        for name in sorted(map(escaped, _read_names() - {"sglang:spec_verify_calls_total"})):
+            for where, series in (("real server", real_series), ("double", double_series)):
+                if name not in series:
+                    problems.append(f"{asked}: {name}: the {where} has no such series")
+        for name, label_sets in sorted(double_series.items()):
+            if name == verify_calls:
+                continue  # DOUBLE_DELIBERATE["speculation"]
+            if name not in real_series:
+                problems.append(f"{asked}: {name}: the double has it, the real server not")
+            elif _type_of(real_types, name) != _type_of(double_types, name):
+                problems.append(f"{asked}: {name}: {_type_of(real_types, name)} on the real server, "
+                                f"{_type_of(double_types, name)} on the double")
+            elif label_sets != real_series[name]:
+                problems.append(f"{asked}: {name}: labels {sorted(real_series[name])} on the real server, "
+                                f"{sorted(label_sets)} on the double")
     assert not problems, "\n".join(problems)
 
 

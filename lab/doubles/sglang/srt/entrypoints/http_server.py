@@ -481,6 +481,25 @@ def _metrics(state: ServerState) -> str:
     return "\n".join(out) + "\n"
 
 
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+
+
+def _openmetrics(text: str) -> str:
+    """The same series as 0.5.23's prometheus_client (0.26) writes them for a client asking for OpenMetrics (as
+    Prometheus does): each sample's name escaped, `:` as `_` (`sglang_generation_tokens_total`), while its HELP and
+    TYPE lines keep `sglang:` and name a counter without `_total`; `# EOF` last (measured on the real server)."""
+    counters = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ") and line.endswith(" counter")}
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")):
+            _, kind, name, rest = line.split(" ", 3)
+            out.append(f"# {kind} {name.removesuffix('_total') if name in counters else name} {rest}")
+        elif line:
+            name, brace, rest = line.partition("{") if "{" in line else line.partition(" ")
+            out.append(name.replace(":", "_") + brace + rest)
+    return "\n".join(out + ["# EOF"]) + "\n"
+
+
 # load_snapshot.py's LoadSnapshot.VALID_SECTIONS: what /v1/loads?include= may name
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
@@ -780,6 +799,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             time.sleep(0.2)
+        if "application/openmetrics-text" in (self.headers.get("Accept") or ""):  # Prometheus asks for it first
+            self._send(200, _openmetrics(_metrics(self.state)).encode(), OPENMETRICS)
+            return
         self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
 
     def _r_v1_loads(self, _body):
