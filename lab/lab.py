@@ -666,7 +666,8 @@ def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, p
         (hdir / d).mkdir(parents=True)
     run("mount", "-t", "overlay", f"lab-{rec['machine']}", "-o",
         f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
-    for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name, real_model):
+    for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name,
+                                 real_model):
         log(f"warning: {w}")
     if rec["entry"]["role"] == "gpu":  # a reset puts the host back as provisioned (lab/reset.py)
         reset.keep_provisioned(hdir)

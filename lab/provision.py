@@ -472,7 +472,8 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec, gro
     for spec in [group_spec] + ([pre_spec] if pre_spec else []):
         for target, kind, draft, name in models_of(spec):
             tconf = _target_config(name)
-            if target and target not in missing and not (entry["real_sglang"] and target == group_spec.service.model_path):
+            real_model_there = entry["real_sglang"] and target == group_spec.service.model_path
+            if target and target not in missing and not real_model_there:
                 write_model(root, target, tconf)
             if draft and draft not in missing:
                 write_model(root, draft, _draft_config(kind, tconf, entry.get("draft_vocab_size")))

@@ -350,7 +350,8 @@ def _messages_tokens(messages) -> int:
     return n + 3
 
 
-# CUDA graph memory (GB) per kind of forward, as 0.5.23's internal_states break it down; /v1/loads' graph_gb is their sum
+# CUDA graph memory (GB) per kind of forward, as 0.5.23's internal_states break it down (/v1/loads' graph_gb:
+# their sum)
 GRAPH_GB = {"prefill": 0.0, "decode": 1.12, "target_verify": 0.0, "draft_prefill": 0.0, "draft_decode": 0.0,
             "draft_extend": 0.0}
 
@@ -488,7 +489,8 @@ def _openmetrics(text: str) -> str:
     """The same series as 0.5.23's prometheus_client (0.26) writes them for a client asking for OpenMetrics (as
     Prometheus does): each sample's name escaped, `:` as `_` (`sglang_generation_tokens_total`), while its HELP and
     TYPE lines keep `sglang:` and name a counter without `_total`; `# EOF` last (measured on the real server)."""
-    counters = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ") and line.endswith(" counter")}
+    counters = {line.split()[2] for line in text.splitlines()
+                if line.startswith("# TYPE ") and line.endswith(" counter")}
     out = []
     for line in text.splitlines():
         if line.startswith(("# HELP ", "# TYPE ")):
@@ -547,7 +549,8 @@ def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
         spec = {"accept_length": counts["accept_length"], "accept_rate": counts["accept_rate"]}
     sections = [
         ("memory", "memory", {"weight_gb": mem["weight"], "kv_cache_gb": mem["kvcache"],
-                              "graph_gb": round(sum(mem["graph"].values()), 2), "token_capacity": mem["token_capacity"]}),
+                              "graph_gb": round(sum(mem["graph"].values()), 2),
+                              "token_capacity": mem["token_capacity"]}),
         ("speculative", "spec", spec),
         # the pool's stats as the first batch (the warm-up's) leaves them
         ("lora", "lora", {"slots_used": 0, "slots_total": a.max_loras_per_batch, "utilization": 0.0}
