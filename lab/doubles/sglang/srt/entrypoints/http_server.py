@@ -805,7 +805,7 @@ class Handler(BaseHTTPRequestHandler):
         if "application/openmetrics-text" in (self.headers.get("Accept") or ""):  # Prometheus asks for it first
             self._send(200, _openmetrics(_metrics(self.state)).encode(), OPENMETRICS)
             return
-        self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
+        self._send(200, _metrics(self.state).encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _r_v1_loads(self, _body):
         """?include= as v1_loads.py reads it; ?dp_rank= and ?format=prometheus are not
