@@ -58,7 +58,10 @@ def url(lab, host: str, path: str = "") -> str:
 
 
 def unit_line(lab, host: str) -> str:
-    return sh(lab, host, "grep ^ExecStart= /etc/systemd/system/sglang.service")
+    """The unit's ExecStart= line, its continuations joined."""
+    unit = sh(lab, host, "cat /etc/systemd/system/sglang.service").replace("\\\n", " ")
+    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    return " ".join(line.split())
 
 
 def cmdline(lab, host: str) -> str:
