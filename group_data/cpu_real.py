@@ -31,10 +31,10 @@ service = {
     "restarts_on_crash": 0,
 }
 
-# all.py's readiness, but for a loaded 2-core machine: the start-up (imports) 20-80 s and more, and each
-# import of SGLang by preflight's engine check up to a minute
+# all.py's readiness (a start-up of 20-80 s and more on a loaded 2-core machine fits its load timeout), but each
+# command reading the host may take minutes: preflight's engine check imports SGLang, up to a minute there
 readiness = {
-    "load_timeout_s": 600,
+    "load_timeout_s": 1200,
     "poll_interval_s": 0.5,
     "progress_every_s": 15,
     "workload_release_timeout_s": 120,
