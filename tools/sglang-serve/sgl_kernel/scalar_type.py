@@ -58,7 +58,7 @@ class ScalarType:
     def __str__(self) -> str:
         if self.is_floating_point():
             return (f"float{self.size_bits}_e{self.exponent}m{self.mantissa}"
-                    + ("f" if self.finite_values_only else "") + ("n" if self.nan_repr == 0 else ""))
+                    + ("f" if self.finite_values_only else "") + ("n" if self.nan_repr == 2 else ""))
         return ("int" if self.signed else "uint") + f"{self.size_bits}" + (f"b{self.bias}" if self.bias else "")
 
 
