@@ -28,9 +28,10 @@ host-packages:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container debootstrap shellcheck dpkg-dev; }
 	@bash tools/debs.sh >/dev/null
 
-# The real SGLang 0.5.23 (CPU torch), cached outside the checkout, for the parser contract test.
+# The real SGLang 0.5.23 (CPU torch), cached outside the checkout: the parser venv for the contract tests, and its
+# serving layer for the lab's real server (lab/realsglang.py).
 sglang-venv:
-	bash tools/sglang-venv.sh >/dev/null
+	bash tools/sglang-venv.sh --serve >/dev/null
 
 check: venv
 	$(BIN)/python -m fleet.check $(INVENTORY)
@@ -130,3 +131,4 @@ bench: venv host-packages
 	$(BIN)/python bench/weights.py
 	$(BIN)/python bench/tune.py
 	$(BIN)/python bench/monitoring.py
+	$(BIN)/python bench/real.py

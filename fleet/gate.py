@@ -233,11 +233,18 @@ _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> the first finite sample of each metric name (SGLang has one per model)."""
+    """Prometheus text -> each metric name's value: a counter's (`_total`) the sum of its samples, for SGLang
+    counts what its tokenizer manager finished in one child per is_streaming value (the real 0.5.23 server: a
+    streamed request's tokens are not in the "false" child); any other name's its first finite sample (a gauge:
+    SGLang has one per model)."""
     out: dict[str, float] = {}
     for m in map(_SAMPLE.match, text.split("\n")):
         value = finite(m.group(2)) if m else None
-        if value is not None:
+        if value is None:
+            continue
+        if m.group(1).endswith("_total"):
+            out[m.group(1)] = out.get(m.group(1), 0.0) + value
+        else:
             out.setdefault(m.group(1), value)
     return out
 

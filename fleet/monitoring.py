@@ -499,6 +499,15 @@ def dashboard_queries(doc: dict) -> list[str]:
     return [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
 
 
+# SGLang 0.5.23's /metrics (prometheus_client 0.26) answers Prometheus' request for OpenMetrics with its sample
+# names escaped, `sglang_generation_tokens_total` (content type `...; escaping=underscores`), where its plain text
+# says `sglang:generation_tokens_total` (measured against the real server in the lab: no rule matched a series of
+# it). Prometheus 2.42 (Debian 12) cannot ask for the text format (scrape_protocols is 2.49's), so the names are
+# put back to SGLang's own, those the rules, the dashboard and SGLang's documentation use, whatever the format.
+SGLANG_NAMES = [{"source_labels": ["__name__"], "regex": "sglang_(.+)", "target_label": "__name__",
+                 "replacement": "sglang:$1"}]
+
+
 def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
     jobs: dict[str, list[dict]] = {}
     for t in targets:
@@ -517,7 +526,8 @@ def prometheus_config(mon: Monitoring, targets: list[Scraped]) -> dict:
         "scrape_configs": [
             {"job_name": "prometheus", **auth, "static_configs": [{"targets": [f"{local}:{mon.prometheus_port}"]}]},
             {"job_name": "alertmanager", **auth, "static_configs": [{"targets": [f"{local}:{mon.alertmanager_port}"]}]},
-            *({"job_name": job, "metrics_path": "/metrics", "static_configs": configs}
+            *({"job_name": job, "metrics_path": "/metrics", "static_configs": configs,
+               **({"metric_relabel_configs": SGLANG_NAMES} if job == "sglang" else {})}
               for job, configs in sorted(jobs.items())),
         ],
     }

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lab import base, hf, inotify, labfile, mirror, provision, reset, wheels  # noqa: E402
+from lab import base, hf, inotify, labfile, mirror, provision, realsglang, reset, wheels  # noqa: E402
 from lab.labfile import LabFileError  # noqa: E402
 from tasks.common import WheelError  # noqa: E402
 
@@ -598,6 +598,8 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
     if any(h.entry["role"] == "mirror" for h in lab.hosts):
         mirror.download()  # the first time: before anything of the lab is made
         hf.cached()  # the Hugging Face repositories, built the first time (a few seconds)
+    # the real SGLang server's venvs and tiny model, built the first time (minutes)
+    real_model = realsglang.ensure() if any(h.entry.get("real_sglang") for h in lab.hosts) else None
     pubkey = _key()
     st: dict[str, Any] = {
         "lab_name": lab.name,
@@ -628,7 +630,7 @@ def _up_locked(lab: labfile.LabFile) -> Lab:
             st["hosts"].append(rec)
             _write_state(st)
             # a gateway host's group is no GPU class, a mirror host has none: no spec, no class data
-            _make_host(lab, rec, specs.get(h.group), group_data.get(h.group), pubkey)
+            _make_host(lab, rec, specs.get(h.group), group_data.get(h.group), pubkey, real_model)
         for rec in st["hosts"]:
             _boot(lab.name, rec)
         running = _lab_from_state(st)
@@ -654,7 +656,8 @@ def _is_mountpoint(p: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
-def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str) -> None:
+def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, pubkey: str,
+               real_model: Path | None = None) -> None:
     """The host's overlay (its release's base below, its own upper dir), files and network."""
     hdir = Path(rec["dir"])
     if hdir.exists():
@@ -663,7 +666,8 @@ def _make_host(lab: labfile.LabFile, rec: dict, spec, group_data: dict | None, p
         (hdir / d).mkdir(parents=True)
     run("mount", "-t", "overlay", f"lab-{rec['machine']}", "-o",
         f"lowerdir={rec['base']},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "root"))
-    for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name):
+    for w in provision.provision(hdir / "root", rec["entry"], spec, group_data, pubkey, rec["ip"], lab.name,
+                                 real_model):
         log(f"warning: {w}")
     if rec["entry"]["role"] == "gpu":  # a reset puts the host back as provisioned (lab/reset.py)
         reset.keep_provisioned(hdir)
@@ -714,6 +718,8 @@ def _boot(lab_name: str, rec: dict) -> None:
         # a gateway host's keepalived moves the floating address in its own network namespace (and a handoff
         # routes there): CAP_NET_ADMIN there, as on a real host
         *(["--capability=CAP_NET_ADMIN"] if rec["entry"]["role"] == "gateway" else []),
+        # the real SGLang server's venvs (2.2 GB), read-only, not copied (lab/realsglang.py)
+        *(realsglang.binds() if rec["entry"].get("real_sglang") else []),
     ]
     with open(hdir / "console.log", "ab") as out:
         subprocess.run(

@@ -214,6 +214,8 @@ def _host_keys(groups: list[str], gateway_groups: list[str]) -> dict[str, tuple[
         "draft_vocab_size": (False, None, *integer(1, 1 << 24)),
         "draft_acceptance": (False, None, draft_acceptance, DRAFT_ACCEPTANCE_ALLOWED),
         "reasoning_model": (False, False, *boolean()),
+        "real_sglang": (False, False, lambda v: None if isinstance(v, bool) else "not true or false",
+                        "true (the real SGLang 0.5.23 server on this machine's CPU, lab/realsglang.py) or false"),
         "ssh_user": (False, "root", *text(re.compile(r"^[a-z_][a-z0-9_-]{0,30}$"), "a user name, e.g. 'ubuntu'")),
         "debian": (False, DEFAULT_SUITE, lambda v: None if v in IMAGES else "not a Debian release the lab builds",
                    " | ".join(f"{suite!r} ({image.about})" for suite, image in IMAGES.items())),

@@ -22,7 +22,7 @@ from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout import desired_files, service_files
 from fleet.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
-from lab import hf, mirror, wheels
+from lab import hf, mirror, realsglang, wheels
 from lab.base import IMAGES
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
@@ -310,9 +310,10 @@ def models_of(spec: ClassSpec) -> list[tuple[str | None, str, str | None, str]]:
 # --- the host ----------------------------------------------------------------------------
 
 def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, group_data: dict[str, Any] | None,
-              pubkey: str, ip: str, lab_name: str) -> list[str]:
+              pubkey: str, ip: str, lab_name: str, real_model: Path | None = None) -> list[str]:
     """Write one host's files into its (mounted) root. Returns warnings.
 
+    real_model: the tiny model a `real_sglang` host serves (lab/realsglang.py's ensure()).
     A gateway host (no class: group_spec and group_data None) gets only what every host needs;
     its smg comes with the deploy. A mirror host (no class either) gets the lab's package index."""
     name = entry["name"]
@@ -326,7 +327,7 @@ def provision(root: Path, entry: dict[str, Any], group_spec: ClassSpec | None, g
         add_sudo_user(root, entry["ssh_user"], pubkey)
     warnings, extra = [], {}
     if entry["role"] == "gpu":
-        warnings, extra = _provision_gpu(root, entry, group_spec, group_data)
+        warnings, extra = _provision_gpu(root, entry, group_spec, group_data, real_model)
     elif entry["role"] == "mirror":
         extra = _provision_mirror(root, entry, ip)
     elif entry["role"] == "monitoring":
@@ -408,10 +409,11 @@ def _provision_mirror(root: Path, entry: dict[str, Any], ip: str) -> dict[str, A
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
-def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
-                   group_data: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec, group_data: dict[str, Any],
+                   real_model: Path | None) -> tuple[list[str], dict[str, Any]]:
     """A GPU host's doubles, workloads, models and preinstalled service. Returns (warnings, its
-    part of host.json)."""
+    part of host.json). A `real_sglang` host: the real server's venvs (bound at boot) at its class's
+    launcher and the tiny model at its model path instead of the SGLang double and stub models."""
     warnings: list[str] = []
     name = entry["name"]
     pre_spec = None
@@ -431,8 +433,12 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         write_dist_info(root, entry["sglang_version"])
     else:
         warnings.append(f"{name}: lab/doubles/sglang/ not there yet; the launcher has no sglang to run")
-    # a hand-made environment's launcher (a declared engine's venv is the deploy's to install)
+    # a hand-made environment's launcher (a declared engine's venv is the deploy's to install); the real server's is
+    # its bound venv's
     launchers = {s.launcher for s in (group_spec, pre_spec) if s is not None and s.engine is None}
+    if entry["real_sglang"]:
+        realsglang.install(root, group_spec.service.model_path, real_model)
+        launchers.discard(realsglang.LAUNCHER)
     for launcher in sorted(launchers):
         write(root, launcher, LAUNCHER.format(pkg=SGLANG_DOUBLE_DIR), 0o755)
     job = DOUBLES / "lab-gpu-job"
@@ -468,7 +474,8 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
     for spec in [group_spec] + ([pre_spec] if pre_spec else []):
         for target, kind, draft, name in models_of(spec):
             tconf = _target_config(name)
-            if target and target not in missing:
+            real_model_there = entry["real_sglang"] and target == group_spec.service.model_path
+            if target and target not in missing and not real_model_there:
                 write_model(root, target, tconf)
             config = _draft_config(kind, tconf, entry.get("draft_vocab_size"))
             if draft:
@@ -507,6 +514,7 @@ def _provision_gpu(root: Path, entry: dict[str, Any], group_spec: ClassSpec,
         "decode_tokens_per_s": float(entry["decode_tokens_per_s"]),
         "speculation": entry.get("speculation"),  # the SGLang double's speed model, or None: the fixed rate
         "reasoning_model": entry["reasoning_model"],
+        "real_sglang": entry["real_sglang"],  # the real server at the class's launcher, not the SGLang double
         "engine_import_seconds": float(entry["engine_import_seconds"]),
         "engines_disk_kib": entry.get("engines_disk_kib"),
         "models_disk_kib": entry.get("models_disk_kib"),

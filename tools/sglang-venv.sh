@@ -5,8 +5,10 @@
 # fleet/render.py writes.
 #
 #   tools/sglang-venv.sh            # prints the venv's python path on stdout (last line)
+#   tools/sglang-venv.sh --serve    # also the serving layer over it (below); prints ITS python
 #
 # Venv: ${SGLANG_FLEET_CACHE:-$HOME/.cache/sglang-fleet}/sglang-0.5.23
+# Serving layer: ${SGLANG_FLEET_CACHE:-$HOME/.cache/sglang-fleet}/sglang-0.5.23-serve
 # Idempotent: the venv is rebuilt only when the recipe below changed (a stamp file
 # holds the recipe's hash) or the venv is broken. Progress goes to stderr.
 #
@@ -26,6 +28,16 @@
 #   apache-tvm-ffi, sentencepiece, compressed-tensors, gguf, openai,
 #   partial-json-parser, einops, and their dependencies. sglang's own pins are kept
 #   where it has one.
+#
+# Serving layer (--serve; the lab's real SGLang server on a CPU, ../shared/reference/sglang-cpu.md):
+# a second, small venv beside the first, so that the parser venv stays exactly what the
+# contract tests judge with. It is made from the system's /usr/bin/python3.11 (a lab host's
+# own, Debian's: the lab binds both venvs read-only into a host, whose python this must be),
+# holds only the 15 packages serving needs (SERVE_LOCK, installed the same locked --no-deps
+# way; xgrammar pinned, pip would take 0.2.9; never torchaudio: its .so does not load against
+# CPU torch and breaks start-up), a stand-in `sgl_kernel` (tools/sglang-serve/: every wheel of
+# the real one is a CUDA build whose import fails) and a hook that adds the parser venv's
+# site-packages (with its .pth files) behind its own, found relative to itself.
 set -euo pipefail
 
 VERSION=0.5.23
@@ -161,6 +173,32 @@ urllib3==2.8.0
 wcwidth==0.9.4
 yarl==1.25.1'
 
+SERVE_LOCK='cffi==2.1.1
+fastapi==0.165.0
+jsonschema==4.26.0
+jsonschema-specifications==2025.9.1
+opentelemetry-api==1.45.3
+prometheus-client==0.26.0
+pycparser==3.12
+python-multipart==0.0.34
+referencing==0.37.0
+rpds-py==2026.9.1
+setproctitle==1.3.8
+soundfile==0.13.1
+uvicorn==0.55.0
+uvloop==0.23.0
+xgrammar==0.2.7'
+SERVE_PYTHON=/usr/bin/python3.11
+SERVE_FILES="$(cd "$(dirname "$0")" && pwd)/sglang-serve"
+SERVE_VENV="$VENV-serve"
+SERVE_STAMP="$SERVE_VENV/.sglang-fleet-recipe"
+SERVE=0
+case "${1:-}" in
+    --serve) SERVE=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--serve]" >&2; exit 2 ;;
+esac
+
 log() { echo "sglang-venv: $*" >&2; }
 
 command -v "$PYTHON" >/dev/null || { log "no $PYTHON on PATH (set SGLANG_VENV_PYTHON)"; exit 1; }
@@ -183,11 +221,7 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.sglang-$VERSION.lock"
 flock 9
 
-if healthy; then
-    echo "$VENV/bin/python"
-    exit 0
-fi
-
+build_parser() {
 log "building $VENV (recipe ${RECIPE_HASH:0:12})"
 start=$(date +%s)
 rm -rf "$VENV"
@@ -219,4 +253,54 @@ fi
 
 echo "$RECIPE_HASH" >"$STAMP"
 log "built in $(( $(date +%s) - start )) s"
-echo "$VENV/bin/python"
+}
+
+healthy || build_parser
+if [ "$SERVE" = 0 ]; then
+    echo "$VENV/bin/python"
+    exit 0
+fi
+
+# --- the serving layer ---------------------------------------------------------------------
+SERVE_HASH="$( (printf '%s\n%s\n' "$RECIPE_HASH" "$SERVE_LOCK"; "$SERVE_PYTHON" -c 'import sys; print(sys.version)';
+                cd "$SERVE_FILES" && find sgl_kernel -name '*.py' | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)"
+serve_healthy() {
+    [ -f "$SERVE_STAMP" ] && [ "$(cat "$SERVE_STAMP")" = "$SERVE_HASH" ] && [ -x "$SERVE_VENV/bin/python" ]
+}
+if ! serve_healthy; then
+    log "building $SERVE_VENV (recipe ${SERVE_HASH:0:12})"
+    start=$(date +%s)
+    rm -rf "$SERVE_VENV"
+    "$SERVE_PYTHON" -m venv --without-pip "$SERVE_VENV"
+    serve_site="$SERVE_VENV/lib/python3.11/site-packages"
+    serve_lock="$(mktemp)"
+    printf '%s\n' "$SERVE_LOCK" >"$serve_lock"
+    if ! (cd / && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --target "$serve_site" -r "$serve_lock") >"$serve_lock.log" 2>&1; then
+        grep -v "is ignored: it is neither a file nor a directory" "$serve_lock.log" >&2 || true
+        rm -f "$serve_lock" "$serve_lock.log"
+        log "pip install of the serving layer failed"
+        exit 1
+    fi
+    rm -f "$serve_lock" "$serve_lock.log"
+    cp -r "$SERVE_FILES/sgl_kernel" "$serve_site/"
+    # the parser venv's packages behind this one's, wherever both are (side by side, as in the cache)
+    cat >"$serve_site/_sglang_fleet_serve.py" <<PY
+"""sglang-fleet (tools/sglang-venv.sh --serve): the parser venv's site-packages, and its .pth files, behind ours."""
+import os
+import site
+
+site.addsitedir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..",
+                             "sglang-$VERSION", "lib", "python3.11", "site-packages"))
+PY
+    echo "import _sglang_fleet_serve" >"$serve_site/_sglang_fleet_serve.pth"
+    if (cd / && "$SERVE_VENV/bin/python" -c 'import torchaudio' 2>/dev/null); then
+        log "torchaudio is importable in $SERVE_VENV: refusing (it breaks the server's start-up on CPU torch)"
+        exit 1
+    fi
+    (cd / && SGLANG_USE_CPU_ENGINE=1 "$SERVE_VENV/bin/python" -W ignore -c \
+        'import sgl_kernel.scalar_type, sglang.srt.entrypoints.http_server') >&2
+    echo "$SERVE_HASH" >"$SERVE_STAMP"
+    log "serving layer built in $(( $(date +%s) - start )) s"
+fi
+echo "$SERVE_VENV/bin/python"

@@ -1,6 +1,6 @@
 """The ExecStart fleet/render.py writes is what the REAL SGLang 0.5.23 accepts and means.
 
-For every group_data class (group_data/*.py but all.py) and every algorithm variant,
+For every GPU class of group_data (group_data/*.py but all.py and cpu_real) and every algorithm variant,
 `fleet.render.server_argv(spec)[3:]` (the flags after `-m sglang.launch_server`, its
 `--config` pointing at the 0600 YAML fleet.render.render_config writes, with dummy keys) is
 parsed AND resolved by the real `prepare_server_args` + `ServerArgs.resolve_once()`
@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).resolve().parent / "sglang_parse_helper.py"
 MARKER = "SGLANG-PARSE-RESULT "
 GROUP_DIR = ROOT / "group_data"
-GROUPS = sorted(load_group_data(GROUP_DIR))
+# The GPU classes: cpu_real (the lab's real server on a CPU, no speculation possible there) is proven by starting
+# the real server with its flags (tests/lab/test_real_sglang_e2e.py), not by resolving them for a GPU platform.
+GROUPS = sorted(g for g in load_group_data(GROUP_DIR) if g != "cpu_real")
 DUMMY_KEY, DUMMY_ADMIN = "contract-dummy-key", "contract-dummy-admin-key"
 SECRETS = Secrets({"api-key": DUMMY_KEY, "admin-api-key": DUMMY_ADMIN})
 EXPECTED_SECRETS = {"api_key": DUMMY_KEY, "admin_api_key": DUMMY_ADMIN}

@@ -37,6 +37,7 @@ from lab import lab as labmod  # noqa: E402
 # module -> (its group, the labs it brings up: [lab] name -> subnet), the groups in the order they are handed to the
 # workers: the longest first, so that the workers end together; a group's modules in the order they run.
 MODULES = {
+    "test_real_sglang_e2e": ("real", {"reallab": "10.225.0.0/24"}),
     "test_gateway_pair_e2e": ("gateway-pair", {"sglpair": "10.205.0.0/24"}),
     "test_gateway_e2e": ("gateway", {"sglgw": "10.204.0.0/24"}),
     "test_meet_e2e": ("meet", {"meetlab": "10.209.0.0/24"}),

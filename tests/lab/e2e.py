@@ -125,6 +125,20 @@ def deploy(lab, cwd: Path = REPO, *args: str, timeout: float = 600, env: dict | 
     return p
 
 
+def make_verify(lab, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """make verify (its pytest-testinfra suite) from the group_data deployed (`lab.base`: the first deploy's), or
+    `cwd`'s."""
+    return subprocess.run([str(BIN / "pytest"), "-v", "-p", "no:cacheprovider", str(REPO / "tests/verify"),
+                           "--inventory", str(lab.inventory), *args], cwd=cwd or lab.base, capture_output=True,
+                          text=True, timeout=600)
+
+
+def make_status(lab) -> subprocess.CompletedProcess:
+    """make status (python -m ops status) from the group_data deployed (`lab.base`)."""
+    return subprocess.run([str(BIN / "python"), "-m", "ops", "status", str(lab.inventory)], cwd=lab.base,
+                          capture_output=True, text=True, timeout=300)
+
+
 def host_json(lab, host: str) -> dict:
     """What the lab wrote of a host as its lab file declares it (/etc/lab/host.json)."""
     p = lab.ssh(host, "cat /etc/lab/host.json", timeout=20)

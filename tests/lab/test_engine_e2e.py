@@ -113,7 +113,7 @@ def test_each_bad_engine_is_refused_before_anything_stops(englab):
     (log,) = [n for n in engines(lab, "a6000-1") if n.endswith(".log")]  # pip's whole log, for a look
     assert engines(lab, "a6000-1") == [".", "..", ".install.lock", log] and f"pip's log: {ENGINES}/{log}" in run.out
     # a version the index does not have: the index and pip's own reason named
-    assert (f"h200-1: engine " in run.out and f"from {index}, found pip exit 1" in run.out
+    assert ("h200-1: engine " in run.out and f"from {index}, found pip exit 1" in run.out
             and "No matching distribution found for sglang==9.9.9" in run.out), run.out
     assert not [n for n in engines(lab, "h200-1") if n.startswith("sglang-")]
 

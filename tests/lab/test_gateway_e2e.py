@@ -25,8 +25,8 @@ from fleet.layout import gateway_mesh_file
 from lab import lab as labmod
 from lab import provision
 from ops.loadgen import Load, WorkersSampler, min_ready
-from tests.lab.e2e import (BIN, REPO, VRRP_ENV, Run, canary_analysis, deploy, in_its_readiness_wait, main_pid, sh,
-                           summary_row)
+from tests.lab.e2e import (REPO, VRRP_ENV, Run, canary_analysis, deploy, in_its_readiness_wait, main_pid, make_status,
+                           make_verify, sh, summary_row)
 from tests.lab.gwlab import (ENV, GATEWAYS, KEY, LAB_FILE, LOCK_FILE, MODEL, REPLICAS, assert_clean, block_size,
                              deployed, holders, passed, ready_now, rolled, routed_now, url, vip, vrrp, wait, with_mesh,
                              workdir, workers_listed)
@@ -180,16 +180,9 @@ def test_a_new_key_restarts_each_smg_and_only_it_is_taken_then_the_old_one_again
         assert refused.report.failed == refused.report.total > 0 and "HTTP 401" in refused.report.failures()[0]
 
 
-def _verify(lab, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """make verify (its pytest-testinfra suite) from the group_data deployed (the first deploy's, or `cwd`)."""
-    return subprocess.run([str(BIN / "pytest"), "-v", "-p", "no:cacheprovider", str(REPO / "tests/verify"),
-                           "--inventory", str(lab.inventory), *args], cwd=cwd or lab.base, capture_output=True,
-                          text=True, timeout=300)
-
-
 def test_verify_checks_the_gateway(gw_lab):
     lab = gw_lab
-    p = _verify(lab)
+    p = make_verify(lab)
     assert p.returncode == 0, p.stdout + p.stderr
     for check in ("test_every_declared_replica_is_ready", "test_chat_completion_through_the_gateway",
                   "test_without_the_key_as_declared", "test_gateway_readiness_is_200",
@@ -208,26 +201,21 @@ def test_verify_checks_the_gateway(gw_lab):
     try:
         # smg drains a removed worker for 5 s, then drops it: until /workers lists it no more
         wait("gw-1's smg dropping pro6000-3", lambda: gone not in routed_now(lab, "gw-1"), 60)
-        p = _verify(lab, "-k", "declared_replica")
+        p = make_verify(lab, "-k", "declared_replica")
         assert p.returncode == 1 and "test_every_declared_replica_is_ready[gw-1] FAILED" in p.stdout and "pro6000-3" in p.stdout and \
             "not registered" in p.stdout, p.stdout
         assert "test_every_declared_replica_is_ready[gw-2] PASSED" in p.stdout, p.stdout
-        st = _status(lab)
+        st = make_status(lab)
         assert st.returncode == 1 and f"pro6000-3 (http://{lab.host('pro6000-3').ip}:30000): not in the gateway" in \
             st.stdout, st.stdout
         assert "2/3 replicas ready" in st.stdout and "UNHEALTHY" in st.stdout, st.stdout
     finally:
         sh(lab, "gw-1", f"printf %s '{listed}' > /etc/smg/x.tmp && mv /etc/smg/x.tmp /etc/smg/smg-workers.json")
     wait("gw-1's smg routing pro6000-3 again", lambda: routed_now(lab, "gw-1").get(gone) == READY, 60)
-    st = _status(lab)
+    st = make_status(lab)
     assert st.returncode == 0 and st.stdout.count("3/3 replicas ready") == 2, st.stdout
     assert f"floating {vip(lab)}: MASTER, holds it" in st.stdout and f"floating {vip(lab)}: BACKUP; held by" in st.stdout, \
         st.stdout
-
-
-def _status(lab) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "python"), "-m", "ops", "status", str(lab.inventory)], cwd=lab.base,
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_rolling_rollout_drops_no_request(gw_lab, tmp_path):
@@ -384,14 +372,14 @@ def test_smgs_mesh_over_mtls_is_rolled_in_one_gateway_at_a_time_and_verified(gw_
             lab, g, "journalctl -u smg -o cat --no-pager")
         assert sh(lab, g, f"stat -c %a {gateway_mesh_file('smg', 'key')}") == "600"
     assert_clean(lab)
-    p = _verify(lab, "-k", "mesh_certificate", cwd=cwd)
+    p = make_verify(lab, "-k", "mesh_certificate", cwd=cwd)
     assert p.returncode == 0 and all(f"test_floating.py::{MESH_CHECK}[{g}] PASSED" in p.stdout for g in GATEWAYS), \
         p.stdout
     key = gateway_mesh_file("smg", "key")
     sh(lab, "gw-2", f"cp -p {key} {key}.kept && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 "
                     f"-out {key}")
     try:
-        p = _verify(lab, "-k", "mesh_certificate", cwd=cwd)
+        p = make_verify(lab, "-k", "mesh_certificate", cwd=cwd)
         assert p.returncode == 1 and f"{MESH_CHECK}[gw-1] PASSED" in p.stdout, p.stdout
         assert f"gw-2: {gateway_mesh_file('smg', 'crt')}: expected" in p.stdout and "'goes with its key'" in p.stdout, \
             p.stdout

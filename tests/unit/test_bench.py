@@ -39,7 +39,7 @@ def test_every_bench_imports_and_make_bench_runs_it():
 @pytest.mark.parametrize("name, text, hosts", [
     ("status", lambda m: (ROOT / "lab" / "fleet48.toml").read_text(), 48), ("turns", lambda m: m.LAB, 3),
     ("canary", lambda m: m.LAB, 3),
-    ("engine", lambda m: m.LAB, 2), ("weights", lambda m: m.LAB, 2)])
+    ("engine", lambda m: m.LAB, 2), ("weights", lambda m: m.LAB, 2), ("real", lambda m: m.LAB, 1)])
 def test_the_benches_labs_are_valid_lab_files(name, text, hosts, tmp_path):
     path = tmp_path / f"{name}.toml"
     path.write_text(text(load(ROOT / "bench" / f"{name}.py")))

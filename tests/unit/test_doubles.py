@@ -853,8 +853,23 @@ def test_sglang_metrics_latency_histograms_count_every_request(lab):
     assert s.done and len(s.tokens) == 10
     metrics = http(port, "/metrics")[2]
     assert _metric(metrics, "sglang:num_requests_total") == 4
+    # as the real server's tokenizer manager: one child per is_streaming value
+    assert 'sglang:num_requests_total{engine_type="unified",is_streaming="false",model_name="qwen-test"} 3.0' \
+        in metrics and 'sglang:generation_tokens_total{engine_type="unified",is_streaming="true",' \
+        'model_name="qwen-test"} 10.0' in metrics, metrics
     ttft, e2e = _histogram(metrics, TTFT), _histogram(metrics, E2E)
     assert list(ttft) == list(e2e) == ["false", "true"]
+    # asked for OpenMetrics, as Prometheus asks: the same samples, their names escaped as the real server escapes them
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        kind, om = r.headers["Content-Type"], r.read().decode()
+    assert kind.endswith("escaping=underscores") and om.endswith("# EOF\n"), kind
+    assert "# TYPE sglang:num_requests counter" in om and \
+        'sglang_num_requests_total{engine_type="unified",is_streaming="false",model_name="qwen-test"} 3.0' in om
+    samples = [ln for ln in metrics.splitlines() if ln and not ln.startswith("#")]
+    assert [ln for ln in om.splitlines() if ln and not ln.startswith("#")] == [
+        ln.split("{")[0].replace(":", "_") + ln[len(ln.split("{")[0]):] for ln in samples]
     for h, le in ((ttft, TTFT_LE), (e2e, E2E_LE)):
         for child in h.values():
             _check_histogram(child, le)
@@ -1038,8 +1053,10 @@ def test_gateway_lab_plants_the_block_size_optimum():
 
 
 def _metric(text: str, name: str) -> float:
-    [line] = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
-    return float(line.rsplit(" ", 1)[1])
+    """The name's one sample, or a counter's total over its children (one per is_streaming value)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
+    assert len(lines) == 1 or name.endswith("_total"), lines
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
 def _steps(a: float, n: int) -> int:

@@ -160,7 +160,7 @@ def test_a_bad_default_in_all_py_is_blamed_on_all_py_once(tmp_path):
 
 
 def test_the_shipped_group_data_sets_class_sections_in_class_files_and_all_py_only():
-    assert set(load_class_specs(ROOT / "group_data")) == {"a6000", "h200", "pro6000"}
+    assert set(load_class_specs(ROOT / "group_data")) == {"a6000", "cpu_real", "h200", "pro6000"}
 
 
 # --- 6. a unit name the deploy's file names outgrow ----------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 from fleet.groupdata import gateway_files, load_class_specs, load_group_data, spec_data
 from fleet.spec import ClassSpec
-from lab import hf, labfile, mirror, provision, wheels
+from lab import hf, labfile, mirror, provision, realsglang, wheels
 from lab import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -393,3 +393,44 @@ def test_a_bad_draft_acceptance_is_refused_naming_host_key_and_draft(tmp_path, i
         labfile.parse(_declaring_lab(tmp_path, inline), GROUPS, GATEWAYS)
     [p] = e.value.problems
     assert "host 'pro6000-1': draft_acceptance = " in p and f": {why}; allowed: {labfile.DRAFT_ACCEPTANCE_ALLOWED}" in p, p
+
+
+REAL = {"name": "real-1", "group": "cpu_real", "gpu_model": "NVIDIA L4", "gpu_count": 1, "gpu_memory_mib": 23034}
+
+
+def test_real_sglang_is_a_gpu_hosts_true_or_false(tmp_path):
+    [p] = problems(tmp_path, {**REAL, "real_sglang": "yes"})
+    assert p.endswith("host 'real-1': real_sglang = 'yes': not true or false; allowed: true (the real SGLang 0.5.23 "
+                      "server on this machine's CPU, lab/realsglang.py) or false")
+    [p] = problems(tmp_path, {"name": "gw-1", "group": "gateway", "role": "gateway", "real_sglang": True})
+    assert "real_sglang = True: a GPU host's key" in p
+    [h] = parse(tmp_path, REAL).hosts
+    assert h.entry["real_sglang"] is False
+
+
+def test_a_real_sglang_host_gets_the_tiny_model_and_no_double_at_its_launcher(tmp_path):
+    """Its launcher is the bound venv's python (nothing written there), its model the tiny one; its twin without
+    the key gets the double's wrapper at the same launcher and a stub model; both keep the nvidia-smi double."""
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3"}\n')
+    (model / "complete").write_text("recipe\n")
+    specs, data = load_class_specs(ROOT / "group_data"), load_group_data(ROOT / "group_data")
+    spec = specs["cpu_real"]
+    for real in (True, False):
+        [h] = parse(tmp_path, {**REAL, "real_sglang": real}).hosts
+        root = tmp_path / f"root-{real}"
+        provision.provision(root, h.entry, spec, data["cpu_real"], "ssh-ed25519 AAAA lab", "10.209.0.12", "sglmir",
+                            model if real else None)
+        target = root / spec.service.model_path.lstrip("/")
+        launcher = root / spec.launcher.lstrip("/")
+        assert (root / "usr/bin/nvidia-smi").is_file()
+        assert json.loads((root / "etc/lab/host.json").read_text())["real_sglang"] is real
+        if real:
+            assert spec.launcher == realsglang.LAUNCHER and not launcher.exists()
+            assert sorted(p.name for p in target.iterdir()) == ["config.json"]  # the model, not its cache's mark
+            assert sorted(p.name for p in (root / "opt/sglang-real").iterdir()) == [
+                "sglang-0.5.23", "sglang-0.5.23-serve"]  # the binds' mount points
+        else:
+            assert "sglang-double" in launcher.read_text() and (target / "model.safetensors.index.json").is_file()
+    assert realsglang.binds() == [f"--bind-ro={d}:/opt/sglang-real/{d.name}" for d in realsglang.venv_dirs()]

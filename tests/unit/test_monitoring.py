@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_monitoring
 from fleet.monitoring import (
     ACCEPT_LENGTH,
+    CONFIG,
     DASHBOARD,
     PACKAGES,
     UNITS,
@@ -153,6 +154,24 @@ def test_names_outside_the_bmp_are_written_as_utf8_and_promtool_and_amtool_take_
     out = subprocess.run([str(tools / "amtool"), "check-config", str(tmp_path / "alertmanager.json")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_sglang_series_keep_sglangs_own_names_whatever_the_exposition_format():
+    """The real SGLang 0.5.23 answers Prometheus' OpenMetrics request with `sglang_...` sample names (seen in the
+    lab): the sglang job puts them back to `sglang:...`, the names of the rules; nothing else is renamed."""
+    jobs = {j["job_name"]: j for j in json.loads(bundle(MON, TARGETS, CLASSES, {}, ["gateway"])[CONFIG])[
+        "scrape_configs"]}
+    assert all("metric_relabel_configs" not in jobs[j] for j in ("smg", "prometheus", "alertmanager"))
+    [rule] = jobs["sglang"]["metric_relabel_configs"]
+    assert rule["source_labels"] == ["__name__"] and rule["target_label"] == "__name__"
+
+    def relabelled(name: str) -> str:  # as Prometheus applies it: the regex anchored, $1 its group
+        m = re.fullmatch(rule["regex"], name)
+        return rule["replacement"].replace("$1", m.group(1)) if m else name
+    assert relabelled("sglang_generation_tokens_total") == "sglang:generation_tokens_total"
+    assert relabelled("sglang_time_to_first_token_seconds_bucket") == "sglang:time_to_first_token_seconds_bucket"
+    assert [relabelled(n) for n in ("sglang:num_running_reqs", "up", "scrape_duration_seconds")] == [
+        "sglang:num_running_reqs", "up", "scrape_duration_seconds"]
 
 
 def test_a_broken_monitoring_file_names_the_file_field_and_value(tmp_path):

@@ -96,3 +96,13 @@ def test_rows_for_hosts_never_read_and_the_json_carries_the_table_s_facts():
 def test_parse_metrics_takes_the_first_sample_of_each_name():
     assert parse_metrics(METRICS + "sglang:gen_throughput{model_name=\"b\"} 1\nbad line\n") == {
         "sglang:gen_throughput": 97.5, "sglang:spec_accept_length": 4.7}
+
+
+def test_parse_metrics_sums_a_counters_children():
+    """The real SGLang 0.5.23 counts a finished request's tokens in the child of its is_streaming value (seen
+    against the real server in the lab): the first child alone missed every streamed token."""
+    text = ('# TYPE sglang:generation_tokens_total counter\n'
+            'sglang:generation_tokens_total{engine_type="unified",is_streaming="false",model_name="m"} 24.0\n'
+            'sglang:generation_tokens_total{engine_type="unified",is_streaming="true",model_name="m"} 4.0\n'
+            'sglang:num_requests_total{engine_type="unified",is_streaming="false",model_name="m"} 2.0\n')
+    assert parse_metrics(text) == {"sglang:generation_tokens_total": 28.0, "sglang:num_requests_total": 2.0}

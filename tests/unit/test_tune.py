@@ -1465,7 +1465,7 @@ def test_the_tuner_refuses_a_class_or_host_it_cannot_tune(here, monkeypatch):
     hosts = [inventory_host("p1", "pro6000"), inventory_host("p2", "pro6000")]
     with pytest.raises(ops_tune.Refused) as e:
         made(monkeypatch, hosts, gpu_class="nope")
-    assert e.value.problems == ["tune: CLASS=nope: expected one of a6000, h200, pro6000"]
+    assert e.value.problems == ["tune: CLASS=nope: expected one of a6000, cpu_real, h200, pro6000"]
     with pytest.raises(ops_tune.Refused) as e:
         made(monkeypatch, hosts, gpu_class="h200")
     assert e.value.problems == ["tune: no host of class h200 in inventory.py"]

@@ -266,12 +266,15 @@ class ServerState:
         self.loop_started: float | None = None  # when the tokenizer manager's loop began (monotonic)
         self.tp0: SchedulerProcess | None = None  # set by launch_server
         self.created = int(time.time())
-        self.startup_time = time.time()
+        self.started = time.monotonic()
+        self.startup_seconds = 0.0  # from the server's start to serving (status Up): /server_info's startup_time
         self.lock = threading.Lock()
         self.running: dict[str, None] = {}  # rids of requests being generated (rid_to_state)
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.requests_total = 0
+        # the tokenizer manager's counters, one child per is_streaming value as in 0.5.23: "false" from the start
+        # (the real server's warm-up makes it), "true" from the first streamed request on
+        self.prompt_tokens_total = {"false": 0}
+        self.generation_tokens_total = {"false": 0}  # without the speed model (with it: TP0's counts)
+        self.requests_total = {"false": 0}
         self.verify_calls_total = 0
         self.last_gen_throughput = 0.0
         self.ttft = LatencyHistogram(getattr(server_args, "bucket_time_to_first_token", None) or TTFT_BUCKETS)
@@ -293,15 +296,18 @@ class ServerState:
     def account(self, prompt_tokens: int, completion_tokens: int, timing: Timing | None = None,
                 streaming: bool = False) -> None:
         """A finished request: the counters, and (given its timing) the latency histograms."""
+        child = "true" if streaming else "false"
         with self.lock:
-            self.requests_total += 1
-            self.prompt_tokens_total += prompt_tokens
+            for counter in (self.requests_total, self.prompt_tokens_total, self.generation_tokens_total):
+                counter.setdefault(child, 0)
+            self.requests_total[child] += 1
+            self.prompt_tokens_total[child] += prompt_tokens
             if timing is not None:
                 self.ttft.observe(timing.ttft, streaming)
                 self.e2e.observe(timing.e2e, streaming)
             if self.speed:
                 return  # tokens and verify steps: TP0's counts (decode_counts)
-            self.generation_tokens_total += completion_tokens
+            self.generation_tokens_total[child] += completion_tokens
             if self.accept_length:
                 self.verify_calls_total += max(1, round(completion_tokens / self.accept_length))
             self.last_gen_throughput = 42.0 * (self.accept_length or 1.0)
@@ -336,7 +342,8 @@ class ServerState:
         }
 
     def decode_counts(self) -> dict:
-        """What /metrics, /server_info and /v1/loads report of decoding: {"generation_tokens",
+        """What /metrics, /server_info and /v1/loads report of decoding: {"generation_tokens" (per
+        is_streaming child),
         "verify_calls", "gen_throughput", "accept_length" (None: no speculation, or with the
         speed model no verify step yet), "accept_rate"}. With the speed model: TP0's counters,
         and over its last 40 decode steps (scheduler.DECODE_LOG_INTERVAL) the gauges: accept
@@ -344,7 +351,7 @@ class ServerState:
         they took (idle time between steps not counted)."""
         if not self.speed:
             return {
-                "generation_tokens": self.generation_tokens_total,
+                "generation_tokens": dict(self.generation_tokens_total),
                 "verify_calls": self.verify_calls_total,
                 "gen_throughput": self.last_gen_throughput,
                 "accept_length": self.accept_length,
@@ -354,7 +361,8 @@ class ServerState:
         spec = bool(self.args.speculative_algorithm)
         length = round(st["tokens"] / st["verify"], 4) if spec and st["verify"] else None
         return {
-            "generation_tokens": st["tokens_total"],
+            "generation_tokens": {"false": st["tokens_total"] - st["tokens_streamed"],
+                                  **({"true": st["tokens_streamed"]} if "true" in self.requests_total else {})},
             "verify_calls": st["verify_total"] if spec else 0,
             "gen_throughput": round(st["tokens"] / st["seconds"], 2) if st["seconds"] > 0 else 0.0,
             "accept_length": length,
@@ -376,14 +384,29 @@ def _messages_tokens(messages) -> int:
     return n + 3
 
 
+# CUDA graph memory (GB) per kind of forward, as 0.5.23's internal_states break it down (/v1/loads' graph_gb:
+# their sum)
+GRAPH_GB = {"prefill": 0.0, "decode": 1.12, "target_verify": 0.0, "draft_prefill": 0.0, "draft_decode": 0.0,
+            "draft_extend": 0.0}
+
+
 def _memory_usage(state: ServerState) -> dict:
     """TP0's memory breakdown (GB), as /server_info's internal_states report it."""
     return {
         "weight": round(state.gpu_memory_mib * 0.45 / 1024, 2),
         "kvcache": round(state.gpu_memory_mib * (state.args.mem_fraction_static - 0.45) / 1024, 2),
+        "startup_available": round(state.gpu_memory_mib / 1024, 2),
         "token_capacity": int(state.gpu_memory_mib * 4),
-        "graph": 1.12,
+        "token_capacity_swa": None,
+        "graph": dict(GRAPH_GB),
     }
+
+
+def _startup_time(state: ServerState) -> dict:
+    """/server_info's startup_time: 0.5.23's seconds per phase of the start-up (the double's load is all weights)."""
+    took = state.startup_seconds
+    return {"load_weight": took, "kv_cache_allocation": 0.0, "scheduler_e2e": took,
+            "cuda_graph": {kind: 0.0 for kind in GRAPH_GB}, "tokenizer_e2e": took}
 
 
 def _server_info(state: ServerState) -> dict:
@@ -402,7 +425,7 @@ def _server_info(state: ServerState) -> dict:
         {
             "max_total_num_tokens": int(state.gpu_memory_mib * 4),
             "max_req_input_len": max(1, (a._context_len or 4096) - 5),
-            "startup_time": state.startup_time,
+            "startup_time": _startup_time(state),
             "internal_states": [internal],
             "version": sglang.__version__,
             "frontend": "python",
@@ -438,7 +461,6 @@ def _metrics(state: ServerState) -> str:
     labels = (
         f'engine_type="unified",model_name="{a.served_model_name}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     )
-    tok_labels = f'engine_type="unified",model_name="{a.served_model_name}"'
     counts = state.decode_counts()
     gauges = [
         ("sglang:num_running_reqs", "The number of running requests.", len(state.running)),
@@ -461,23 +483,25 @@ def _metrics(state: ServerState) -> str:
     out = []
     for name, doc, value in gauges:
         out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name}{{{labels}}} {float(value)}"]
+    with state.lock:
+        requests, prompt = dict(state.requests_total), dict(state.prompt_tokens_total)
+
+    def streaming(children: dict) -> dict:
+        # labels sorted, as the multiprocess collector writes them
+        return {f'engine_type="unified",is_streaming="{child}",model_name="{a.served_model_name}"': value
+                for child, value in sorted(children.items())}
+
     counters = [
-        ("sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels, counts["verify_calls"]),
-        ("sglang:prompt_tokens", "Number of prefill tokens processed.", tok_labels, state.prompt_tokens_total),
-        (
-            "sglang:generation_tokens",
-            "Number of generation tokens processed.",
-            tok_labels + ',is_streaming="false"',
-            counts["generation_tokens"],
-        ),
-        ("sglang:num_requests", "Number of requests processed.", tok_labels, state.requests_total),
+        ("sglang:spec_verify_calls", "Number of speculative decoding verification calls.",
+         {labels: counts["verify_calls"]}),
+        ("sglang:prompt_tokens", "Number of prefill tokens processed.", streaming(prompt)),
+        ("sglang:generation_tokens", "Number of generation tokens processed.",
+         streaming(counts["generation_tokens"])),
+        ("sglang:num_requests", "Number of requests processed.", streaming(requests)),
     ]
-    for name, doc, lab, value in counters:
-        out += [
-            f"# HELP {name}_total {doc}",
-            f"# TYPE {name}_total counter",
-            f"{name}_total{{{lab}}} {float(value)}",
-        ]
+    for name, doc, children in counters:
+        out += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter"]
+        out += [f"{name}_total{{{lab}}} {float(value)}" for lab, value in children.items()]
     # the tokenizer manager's histograms (TokenizerMetricsCollector): per request, arrival to its
     # first output token, and arrival to its end; observed when it finishes, as the counters
     # (labels in the multiprocess collector's order: sorted, le last)
@@ -490,6 +514,26 @@ def _metrics(state: ServerState) -> str:
     out += _histogram_lines("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
                             hist_labels, e2e, state.e2e.bounds)
     return "\n".join(out) + "\n"
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+
+
+def _openmetrics(text: str) -> str:
+    """The same series as 0.5.23's prometheus_client (0.26) writes them for a client asking for OpenMetrics (as
+    Prometheus does): each sample's name escaped, `:` as `_` (`sglang_generation_tokens_total`), while its HELP and
+    TYPE lines keep `sglang:` and name a counter without `_total`; `# EOF` last (measured on the real server)."""
+    counters = {line.split()[2] for line in text.splitlines()
+                if line.startswith("# TYPE ") and line.endswith(" counter")}
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")):
+            _, kind, name, rest = line.split(" ", 3)
+            out.append(f"# {kind} {name.removesuffix('_total') if name in counters else name} {rest}")
+        elif line:
+            name, brace, rest = line.partition("{") if "{" in line else line.partition(" ")
+            out.append(name.replace(":", "_") + brace + rest)
+    return "\n".join(out + ["# EOF"]) + "\n"
 
 
 # load_snapshot.py's LoadSnapshot.VALID_SECTIONS: what /v1/loads?include= may name
@@ -539,7 +583,8 @@ def _load_snapshot(state: ServerState, include: set[str] | None) -> dict:
         spec = {"accept_length": counts["accept_length"], "accept_rate": counts["accept_rate"]}
     sections = [
         ("memory", "memory", {"weight_gb": mem["weight"], "kv_cache_gb": mem["kvcache"],
-                              "graph_gb": mem["graph"], "token_capacity": mem["token_capacity"]}),
+                              "graph_gb": round(sum(mem["graph"].values()), 2),
+                              "token_capacity": mem["token_capacity"]}),
         ("speculative", "spec", spec),
         # the pool's stats as the first batch (the warm-up's) leaves them
         ("lora", "lora", {"slots_used": 0, "slots_total": a.max_loras_per_batch, "utilization": 0.0}
@@ -594,15 +639,15 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     @contextlib.contextmanager
-    def _generation(self, rid: str, n: int, progress: Progress | None = None):
+    def _generation(self, rid: str, n: int, progress: Progress | None = None, streaming: bool = False):
         """One generate request: running (metrics, drain count) until it ends; gives the
         iterator that waits for each of its n tokens from TP0 (SchedulerGone: TP0 died);
-        `progress` counts its tokens and verify steps."""
+        `progress` counts its tokens and verify steps; `streaming`: an SSE stream's."""
         state = self.state
         state.start_loop()
         with state.lock:
             state.running[rid] = None
-        tokens = state.tp0.generate(rid, n, progress)
+        tokens = state.tp0.generate(rid, n, progress, streaming)
         try:
             yield tokens
         finally:
@@ -805,7 +850,10 @@ class Handler(BaseHTTPRequestHandler):
     def _r_metrics(self, _body):
         if self._hung(lambda c: not c["metrics"], METRICS_HANG_SECONDS, "GET /metrics"):
             return
-        self._send(200, _metrics(self.state).encode(), "text/plain; version=1.0.0; charset=utf-8")
+        if "application/openmetrics-text" in (self.headers.get("Accept") or ""):  # Prometheus asks for it first
+            self._send(200, _openmetrics(_metrics(self.state)).encode(), OPENMETRICS)
+            return
+        self._send(200, _metrics(self.state).encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _r_v1_loads(self, _body):
         """?include= as v1_loads.py reads it; ?dp_rank= and ?format=prometheus are not
@@ -947,8 +995,7 @@ class Handler(BaseHTTPRequestHandler):
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": " ".join(answer) if answer else None,
-                                        "reasoning_content": " ".join(thinking) if thinking else None,
-                                        "tool_calls": None},
+                                        "reasoning_content": " ".join(thinking) if thinking else None},
                             "logprobs": None,
                             "finish_reason": finish,
                             "matched_stop": 151645 if finish == "stop" else None,
@@ -962,13 +1009,15 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         def event(delta, finish_reason=None):
+            # 0.5.23's chunks as serving_chat.py writes them: the delta's fields it set (reasoning_content always),
+            # no usage key but in the usage chunk
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
             self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [choice], "usage": None})
+                               "choices": [choice]})
 
         # Server-sent events, chunked, as the real StreamingResponse: one chunk per token as TP0 makes it.
         try:
-            with self._generation(rid, len(words)) as tokens:
+            with self._generation(rid, len(words), streaming=True) as tokens:
                 self.send_response_only(200)
                 self.send_header("date", self.date_time_string())
                 self.send_header("server", "uvicorn")
@@ -976,16 +1025,16 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 self._access_log(200)  # uvicorn logs a response when it starts
-                event({"role": "assistant", "content": ""})
+                event({"reasoning_content": None, "role": "assistant", "content": ""})
                 for i in tokens:
                     timing.token()
                     word = (" " if i else "") + (thinking + answer)[i]
                     if i < len(thinking):
-                        event({"role": None, "content": None, "reasoning_content": word, "tool_calls": None})
+                        event({"reasoning_content": word})
                     else:
-                        event({"role": None, "content": word, "reasoning_content": None, "tool_calls": None})
+                        event({"reasoning_content": None, "content": word})
             timing.finish()  # the last token came: the request ended (what follows is its answer's tail)
-            event({"role": None, "content": None, "reasoning_content": None, "tool_calls": None}, finish)
+            event({"reasoning_content": None}, finish)
             if (req.get("stream_options") or {}).get("include_usage"):
                 self._write_event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                                    "choices": [], "usage": usage})
@@ -1333,6 +1382,7 @@ def launch_server(server_args) -> None:
             )
             http_log(f'INFO:     127.0.0.1:{40001 + pid % 20000} - "POST /generate HTTP/1.1" 200 OK')
         state.status = "Up"
+        state.startup_seconds = round(time.monotonic() - state.started, 3)
         logger.info("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, daemon=True).start()

@@ -73,6 +73,7 @@ class DecodeStats:
     def __init__(self):
         self.lock = threading.Lock()
         self.tokens_total = 0  # sglang:generation_tokens_total
+        self.tokens_streamed = 0  # of which for streamed requests (its is_streaming="true" child)
         self.verify_total = 0  # sglang:spec_verify_calls_total: one per request per step
         self.window: deque[tuple[int, int, float]] = deque(maxlen=DECODE_LOG_INTERVAL)  # (requests, tokens, seconds)
 
@@ -82,10 +83,15 @@ class DecodeStats:
             self.verify_total += requests
             self.window.append((requests, tokens, seconds))
 
+    def streamed(self, tokens: int) -> None:
+        with self.lock:
+            self.tokens_streamed += tokens
+
     def snapshot(self) -> dict:
         """The counters, and the window's verify steps, tokens and seconds of decoding, at one moment."""
         with self.lock:
-            return {"tokens_total": self.tokens_total, "verify_total": self.verify_total,
+            return {"tokens_total": self.tokens_total, "tokens_streamed": self.tokens_streamed,
+                    "verify_total": self.verify_total,
                     "verify": sum(w[0] for w in self.window), "tokens": sum(w[1] for w in self.window),
                     "seconds": sum(w[2] for w in self.window)}
 
@@ -109,6 +115,7 @@ class SchedulerProcess:
         self._wait_lock = threading.Lock()
         self._exitcode: int | None = None
         self._streams: dict[str, queue.SimpleQueue] = {}  # rid -> one item per step: its tokens; None: channel broke
+        self._streaming: set[str] = set()  # rids of streamed requests: their tokens are counted apart
         self._streams_lock = threading.Lock()
         self._broken = False
         self.stats = DecodeStats()
@@ -160,14 +167,17 @@ class SchedulerProcess:
                     q = self._streams.get(rid.decode())
                     if q is not None:
                         q.put(int(k) if k else 1)
+                        if rid.decode() in self._streaming:  # counted with its step, as the step's tokens
+                            self.stats.streamed(int(k) if k else 1)
         with self._streams_lock:
             self._broken = True
             for q in self._streams.values():
                 q.put(None)
 
-    def generate(self, rid: str, n: int, progress: Progress | None = None):
+    def generate(self, rid: str, n: int, progress: Progress | None = None, streaming: bool = False):
         """Yield 0..n-1, each when this scheduler has produced that token of request `rid` (a
-        verify step's tokens one after the other; `progress` counts tokens and steps).
+        verify step's tokens one after the other; `progress` counts tokens and steps; `streaming`:
+        its tokens are also counted as a streamed request's).
         Raises SchedulerGone if the channel breaks first; closing it early aborts the request."""
         progress = progress if progress is not None else Progress()
         if n <= 0:
@@ -177,6 +187,8 @@ class SchedulerProcess:
             if self._broken:
                 raise SchedulerGone()
             self._streams[rid] = q
+            if streaming:
+                self._streaming.add(rid)
         done = 0
         try:
             self.send(op="gen", rid=rid, n=n)
@@ -192,6 +204,7 @@ class SchedulerProcess:
         finally:
             with self._streams_lock:
                 self._streams.pop(rid, None)
+                self._streaming.discard(rid)
             if done < n:
                 self.send(op="abort", rid=rid)
 
