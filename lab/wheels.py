@@ -59,6 +59,8 @@ BUILDS = (
           tuple(BUILTIN_ALGORITHMS)),
     Build("0.5.24.dev29907", "a DDTree build (upstream sglang PR 29907): the builtins and DDTREE, so its "
           "parser has --speculative-ddtree-budget", (*BUILTIN_ALGORITHMS, "DDTREE")),
+    Build("0.5.24.dev2", "a nightly before DDTree (PR 29907): the builtins only, a dev build make check cannot judge, "
+          "so preflight asks it what it offers", tuple(BUILTIN_ALGORITHMS)),
     Build("0.5.24.dev1", "the DDTree build's abilities, but its model load crashes (load = 'crash'): "
           "an engine that installs and passes its checks, then fails to serve", (*BUILTIN_ALGORITHMS, "DDTREE"),
           load="crash"),

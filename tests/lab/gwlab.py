@@ -47,10 +47,11 @@ def url(lab) -> str:
     return f"http://{vip(lab)}:8000"
 
 
-def workdir(lab, tmp: Path, gateway: str = "", **overrides: str) -> Path:
+def workdir(lab, tmp: Path, gateway: str = "", canary_analysis: bool = False, **overrides: str) -> Path:
     """The deploy with this lab's gateway pair behind its floating address, in smg's mesh once it is on, and more
     group_data lines."""
-    return _workdir(tmp, gateway=f"{floating(lab.subnet)}\n{getattr(lab, 'mesh', '')}\n{gateway}", **overrides)
+    return _workdir(tmp, canary_analysis, gateway=f"{floating(lab.subnet)}\n{getattr(lab, 'mesh', '')}\n{gateway}",
+                    **overrides)
 
 
 def with_mesh(lab, where: Path) -> None:
@@ -94,10 +95,10 @@ def ready_now(lab, timeout: float = 60) -> int:
 
 
 def rolled(lab, tmp: Path, block_size: int, gateway: str = "", environment: str = "", max_tokens: int = 48,
-           steady: int = STEADY):
+           steady: int = STEADY, canary_analysis: bool = False):
     """Deploy a new block size (and more group_data lines) while the load runs through the gateway."""
     cwd = workdir(lab, tmp, pro6000=f'speculative = {{**speculative, "block_size": {block_size}}}\n{environment}',
-                  gateway=gateway)
+                  gateway=gateway, canary_analysis=canary_analysis)
     with WorkersSampler(url(lab), KEY, interval_s=0.2) as sampler, \
             Load(url(lab), MODEL, KEY, concurrency=8, max_tokens=max_tokens) as load:
         passed(load, steady)  # steady state first

@@ -31,7 +31,7 @@ def canary(lab_manager, tmp_path_factory):
 
 def test_a_good_drafter_passes_the_analysis_and_the_summary_shows_its_figures_against_the_old_spec(canary):
     lab, tmp = canary
-    run = deploy(lab, workdir(tmp / "good", pro6000=FAST))
+    run = deploy(lab, workdir(tmp / "good", canary_analysis=True, pro6000=FAST))
     assert run.returncode == 0, run.out
     said = canary_analysis(run.out, "pro-1")
     m = re.search(r"canary analysis passed: ([0-9.]+) tok/s, accept length ([0-9.]+) against the baseline's "
@@ -51,7 +51,7 @@ def test_a_new_drafter_that_accepts_little_rolls_the_canary_back_and_stops_the_c
         sh(lab, h, f"systemctl start {TRAIN}")
     before = {h: (main_pid(lab, h), main_pid(lab, h, TRAIN)) for h in HOSTS}
     poor = f'speculative = {{**speculative, "draft_model_path": "{PRO3_POOR_DRAFT}"}}'
-    run = deploy(lab, workdir(tmp / "poor", pro6000=f"{FAST}\n{poor}"))
+    run = deploy(lab, workdir(tmp / "poor", canary_analysis=True, pro6000=f"{FAST}\n{poor}"))
     assert run.returncode != 0, run.out
     assert "FAILED (rolled back)" in summary_row(run.out, "pro-1"), run.out
     said = canary_analysis(run.out, "pro-1")

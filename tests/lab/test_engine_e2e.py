@@ -2,8 +2,8 @@
 index (pypiserver on the lab's mirror host, serving the SGLang double's wheels: lab/wheels.py).
 
 Every GPU host serves a hand-made SGLang 0.5.23 (/opt/sglang/bin/python) beside its training job.
-One run refuses, before anything stops, a class asking DDTREE of engine 0.5.23 (pro6000-1: its
-engine is installed and checked, and lacks it), a class whose install fills the disk (a6000-1: a
+One run refuses, before anything stops, a class asking DDTREE of a nightly before DDTree (pro6000-1:
+its engine is installed and checked, and lacks it; a release up to 0.5.23 make check refuses already), a class whose install fills the disk (a6000-1: a
 small tmpfs) and a class asking a version the index does not have (h200-1). Then the DDTree
 build is installed beside the old one and deployed; a build that crashes on load is rolled back to
 it; an install killed with the controller changes nothing live, and the next run finishes it; and
@@ -96,15 +96,15 @@ def englab(lab_manager, tmp_path_factory):
 def test_each_bad_engine_is_refused_before_anything_stops(englab):
     lab, tmp, index = englab
     before = {h: state(lab, h) for h in ("pro6000-1", "a6000-1", "h200-1")}
-    run = deploy(lab, workdir(tmp / "bad", pro6000=f"{engine(index, '0.5.23')}\n{DDTREE}",
+    run = deploy(lab, workdir(tmp / "bad", pro6000=f"{engine(index, '0.5.24.dev2')}\n{DDTREE}",
                               a6000=engine(index, "0.5.24.dev29907", disk_mib=0), h200=engine(index, "9.9.9")))
     assert run.returncode != 0
     for h in before:
         assert "REFUSED" in summary_row(run.out, h), run.out
         as_before(lab, h, before[h])
-    # DDTREE of 0.5.23: installed beside the old one, checked there, and found lacking
-    (name,) = [n for n in engines(lab, "pro6000-1") if n.startswith("sglang-0.5.23-")]
-    assert (f"pro6000-1: speculative algorithm: expected an engine with DDTREE, found SGLang 0.5.23 at "
+    # DDTREE of a build without it: installed beside the old one, checked there, and found lacking
+    (name,) = [n for n in engines(lab, "pro6000-1") if n.startswith("sglang-0.5.24.dev2-")]
+    assert (f"pro6000-1: speculative algorithm: expected an engine with DDTREE, found SGLang 0.5.24.dev2 at "
             f"{ENGINES}/{name}/bin/python, which offers") in run.out and "not DDTree" in run.out
     assert "nothing was stopped" in run.out
     # the disk filled during the install (disk_mib 0 lets it start): pip's reason, no partial venv left

@@ -220,7 +220,7 @@ def test_verify_checks_the_gateway(gw_lab):
 
 def test_rolling_rollout_drops_no_request(gw_lab, tmp_path):
     lab = gw_lab
-    run, report, samples = rolled(lab, tmp_path, block_size=8)
+    run, report, samples = rolled(lab, tmp_path, block_size=8, canary_analysis=True)
     assert run.returncode == 0, run.out
     assert report.failed == 0, report.failures()
     assert report.total > 50, report.summary()
