@@ -34,7 +34,7 @@ sglang-venv:
 	bash tools/sglang-venv.sh --serve >/dev/null
 
 check: venv
-	$(BIN)/python -m fleet.check $(INVENTORY)
+	$(BIN)/python -m fleet.spec.check $(INVENTORY)
 
 # ARGS: more pyinfra (or pytest, for verify) arguments, e.g. ARGS="--limit h1"
 dry: venv

@@ -10,9 +10,9 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.state import BaseStateCallback
 
 from adapter import run as runs
-from fleet import hosts
-from fleet.groupdata import SpecError, validate_host
-from fleet.outcome import HostVerdict
+from fleet.core import hosts
+from fleet.spec.load import SpecError, validate_host
+from fleet.core.outcome import HostVerdict
 from fleet.spec import Readiness
 
 

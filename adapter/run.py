@@ -21,7 +21,7 @@ from typing import Any, Callable
 from gevent.lock import BoundedSemaphore
 from pyinfra.api.state import BaseStateCallback
 
-from fleet.report import RunReport
+from fleet.core.report import RunReport
 
 INTERRUPTED_EXIT = 130
 TITLE = "SGLang fleet rollout summary"
@@ -44,7 +44,7 @@ class Run:
     resolved: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (endpoint, repo, branch) -> commit
     found: dict[str, object] = field(default_factory=dict)  # what is looked up once per run (the monitoring host)
     armed: bool = False  # the rollback callback and the signal handlers are in place
-    outcome: str = ""  # where the run's intent asks each host's outcome written, as JSON (fleet/intent.py)
+    outcome: str = ""  # where the run's intent asks each host's outcome written, as JSON (fleet/rollout/intent.py)
 
     def ended(self) -> None:
         """The summary printed, and the outcome written where the run's intent asked for it."""

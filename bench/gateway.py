@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleet import floating as floating_lib  # noqa: E402
+from fleet.gateway import floating as floating_lib  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 from ops.loadgen import Load, WorkersSampler, min_ready  # noqa: E402
 from tests.lab.e2e import (FAILOVER_S, GATEWAY_FAULTS, VRRP_ENV, deploy, floating, floating_address,  # noqa: E402

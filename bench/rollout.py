@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import server_times  # noqa: E402
-from fleet.groupdata import load_class_specs  # noqa: E402
+from fleet.spec.load import load_class_specs  # noqa: E402
 from lab import lab as labmod  # noqa: E402
 from ops.fleet import Fleet  # noqa: E402
 from tasks.activate import wait_ready  # noqa: E402

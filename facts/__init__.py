@@ -1,6 +1,6 @@
-"""Thin pyinfra facts: one command each, parsed by fleet/parse.py.
+"""Thin pyinfra facts: one command each, parsed by fleet/rollout/parse.py.
 
-Every command exits 0 and reports outcomes in records (fleet/wire.py: a marker line
+Every command exits 0 and reports outcomes in records (fleet/core/wire.py: a marker line
 `@@key=value`, then the host's bytes for it as one base64 line): pyinfra turns a fact's
 non-zero exit into "no data", which would make "nvidia-smi missing" look the same as "no
 GPUs", and nothing a host holds (a config.json, a drop-in, a process's arguments) may
@@ -10,9 +10,9 @@ is dropped (`quiet`): what a step has to say is in its records.
 
 from __future__ import annotations
 
-from fleet import wire
-from fleet.bounds import bounded
-from fleet.wire import BLOCK_LIMIT, block
+from fleet.core import wire
+from fleet.core.bounds import bounded
+from fleet.core.wire import BLOCK_LIMIT, block
 
 def quiet(command: str) -> str:
     """A fact's whole command, its stray stderr dropped: pyinfra reads stderr as UTF-8 too."""

@@ -9,9 +9,9 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet import lock
-from fleet.parse import DeployState, parse_deploy_state
-from fleet.wire import block, mark
+from fleet.rollout import lock
+from fleet.rollout.parse import DeployState, parse_deploy_state
+from fleet.core.wire import block, mark
 
 STAT = "stat -c '%a %U:%G'"
 

@@ -8,11 +8,12 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet import drains, floating
-from fleet.gate import CURL
-from fleet.gateway import Gateway, GatewayHost, parse_gateway_host
-from fleet.prerequisites import gateway_programs, probe_command
-from fleet.wire import block, frames
+from fleet.gateway import floating
+from fleet.turns import drains
+from fleet.rollout.gate import CURL
+from fleet.gateway.smg import Gateway, GatewayHost, parse_gateway_host
+from fleet.rollout.prerequisites import gateway_programs, probe_command
+from fleet.core.wire import block, frames
 
 VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
 INSTALLED = "from importlib.metadata import version; print(version('smg'))"
@@ -21,7 +22,7 @@ FLOATING_FILES = (floating.CONFIG, floating.AUTH_FILE, floating.NOTIFY, floating
 
 def host_command(gw: Gateway, group: str) -> str:
     """What GatewayFacts reads, as one shell command: also what a gateway's turn reads of each gateway of
-    its group (tasks/gateway_turns.py), parsed by fleet.gateway.parse_gateway_host."""
+    its group (tasks/gateway_turns.py), parsed by fleet.gateway.smg.parse_gateway_host."""
     q = shlex.quote
     parts = [
         block("python", f"{q(gw.python)} -c {q(VERSION)}"),
@@ -44,7 +45,7 @@ def host_command(gw: Gateway, group: str) -> str:
 
 
 def vrrp_blocks(gw: Gateway, group: str) -> list[str]:
-    """keepalived's and the handoff's records (fleet.floating.parse_vrrp reads them)."""
+    """keepalived's and the handoff's records (fleet.gateway.floating.parse_vrrp reads them)."""
     q, address = shlex.quote, gw.floating.address
     return [
         block("vrrp-installed", "command -v keepalived >/dev/null && command -v nft >/dev/null && echo yes"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet.history import History, history_command, parse_history
+from fleet.rollout.history import History, history_command, parse_history
 
 
 class DeployHistory(FactBase[History]):

@@ -8,9 +8,9 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import BLOCK_LIMIT, captured, quiet
-from fleet.hub import MANIFEST, damaged_files
-from fleet.parse import ModelDir, parse_model_dirs
-from fleet.wire import block, mark
+from fleet.weights.hub import MANIFEST, damaged_files
+from fleet.rollout.parse import ModelDir, parse_model_dirs
+from fleet.core.wire import block, mark
 
 
 DAMAGED = 'printf %s "$damaged"'

@@ -11,11 +11,12 @@ from facts.programs import HostPrograms
 from facts.service import RunningService
 from facts.sglang import SglangEngine
 from facts.systemd import SystemdVersion, UnitStates
-from fleet import layout, rollout
-from fleet.prerequisites import replica_programs
-from fleet.gate import base_url
-from fleet.parse import HostFacts
-from fleet.wire import mark, sections
+from fleet.core import layout
+from fleet.rollout import commands as rollout
+from fleet.rollout.prerequisites import replica_programs
+from fleet.rollout.gate import base_url
+from fleet.rollout.parse import HostFacts
+from fleet.core.wire import mark, sections
 from fleet.spec import ClassSpec
 
 # HostFacts field -> the fact that fills it (its section of the output).

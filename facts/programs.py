@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet.prerequisites import parse_probe, probe_command
+from fleet.rollout.prerequisites import parse_probe, probe_command
 
 
 class HostPrograms(FactBase[dict[str, bool]]):

@@ -7,10 +7,10 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet.gate import CURL
-from fleet.parse import ServiceRuntime, parse_service_runtime
+from fleet.rollout.gate import CURL
+from fleet.rollout.parse import ServiceRuntime, parse_service_runtime
 from fleet.spec import SECRET_FLAGS
-from fleet.wire import block, data
+from fleet.core.wire import block, data
 
 # A drop-in's path, then its text, as one record (the path is the host's text too).
 DROPIN = data('printf "%s\\n" "$f"; cat -- "$f"')

@@ -16,12 +16,12 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import captured, quiet
-from fleet.parse import Engine, parse_engine
-from fleet.wire import MARK, block, mark
+from fleet.rollout.parse import Engine, parse_engine
+from fleet.core.wire import MARK, block, mark
 
 KEEP = 10  # cache files kept (one per engine and environment seen)
 # --help is the engine's own list of algorithms and flags: of its 190 kB only the option lines and
-# the speculative algorithm's help are read (fleet.parse), so only they are kept and sent, on every
+# the speculative algorithm's help are read (fleet.rollout.parse), so only they are kept and sent, on every
 # run of every host (the cache hit sends them too).
 OPTIONS = "awk '/^  -/ { keep = /^  --speculative-algorithm/; print; next } keep'"
 FORMAT = 3  # of a cache file (its answer's framing): another format is another file, never misread
@@ -36,7 +36,7 @@ _KEY = (
 class SglangEngine(FactBase[Engine]):
     def command(self, launcher: str, timeout_s: float, environment: dict[str, str], cache_dir: str) -> str:
         """environment: the unit's (it decides what the engine loads, e.g. LD_LIBRARY_PATH);
-        cache_dir: fleet.layout.ENGINE_CACHE_DIR on a host."""
+        cache_dir: fleet.core.layout.ENGINE_CACHE_DIR on a host."""
         run = f"env {' '.join(shlex.quote(f'{k}={v}') for k, v in environment.items())} {shlex.quote(launcher)}"
         tag = hashlib.sha1(json.dumps([FORMAT, launcher, environment], sort_keys=True).encode()).hexdigest()[:12]
         cache = shlex.quote(cache_dir)

@@ -8,10 +8,10 @@ from pyinfra.api import FactBase
 
 from facts import quiet
 from facts.preflight import HostSnapshot
-from fleet.gate import CURL
-from fleet.history import History, history_command, parse_history
-from fleet.parse import HostFacts
-from fleet.wire import block, frames, mark, sections
+from fleet.rollout.gate import CURL
+from fleet.rollout.history import History, history_command, parse_history
+from fleet.rollout.parse import HostFacts
+from fleet.core.wire import block, frames, mark, sections
 
 
 class StatusSnapshot(FactBase[tuple[HostFacts, History, str]]):

@@ -7,8 +7,8 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import captured, quiet
-from fleet.parse import UNIT_PROPERTIES, UnitState, parse_systemd_version, parse_unit_states
-from fleet.wire import block, mark
+from fleet.rollout.parse import UNIT_PROPERTIES, UnitState, parse_systemd_version, parse_unit_states
+from fleet.core.wire import block, mark
 
 
 class UnitStates(FactBase[dict[str, UnitState]]):

@@ -197,7 +197,7 @@ def _key() -> str:
 
 def _groups() -> tuple[dict, dict, list[str]]:
     """GPU class specs, their group data, and the gateway and monitoring groups (such a host's group)."""
-    from fleet.groupdata import gateway_files, load_class_specs, load_group_data, monitoring_files
+    from fleet.spec.load import gateway_files, load_class_specs, load_group_data, monitoring_files
 
     return load_class_specs(GROUP_DATA), load_group_data(GROUP_DATA), sorted(
         [*gateway_files(GROUP_DATA), *monitoring_files(GROUP_DATA)])
@@ -207,7 +207,7 @@ def load_lab(path: Path) -> labfile.LabFile:
     """Parse and validate a lab file against group_data/ (also the preinstalled overrides)."""
     from pydantic import ValidationError
 
-    from fleet.groupdata import explain
+    from fleet.spec.load import explain
 
     specs, data, gateways = _groups()
     lab = labfile.parse(Path(path), sorted(specs), gateways)

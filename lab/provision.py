@@ -16,11 +16,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import layout
-from fleet.groupdata import spec_data
-from fleet.render import JOURNAL_FILTER_SYSTEMD, server_argv
-from fleet.rollout import desired_files, service_files
-from fleet.secrets import resolve
+from fleet.core import layout
+from fleet.spec.load import spec_data
+from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, server_argv
+from fleet.rollout.commands import desired_files, service_files
+from fleet.spec.secrets import resolve
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily
 from lab import hf, mirror, realsglang, wheels
 from lab.base import IMAGES

@@ -48,7 +48,7 @@ NEVER_STOPPED = ("session-*.scope", "user@*.service", "user-runtime-dir@*.servic
                  "tmp.mount")
 
 LIST_UNITS = "systemctl list-units --all --plain --no-legend --no-pager --state=active,activating,reloading"
-RUNTIME = ("/run/sglang-fleet",)  # what the deploy keeps in /run (fleet/layout.py's LOCK_ROOT): empty at boot
+RUNTIME = ("/run/sglang-fleet",)  # what the deploy keeps in /run (fleet/core/layout.py's LOCK_ROOT): empty at boot
 
 
 def booted_units_command() -> str:
@@ -226,7 +226,7 @@ def keep_provisioned(hdir: Path) -> None:
 
 
 # What a test compares of a reset host and a freshly booted one (tests/lab/test_lab.py): the deploy's paths
-# (fleet/layout.py), each file's kind, mode, owner and content; every unit's state and every unit file's; every
+# (fleet/core/layout.py), each file's kind, mode, owner and content; every unit's state and every unit file's; every
 # process's command line (but the session asking).
 DEPLOY_PATHS = ("/etc/systemd/system", "/etc/sglang", "/etc/smg", "/etc/keepalived", "/var/lib/sglang-fleet",
                 "/var/cache/sglang-fleet", "/opt/sglang-fleet", "/opt/smg", "/run/sglang-fleet")

@@ -29,13 +29,13 @@ from facts.history import DeployHistory
 from facts.preflight import snapshot_args
 from facts.monitoring import MonitorView
 from facts.status import StatusSnapshot
-from fleet import hosts
-from fleet import status
-from fleet.gate import base_url, url_host
-from fleet.history import describe_history
-from fleet.monitoring import describe_monitor
-from fleet.secrets import SecretError, resolve
-from fleet.wire import excerpt
+from fleet.core import hosts
+from fleet.rollout import status
+from fleet.rollout.gate import base_url, url_host
+from fleet.rollout.history import describe_history
+from fleet.monitoring.config import describe_monitor
+from fleet.spec.secrets import SecretError, resolve
+from fleet.core.wire import excerpt
 from ops import tune
 from ops.fleet import GROUP_DIR, Fleet, gateway_status, monitoring_status
 

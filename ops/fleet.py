@@ -19,14 +19,14 @@ from pyinfra_cli.inventory import make_inventory
 from facts.gateway import GatewayStatus
 from facts.monitoring import MonitoringStatus
 from adapter.connection import watched
-from fleet import hosts
-from fleet.gateway import Gateway
-from fleet.groupdata import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
+from fleet.core import hosts
+from fleet.gateway.smg import Gateway
+from fleet.spec.load import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
     validate_host
-from fleet import status
-from fleet.monitoring import Monitoring, bundle_id, ready_command, webhook_urls
-from fleet.hub import pin_branches
-from fleet.secrets import SecretError, hub_token
+from fleet.rollout import status
+from fleet.monitoring.config import Monitoring, bundle_id, ready_command, webhook_urls
+from fleet.weights.hub import pin_branches
+from fleet.spec.secrets import SecretError, hub_token
 from fleet.spec import ClassSpec
 
 GROUP_DIR = Path("group_data")  # like pyinfra: group_data/ of the directory it runs in

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import requests
 
-from fleet.gateway import READY, parse_workers
-from fleet.tune import percentile
-from fleet.wire import Unreadable
+from fleet.gateway.smg import READY, parse_workers
+from fleet.tune.search import percentile
+from fleet.core.wire import Unreadable
 
 BODY_CHARS = 200  # of an error body or event kept in an error text
 

@@ -2,9 +2,9 @@
 
     python -m ops tune INVENTORY --class C [--host H] [--block-sizes 4,8] [--concurrency 1,32] [--yes] [--apply]
 
-The runbook (the decisions are fleet/tune.py's; this file is the talking):
+The runbook (the decisions are fleet/tune/search.py's; this file is the talking):
   1. check   the host is on its declared spec and serving (make status's verdict), the class can be tuned
-             (fleet.tune.refusals); behind a gateway a peer of it is ready there; without one, the operator
+             (fleet.tune.search.refusals); behind a gateway a peer of it is ready there; without one, the operator
              confirms (--yes) that the host stops serving. A host a cut-off tune left is returned first.
   2. sweep   each candidate deployed by the deploy itself (pyinfra --limit H --data sglang_fleet_run=...:
              render, restart, gate, smoke test; a failure rolls back and the sweep goes on), kept out of its
@@ -30,16 +30,19 @@ from pathlib import Path
 
 import requests
 
-from fleet import hosts
-from fleet import bounds, drains, intent, measure, tune
-from fleet.gate import url_host
-from fleet.gateway import Replica, merged, parse_workers, peer_problem
-from fleet.groupdata import SpecError, class_files, load_class_specs, load_gateways
-from fleet.lock import owner
-from fleet.secrets import SecretError, resolve
+from fleet.core import hosts
+from fleet.core import bounds
+from fleet.rollout import intent
+from fleet.tune import measure, search as tune
+from fleet.turns import drains
+from fleet.rollout.gate import url_host
+from fleet.gateway.smg import Replica, merged, parse_workers, peer_problem
+from fleet.spec.load import SpecError, class_files, load_class_specs, load_gateways
+from fleet.rollout.lock import owner
+from fleet.spec.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, Tune
-from fleet.status import OK
-from fleet.wire import Unreadable, clipped, excerpt
+from fleet.rollout.status import OK
+from fleet.core.wire import Unreadable, clipped, excerpt
 from ops.fleet import GROUP_DIR, Fleet, gateway_status
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -164,7 +167,7 @@ class Tuner:
 
     # --- 2. sweep ------------------------------------------------------------------------------------------
     def intent(self, candidate: tune.Candidate | None) -> intent.Intent:
-        """What one of the tune's runs asks of the deploy (fleet/intent.py): a candidate, an overlay kept out of its
+        """What one of the tune's runs asks of the deploy (fleet/rollout/intent.py): a candidate, an overlay kept out of its
         gateway, or (None) the return to the declared spec; either way the host the tune's (its mark's and drain's
         owner and lease), no backup set kept, its record a tune's, the outcome written for this tune to read."""
         said = self.drain_owner()
@@ -222,7 +225,7 @@ class Tuner:
                     "a make deploy takes it over once its lease has passed")
 
     def measure(self, candidate: tune.Candidate) -> list[tune.Level]:
-        """The fixed workload at each concurrency, sent from the host to its own server (fleet.measure: the
+        """The fixed workload at each concurrency, sent from the host to its own server (fleet.tune.measure: the
         canary analysis's routine too)."""
         t, levels = self.spec.tune, []
         for c in t.concurrency:
@@ -378,7 +381,7 @@ def _last_line(log: Path) -> str:
 
 
 def _outcome(path: Path, host: str, log: Path) -> str:
-    """The host's outcome as the run wrote it (fleet.report.RunReport.outcome): its verdict and reasons; a run that
+    """The host's outcome as the run wrote it (fleet.core.report.RunReport.outcome): its verdict and reasons; a run that
     wrote none (it ended before its hosts had any) points at its output."""
     try:
         said = json.loads(path.read_text())[host]

@@ -17,7 +17,7 @@ from pyinfra.api import StringCommand
 from testinfra.backend.base import BaseBackend, CommandResult
 
 from adapter.connection import connector_arguments
-from fleet.secrets import ARGUMENTS, HostSecret, parse_arguments, secrets_in_arguments
+from fleet.spec.secrets import ARGUMENTS, HostSecret, parse_arguments, secrets_in_arguments
 
 
 class CommandDidNotRun(RuntimeError):

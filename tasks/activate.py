@@ -1,5 +1,5 @@
 """Activate: put the new files live, restart if the plan says so, wait for real readiness,
-smoke-test; or roll back to the state recorded before the rollout (fleet/activation.py
+smoke-test; or roll back to the state recorded before the rollout (fleet/rollout/activation.py
 decides, HostSteps does it over SSH). Runs at execution time inside one python.call, so the
 gate sees the unit as it is after the restart: a crash or a restart ends the wait at once.
 """
@@ -12,11 +12,12 @@ from typing import Callable
 from pyinfra import host
 from pyinfra.operations import python
 
-from fleet import activation, bounds, gate, lock, rollout
-from fleet.canary import Analysis
-from fleet.history import new_record
-from fleet.outcome import HostVerdict, RecordKind, RecordResult
-from fleet.plan import RUNNING_STATES, workload_of
+from fleet.core import bounds
+from fleet.rollout import activation, commands as rollout, gate, lock
+from fleet.turns.canary import Analysis
+from fleet.rollout.history import new_record
+from fleet.core.outcome import HostVerdict, RecordKind, RecordResult
+from fleet.rollout.plan import RUNNING_STATES, workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
 from adapter import run as runs

@@ -19,9 +19,10 @@ from paramiko import SSHException
 from pyinfra import logger
 from pyinfra.api import StringCommand
 
-from fleet import bounds, layout, lock, wire
-from fleet.bounds import Bound
-from fleet.outcome import HostVerdict
+from fleet.core import bounds, layout, wire
+from fleet.rollout import lock
+from fleet.core.bounds import Bound
+from fleet.core.outcome import HostVerdict
 from adapter.connection import connector_arguments
 from fleet.spec import ClassSpec
 from adapter import run as runs
@@ -78,9 +79,9 @@ class _Unanswered(Exception):
 def run(host, command: str, bound: Bound) -> tuple[bool, str]:
     """Run one shell command on the host at execution time, as pyinfra's operations would (sudo
     if the host's data says so): (ok, what it printed, stdout and stderr in order). The output
-    crosses as base64 (fleet.wire.transported) and is read back printable: any byte a host sends
+    crosses as base64 (fleet.core.wire.transported) and is read back printable: any byte a host sends
     (a journal line, a server's reply) is text here, never an error of the reading.
-    bound (fleet.bounds): without an answer within it, or over a connection that broke, the host
+    bound (fleet.core.bounds): without an answer within it, or over a connection that broke, the host
     is given up for this run and HostLost raised; so it is for a host given up before."""
     this = runs.of(host.state)
     begun = this.begun.get(host.name)
@@ -171,7 +172,7 @@ def given_up(host) -> bool:
 
 class Lease:
     """A begun host's deploy lock, leased while its rollout runs: renewed every lock.renew_every_s
-    (fleet.lock.renew_command, by the host's clock). No renewal answered for lock.lost_after_s: its
+    (fleet.rollout.lock.renew_command, by the host's clock). No renewal answered for lock.lost_after_s: its
     link is lost, the host is given up and its connection closed (which ends the command its
     rollout waits on); the lock gone or another deploy's: given up too. The clock and the sleep
     are injected for tests; `renew(within)` answers lock.RENEWED_MARK, lock.NOT_OURS_MARK, or

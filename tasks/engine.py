@@ -1,5 +1,5 @@
 """Engine: the declared SGLang (group_data `engine`) installed into a venv of its own beside the live
-one, and checked there, before anything stops (fleet/engine.py has the commands and the rules):
+one, and checked there, before anything stops (fleet/engine/install.py has the commands and the rules):
 
   survey   which engines are installed, which the live unit and the kept backups run
   install  pip (run from the controller's pip wheel: a host's Python needs no pip of its own) into
@@ -21,11 +21,12 @@ from pyinfra import host
 from pyinfra.operations import python
 
 from facts.sglang import SglangEngine
-from fleet import bounds, guards, layout
-from fleet import engine as rules
-from fleet.outcome import HostVerdict
-from fleet.parse import EngineStatus, parse_engine
-from fleet.wire import excerpt
+from fleet.core import bounds, layout
+from fleet.rollout import guards
+from fleet.engine import install as rules
+from fleet.core.outcome import HostVerdict
+from fleet.rollout.parse import EngineStatus, parse_engine
+from fleet.core.wire import excerpt
 from adapter import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded
 from tasks.preflight import Preflight, refused

@@ -29,19 +29,21 @@ from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, python, server, systemd
 
 from facts.gateway import GatewayFacts
-from fleet import bounds, drains, floating, hosts
-from fleet.floating import interface_for
-from fleet.gateway import Gateway, GatewayHost, MeshNode, discovery_file, generation, health_command, mesh_file, \
+from fleet.core import bounds, hosts
+from fleet.gateway import floating
+from fleet.turns import drains
+from fleet.gateway.floating import interface_for
+from fleet.gateway.smg import Gateway, GatewayHost, MeshNode, discovery_file, generation, health_command, mesh_file, \
     pem_problem, read_pem_file
-from fleet.groupdata import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
-from fleet.layout import staged_path
-from fleet.outcome import HostVerdict
-from fleet.render import auth_header, render_gateway_secret, render_gateway_sysctl, render_gateway_unit, \
+from fleet.spec.load import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
+from fleet.core.layout import staged_path
+from fleet.core.outcome import HostVerdict
+from fleet.rollout.render import auth_header, render_gateway_secret, render_gateway_sysctl, render_gateway_unit, \
     render_keepalived, render_keepalived_dropin, render_vrrp_auth
-from fleet.guards import program_violations
-from fleet.prerequisites import gateway_programs
-from fleet.rollout import sha1, write_command
-from fleet.secrets import SecretError, for_host, read_key
+from fleet.rollout.guards import program_violations
+from fleet.rollout.prerequisites import gateway_programs
+from fleet.rollout.commands import sha1, write_command
+from fleet.spec.secrets import SecretError, for_host, read_key
 from adapter import run as runs
 from tasks import gateway_turns
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run

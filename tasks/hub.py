@@ -1,5 +1,5 @@
 """Hub: the declared models' revisions (service.model, speculative.draft_model) fetched onto the host
-before anything stops (fleet/hub.py has the commands and the rules):
+before anything stops (fleet/weights/hub.py has the commands and the rules):
 
   survey   is the client there; which revisions are, and which the live unit and kept backups name
   client   huggingface_hub installed from the controller's wheel cache (hosts reach no index),
@@ -25,11 +25,12 @@ from pyinfra import host
 from pyinfra.operations import python
 
 from facts.models import ModelDirs
-from fleet import bounds, guards, layout
-from fleet import hub as rules
-from fleet.outcome import HostVerdict
-from fleet.parse import parse_model_dirs
-from fleet.wire import ascii_int, excerpt, frames
+from fleet.core import bounds, layout
+from fleet.rollout import guards
+from fleet.weights import hub as rules
+from fleet.core.outcome import HostVerdict
+from fleet.rollout.parse import parse_model_dirs
+from fleet.core.wire import ascii_int, excerpt, frames
 from adapter import run as runs
 from tasks.common import (CACHE, HostLost, WheelError, asked, downloaded, fail, give_up, given_up, run,
                           uploaded)

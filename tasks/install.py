@@ -15,8 +15,8 @@ from pathlib import PurePosixPath
 
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
-from fleet import bounds, wire
-from fleet.layout import staged_path
+from fleet.core import bounds, wire
+from fleet.core.layout import staged_path
 from tasks.common import as_login, connector_arguments, escalates, run
 from tasks.preflight import Preflight
 

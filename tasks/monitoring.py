@@ -4,7 +4,7 @@
   install    apt installs the packages where they are missing (the host's own apt sources)
   configure  the password's files (0600: the web configuration both read, with its bcrypt hash; Prometheus'
              own; the deploy's curl configuration), the units' arguments (/etc/default/...), and the bundle
-             fleet/monitoring.py generates from the inventory and group_data: scrape targets, rules, routes;
+             fleet/monitoring/config.py generates from the inventory and group_data: scrape targets, rules, routes;
              uploaded as files, checked on the host with promtool and amtool before it goes live, by an
              atomic symlink swap
   activate   restart where the arguments changed, reload where the bundle did; wait until both are
@@ -25,14 +25,14 @@ from pyinfra.operations import python, server, systemd
 
 from adapter import run as runs
 from facts.monitoring import MonitoringFacts
-from fleet import bounds, hosts
-from fleet.groupdata import SpecError, load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring import OWNER, PACKAGES, SECRET_OWNERS, UNITS, Monitoring, bundle_changes, bundle_id, \
+from fleet.core import bounds, hosts
+from fleet.spec.load import SpecError, load_class_specs, load_monitoring, monitoring_files
+from fleet.monitoring.config import OWNER, PACKAGES, SECRET_OWNERS, UNITS, Monitoring, bundle_changes, bundle_id, \
     bundle_staging, defaults_files, install_bundle_command, is_ready, live_files_command, ready_command, secret_files, \
     stage_bundle_command, webhook_urls
-from fleet.outcome import HostVerdict
-from fleet.rollout import sha1, write_command
-from fleet.secrets import SecretError, read_key
+from fleet.core.outcome import HostVerdict
+from fleet.rollout.commands import sha1, write_command
+from fleet.spec.secrets import SecretError, read_key
 from tasks.common import HostLost, fail, run
 from tasks.install import secret_commands
 from tasks.preflight import contained, refused

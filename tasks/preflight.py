@@ -12,24 +12,26 @@ from pyinfra.operations import python
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import hosts
-from fleet import bounds, guards, intent, lock, tune
-from fleet.groupdata import SpecError, validate_host
-from fleet.history import choose_backup, rollback_files
-from fleet.hub import pin_branches
-from fleet.parse import HostFacts, NvidiaSmiStatus
-from fleet.plan import Plan, declared_files, describe_diff, plan, read_pending
-from fleet.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
-from fleet.outcome import HostVerdict
-from fleet.report import describe_gpu_list
-from fleet.rollout import ManagedFile
-from fleet.secrets import SecretError, Secrets, resolve
+from fleet.core import hosts
+from fleet.core import bounds
+from fleet.rollout import guards, intent, lock
+from fleet.tune import search as tune
+from fleet.spec.load import SpecError, validate_host
+from fleet.rollout.history import choose_backup, rollback_files
+from fleet.weights.hub import pin_branches
+from fleet.rollout.parse import HostFacts, NvidiaSmiStatus
+from fleet.rollout.plan import Plan, declared_files, describe_diff, plan, read_pending
+from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
+from fleet.core.outcome import HostVerdict
+from fleet.core.report import describe_gpu_list
+from fleet.rollout.commands import ManagedFile
+from fleet.spec.secrets import SecretError, Secrets, resolve
 from fleet.spec import ClassSpec
-from fleet.wire import LINE, excerpt, shown
+from fleet.core.wire import LINE, excerpt, shown
 from adapter import run as runs
 
 # make rollback: `--data sglang_fleet_rollback=STAMP` on that one pyinfra run's command line, the backup
-# set to put back on the hosts of its --limit (fleet.history.PREVIOUS: the set before the last successful
+# set to put back on the hosts of its --limit (fleet.rollout.history.PREVIOUS: the set before the last successful
 # change). Read from the command line only: no environment variable or data file makes a deploy a rollback.
 ROLLBACK_DATA = "sglang_fleet_rollback"
 

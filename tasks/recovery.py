@@ -22,9 +22,11 @@ import time
 from pyinfra import host
 from pyinfra.operations import python
 
-from fleet import bounds, lock, rollout, tune
-from fleet.outcome import HostVerdict
-from fleet.plan import units_as_read
+from fleet.core import bounds
+from fleet.rollout import commands as rollout, lock
+from fleet.tune import search as tune
+from fleet.core.outcome import HostVerdict
+from fleet.rollout.plan import units_as_read
 from tasks import activate
 from adapter import run as runs
 from tasks.common import Begun, HostLost, Lease, fail, run

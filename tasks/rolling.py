@@ -6,10 +6,10 @@ waits for its turn here: the class's first host to restart (inventory order: the
 alone; after it passed its gate and smoke test, at most `rolling.max_unavailable` at a time
 (fleet.spec.Rolling). The first failure stops the class: the hosts whose turn has not come are
 left as they are, serving, and their begun rollouts end without a change. A host's workloads (the
-training) stop in its own turn, just before its restart (fleet/activation.py).
+training) stop in its own turn, just before its restart (fleet/rollout/activation.py).
 
 A class that a gateway in the inventory routes is also drained out of smg around each restart:
-fleet/rolling.py decides, Gateway here does the talking to the gateway (its hosts) and the replica.
+fleet/turns/rolling.py decides, Gateway here does the talking to the gateway (its hosts) and the replica.
 """
 
 from __future__ import annotations
@@ -22,17 +22,20 @@ from typing import Callable
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore, Semaphore
 
-from fleet import activation, bounds, canary, drains, gate, measure, tune
-from fleet.canary import Baseline, Figures
-from fleet.gateway import Gateway as GatewaySpec
-from fleet.gateway import Replica, merged, parse_workers, workers_command
-from fleet.hosts import group_name, routing
-from fleet.outcome import HostVerdict
-from fleet.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
-from fleet.status import parse_metrics
-from fleet.render import server_argv
+from fleet.core import bounds
+from fleet.rollout import activation, gate
+from fleet.tune import measure, search as tune
+from fleet.turns import canary, drains
+from fleet.turns.canary import Baseline, Figures
+from fleet.gateway.smg import Gateway as GatewaySpec
+from fleet.gateway.smg import Replica, merged, parse_workers, workers_command
+from fleet.core.hosts import group_name, routing
+from fleet.core.outcome import HostVerdict
+from fleet.turns.rolling import GatewayError, Turns, put_back, serves, through_gateway, turns
+from fleet.rollout.status import parse_metrics
+from fleet.rollout.render import server_argv
 from fleet.spec import NoSpeculation
-from fleet.wire import BLOCK_LIMIT, Unreadable, excerpt, load_json
+from fleet.core.wire import BLOCK_LIMIT, Unreadable, excerpt, load_json
 from adapter import run as runs
 from tasks.common import PeerError, on_peer, run
 from tasks.silences import Monitor, monitor_of, silenced, turn_over
@@ -76,7 +79,7 @@ class Gateway:
     def change(self, op: str, name: str, owner: str, lease_s: float = 0.0, why: str = "",
                peers: tuple[str, ...] = ()) -> drains.Answer:
         """`op` on `name`'s drain on every gateway host of the group, each its discovery file rewritten under the
-        drains' lock there (fleet/drains.py); a refusal on one undoes a drain taken on the ones before it."""
+        drains' lock there (fleet/turns/drains.py); a refusal on one undoes a drain taken on the ones before it."""
         with self.file_lock:  # one of this run's turns at a time: the undo below is never another turn's
             done = []
             for h in self.hosts:
@@ -96,7 +99,7 @@ class Gateway:
 
 
 class ReplicaThrough:
-    """fleet.rolling.Through for one replica's turn: the gateway, the replica's /metrics, the clock."""
+    """fleet.turns.rolling.Through for one replica's turn: the gateway, the replica's /metrics, the clock."""
 
     def __init__(self, gateway: Gateway, host, pf, steps, turn_s: float):
         self.gateway, self.host, self.pf, self.steps, self.turn_s = gateway, host, pf, steps, turn_s
@@ -147,7 +150,7 @@ class ClassRoll:
 
     gpu_class: str
     at_once: int  # hosts restarting at once after the canary
-    turn_s: float  # the most one host's turn can take (fleet.bounds.turn_s): what a wait for turns is bounded by
+    turn_s: float  # the most one host's turn can take (fleet.core.bounds.turn_s): what a wait for turns is bounded by
     gateway: Gateway | None = None  # a gateway in the inventory routes the class
     monitor: Monitor | None = None  # the inventory's monitoring host: each turn is silenced there
     order: list[str] = field(default_factory=list)  # hosts that restart, inventory order
@@ -172,7 +175,7 @@ class ClassRoll:
 def enlist(host, pf, group_dir: str = "group_data") -> None:
     """At prepare time (pyinfra prepares the hosts in any order): a host whose service restarts takes
     part in its class's rollout, and so does one that takes over an interrupted rollout. One left
-    mid-change goes first, at once (fleet.rolling.turns): waiting for a turn (or a stopped class) would
+    mid-change goes first, at once (fleet.turns.rolling.turns): waiting for a turn (or a stopped class) would
     keep it there; but out of its gateway around the restart all the same (take_turn), and back in once
     it serves: even with no restart left to do (its new server loads already), a run given up may have
     left it out. One whose interrupted rollout had only begun waits for its turn as any other."""
@@ -198,7 +201,7 @@ def _class_roll(state, pf, group_dir: str) -> ClassRoll:
 
 
 def gateway_of(state, gpu_class: str, group_dir: str = "group_data") -> Gateway | None:
-    """The gateway in the inventory that routes `gpu_class` (fleet.hosts.routing), or None. One object per
+    """The gateway in the inventory that routes `gpu_class` (fleet.core.hosts.routing), or None. One object per
     gateway, whatever classes it routes: it alone writes its discovery files, so no class's turn can
     list another's drained replica."""
     found = routing(state.inventory, gpu_class, Path(group_dir))
@@ -264,7 +267,7 @@ def _first(roll: ClassRoll, t: Turns, host, pf, steps, go, leave) -> activation.
 
 
 def _analysed(host, pf, steps, go: Callable[[], activation.Outcome]) -> Callable[[], activation.Outcome]:
-    """The canary's activation with its analysis (fleet/canary.py): the baseline first, while the old spec still
+    """The canary's activation with its analysis (fleet/turns/canary.py): the baseline first, while the old spec still
     serves (out of its gateway already, where one routes the class: no client sees the load), unless a make tune
     record has one; after its smoke test, the same load on the new spec, judged against it."""
     spec = pf.spec
@@ -306,7 +309,7 @@ def _analysed(host, pf, steps, go: Callable[[], activation.Outcome]) -> Callable
 
 
 def tuned_baseline(spec, group: str) -> Baseline | None:
-    """The class's make tune record's figures for this spec at the analysis's concurrency (fleet.canary.from_record),
+    """The class's make tune record's figures for this spec at the analysis's concurrency (fleet.turns.canary.from_record),
     read from the controller's tuning/ directory; none there, or unreadable: None."""
     path = Path(tune.RECORDS_DIR) / f"{group}.json"
     try:

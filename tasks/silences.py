@@ -4,7 +4,7 @@ resolved after that turn.
 The silence (every alert with the host's `host` and `gpu_class` labels) is made before the host leaves
 its gateway. Once its turn has ended, served or rolled back, it ends when the alerts it covers have resolved
 (Monitoring.resolve_s after the turn): a replica serving again pages no one, one that does not pages then. It is
-made to end by itself at the most the turn can take (fleet.bounds.turn_s); a controller killed mid-turn leaves it
+made to end by itself at the most the turn can take (fleet.core.bounds.turn_s); a controller killed mid-turn leaves it
 that long, until the run that takes the turn over ends it with its own. A class's own alerts keep their `for:`.
 Where no monitoring host is in the inventory, nothing is silenced; where Alertmanager does not answer, the turn
 goes on and the summary says the host was not silenced (a rollout is not held back by its monitoring).
@@ -20,9 +20,9 @@ from pathlib import Path
 from gevent.lock import Semaphore
 
 from adapter import run as runs
-from fleet.groupdata import load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring import Monitoring, Silence, ours, silence_command, silence_id, silences_command, turn_ended
-from fleet.wire import Unreadable
+from fleet.spec.load import load_class_specs, load_monitoring, monitoring_files
+from fleet.monitoring.config import Monitoring, Silence, ours, silence_command, silence_id, silences_command, turn_ended
+from fleet.core.wire import Unreadable
 from tasks.common import PeerError, on_peer
 
 
@@ -39,7 +39,7 @@ class Monitor:
 
 
 def monitor_of(state, group_dir: str = "group_data") -> Monitor | None:
-    """The inventory's monitoring host (fleet.groupdata: at most one), found once per run."""
+    """The inventory's monitoring host (fleet.spec.load: at most one), found once per run."""
     run = runs.of(state)
     if "monitor" not in run.found:
         groups = monitoring_files(Path(group_dir))
@@ -78,7 +78,7 @@ def silenced(host, monitor: Monitor | None, gpu_class: str, turn_s: float, steps
 
 def turn_over(host, monitor: Monitor, gpu_class: str, steps, own: Silence | None = None) -> None:
     """Every silence of the host's turns, this one's (`own`) and any a killed run left (found in Alertmanager by
-    fleet.monitoring.ours), ends once the alerts it covers have resolved (Monitoring.resolve_s from now): not at
+    fleet.monitoring.config.ours), ends once the alerts it covers have resolved (Monitoring.resolve_s from now): not at
     once (Prometheus would still have the replica down until its next scrape and evaluation), nor at the turn
     bound. A silence that cannot be changed ends by itself when it was made to."""
     report = runs.of(host.state).report.host(host.name)

@@ -1,8 +1,8 @@
 """Workloads: stop the jobs that hold the GPUs (the training), and wait until their memory is free.
 
-Run in the host's own turn of its class's rollout, just before its restart (fleet/activation.py):
+Run in the host's own turn of its class's rollout, just before its restart (fleet/rollout/activation.py):
 a host whose turn never comes keeps its training running. Each kind is stopped with its own verb
-(fleet.rollout.stop_workloads_command): a service stopped and disabled, a scope stopped, a process
+(fleet.rollout.commands.stop_workloads_command): a service stopped and disabled, a scope stopped, a process
 sent SIGTERM, then SIGKILL after its bound.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 
 from facts.gpu import GpuProcesses
-from fleet import bounds, guards, rollout
-from fleet.parse import GpuProcessList, parse_gpu_processes
-from fleet.plan import workload_of
+from fleet.core import bounds
+from fleet.rollout import commands as rollout, guards
+from fleet.rollout.parse import GpuProcessList, parse_gpu_processes
+from fleet.rollout.plan import workload_of
 from fleet.spec import ClassSpec
 from tasks.common import run
 

@@ -2,7 +2,7 @@
 # Build (or reuse) the REAL SGLang 0.5.23 virtualenv, CPU only, for the contract tests
 # and for regenerating lab/doubles/sglang/flags.json. It never serves a model: it is
 # there so that the real argument parser and the real start-up checks judge what
-# fleet/render.py writes.
+# fleet/rollout/render.py writes.
 #
 #   tools/sglang-venv.sh            # prints the venv's python path on stdout (last line)
 #   tools/sglang-venv.sh --serve    # also the serving layer over it (below); prints ITS python

@@ -1,7 +1,7 @@
 #!/bin/sh
-# A rollout's beginning on its host (fleet/rollout.py begin_command, backup_command), once the deploy lock is taken:
+# A rollout's beginning on its host (fleet/rollout/commands.py begin_command, backup_command), once the deploy lock is taken:
 # nothing changes unless everything the plan and its rollback were made from is still what preflight read.
-# fleet/rollout.py sends this file, its comments and blank lines left out, as `( set -- ACTION ARGS...; <this
+# fleet/rollout/commands.py sends this file, its comments and blank lines left out, as `( set -- ACTION ARGS...; <this
 # file> )`; by hand: sh begin.sh ACTION ARGS... (each list one argument, an item a line).
 #
 #   backup BACKUPS STAMP PRUNE KEEP FILES

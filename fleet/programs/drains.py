@@ -1,5 +1,5 @@
 """The replicas a gateway host keeps out of its smg, and why: state on the host, so that every deploy, make tune and
-recovery sees the drains of every other one (fleet/drains.py builds the request and reads the answer).
+recovery sees the drains of every other one (fleet/turns/drains.py builds the request and reads the answer).
 
 Run on the gateway host, sent whole as `python3 -c <this file> STATE DISCOVERY REQUEST`:
 
@@ -16,7 +16,7 @@ host's clock) has passed is dropped; then
     release  REPLICA's drain, OWNER's, left to whoever comes next (owner ""): it stays out until a run takes it over
           or its lease passes (an interrupted make tune: the host still serves a candidate)
     sync  nothing: the discovery file rewritten from the drains (a deploy's gateway step)
-and the discovery file is rewritten (atomically, where its content changed). Its answer is framed as fleet.wire's:
+and the discovery file is rewritten (atomically, where its content changed). Its answer is framed as fleet.core.wire's:
 `@@result=ok|held|peer|busy|unreadable`, then its text as one base64 line; `@@drains`, the drains as JSON.
 
 Only the standard library: nothing of the deploy is importable on a host.
@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-LOCK_WAIT_S = 30  # fleet.drains.LOCK_WAIT_S: another run's change takes a second
+LOCK_WAIT_S = 30  # fleet.turns.drains.LOCK_WAIT_S: another run's change takes a second
 
 
 def say(key, value, text):

@@ -1,6 +1,6 @@
-"""Fetch one Hugging Face revision into a directory of its own, or check one fetched (fleet/hub.py).
+"""Fetch one Hugging Face revision into a directory of its own, or check one fetched (fleet/weights/hub.py).
 
-Run on the host, sent whole as `python3 -c <this file> ARGS` (fleet.hub.FETCH), or by hand:
+Run on the host, sent whole as `python3 -c <this file> ARGS` (fleet.weights.hub.FETCH), or by hand:
 
     python3 fetch_revision.py REPO REVISION FINAL MARGIN_BYTES STAGING
     python3 fetch_revision.py --verify DIR
@@ -8,7 +8,7 @@ Run on the host, sent whole as `python3 -c <this file> ARGS` (fleet.hub.FETCH), 
 The fetch runs under the client's Python (huggingface_hub on its PYTHONPATH): the revision's files
 are fetched into STAGING (resumed: a file of the right size is kept, another fetched again), each
 checked against its sha256 or git blob id where the endpoint gives one, the manifest written, and
-STAGING renamed to FINAL. Its answer is framed as fleet.wire's: a marker line `@@KEY[=VALUE]`, and
+STAGING renamed to FINAL. Its answer is framed as fleet.core.wire's: a marker line `@@KEY[=VALUE]`, and
 for a record with text, that text as one base64 line. --verify (any Python 3: it imports no client)
 prints each file of DIR's manifest whose size or digest differs.
 
@@ -21,8 +21,8 @@ import os
 import shutil
 import sys
 
-MANIFEST = ".sglang-fleet-files"  # fleet.hub.MANIFEST: written last, `SIZE DIGEST NAME` a line
-LIMIT = 4000  # fleet.hub.SAID_LIMIT: characters of the client's words sent back
+MANIFEST = ".sglang-fleet-files"  # fleet.weights.hub.MANIFEST: written last, `SIZE DIGEST NAME` a line
+LIMIT = 4000  # fleet.weights.hub.SAID_LIMIT: characters of the client's words sent back
 USAGE = ("usage: fetch_revision.py REPO REVISION FINAL MARGIN_BYTES STAGING\n"
          "       fetch_revision.py --verify DIR\n")
 

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The readiness gate's poll on the host (fleet/gate.py): one observation of the service, or the wait
-# for its next change. fleet/gate.py sends this file as `( set -- ACTION ARGS...; <this file> )`,
+# The readiness gate's poll on the host (fleet/rollout/gate.py): one observation of the service, or the wait
+# for its next change. fleet/rollout/gate.py sends this file as `( set -- ACTION ARGS...; <this file> )`,
 # after the restart's commands (under their `set -e`: nothing here fails it); by hand:
 # sh gate.sh ACTION ARGS...
 #
@@ -10,7 +10,7 @@
 # UNIT: the service's unit; URL: its /health; PREVIOUS: the observation the controller saw last;
 # BUDGET_S: whole seconds the wait may take; INTERVAL_S: seconds between two polls.
 #
-# Both print @@observation (fleet.gate.OBSERVATION_MARK), then the observation: the unit's
+# Both print @@observation (fleet.rollout.gate.OBSERVATION_MARK), then the observation: the unit's
 # ActiveState, SubState, MainPID, NRestarts and Result as `systemctl show` prints them, health=CODE
 # (/health's HTTP status, 000: no answer) and probe=EXIT (curl's exit status; 126/127: curl could
 # not run). wait returns at the first observation that differs from PREVIOUS, or with the last one

@@ -1,7 +1,7 @@
 #!/bin/sh
-# A gateway's side of a handoff of the floating address (fleet/floating.py): the gateway giving the address
+# A gateway's side of a handoff of the floating address (fleet/gateway/floating.py): the gateway giving the address
 # away keeps it on its loopback, so its connections still land there; the one taking it routes the packets
-# of connections it does not know back to the first. fleet/floating.py sends this file, its comment and
+# of connections it does not know back to the first. fleet/gateway/floating.py sends this file, its comment and
 # blank lines left out, as `( set -- ACTION ARGS...; <this file> )`; by hand: sh handoff.sh ACTION ARGS...
 #
 #   hold    ADDRESS on|off              the address on the loopback (/32), or not

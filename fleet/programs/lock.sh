@@ -1,6 +1,6 @@
 #!/bin/sh
-# The per-host deploy lock on the host (fleet/lock.py): take it, renew its lease, release it, or
-# read its session for preflight. fleet/lock.py sends this file, its comment and blank lines left
+# The per-host deploy lock on the host (fleet/rollout/lock.py): take it, renew its lease, release it, or
+# read its session for preflight. fleet/rollout/lock.py sends this file, its comment and blank lines left
 # out, as `( set -- ACTION ARGS...; <this file> )`; by hand: sh lock.sh ACTION ARGS...
 #
 #   take    ROOT LOCK LEASE WAIT_S LEASE_S BLOCK_LIMIT SEEN HOLDER PID SINCE
@@ -11,10 +11,10 @@
 # ROOT: the locks' directory, flock'd while a lock is compared and replaced; LOCK, LEASE: the
 # lock file and its lease; WAIT_S: how long flock waits for another of these commands; LEASE_S:
 # how long a lease holds from now, by the host's clock; BLOCK_LIMIT: the most bytes of a record's
-# data (fleet.wire); SEEN: the lock as preflight read it, "absent" or "present:TEXT"; HOLDER (a
+# data (fleet.core.wire); SEEN: the lock as preflight read it, "absent" or "present:TEXT"; HOLDER (a
 # JSON string), PID, SINCE: the owner written into the lock.
 #
-# What it prints is fleet/lock.py's: take: @@lock=taken, or @@lock=refused and the lock's text
+# What it prints is fleet/rollout/lock.py's: take: @@lock=taken, or @@lock=refused and the lock's text
 # as base64, exit 75 (REFUSED_EXIT: the lock is not what preflight saw); renew: @@lease=renewed,
 # or @@lease=not-ours (the lock is gone or another deploy's); release: nothing (another deploy's
 # lock stays); session: the start time of the process that has the lock's session pid now, or 0

@@ -1,10 +1,10 @@
-"""A short measured load against the SGLang server of the host it runs on (fleet/measure.py).
+"""A short measured load against the SGLang server of the host it runs on (fleet/tune/measure.py).
 
 Run on the host, sent whole as `PYTHON -c <this file> CONFIG` (CONFIG: base64 of a JSON object: url,
 model, auth_file, prompts, requests, concurrency, max_tokens, timeout_s). `requests` streamed chat
 completions, `concurrency` in flight at once, each to max_tokens; the server's /metrics counters read
 before and after. Nothing is sent after timeout_s; a request still running then is cut off (failed).
-Its answer is one record, framed as fleet.wire's: the marker line `@@measure`, then the JSON as one
+Its answer is one record, framed as fleet.core.wire's: the marker line `@@measure`, then the JSON as one
 base64 line: {"wall_s", "before", "after", "requests": [[latency_s, ok, tokens, ttft_s, error], ...]}.
 
 Only the standard library: nothing of the deploy is importable on a host, and the server's own Python

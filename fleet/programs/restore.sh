@@ -1,9 +1,9 @@
 #!/bin/sh
-# A rollback's restore of the files (fleet/rollout.py restore_command): the pending record marked as rolling back,
+# A rollback's restore of the files (fleet/rollout/commands.py restore_command): the pending record marked as rolling back,
 # then every file that differs from before put back (from the backup set; one that did not exist removed), the
 # service stopped first where one of its own files comes back or where asked, the staged files dropped, its enabled
 # state put back where its unit file exists. Prints `@@restored=` and the paths put back, each between blanks.
-# fleet/rollout.py sends this file, its comments and blank lines left out, as `( set -- ARGS...; <this file> )`;
+# fleet/rollout/commands.py sends this file, its comments and blank lines left out, as `( set -- ARGS...; <this file> )`;
 # run under `umask 077` (the pending record is private); by hand:
 # umask 077; sh restore.sh PENDING RECORD STOP UNIT UNIT_FILE ENABLED BACKUP FILES SERVICE_FILES STAGED
 #

@@ -1,8 +1,8 @@
 #!/bin/sh
-# A workload's bare processes stopped (fleet/rollout.py stop_workloads_command): SIGTERM to each, then SIGKILL to one
+# A workload's bare processes stopped (fleet/rollout/commands.py stop_workloads_command): SIGTERM to each, then SIGKILL to one
 # still running after its own number of ticks; each signal only while the pid is still that process (its start time,
 # field 22 of /proc/PID/stat after the name in parentheses, unchanged, and not a zombie), never a pid reused since.
-# fleet/rollout.py sends this file, its comments and blank lines left out, as `( set -- ARGS...; <this file> )`;
+# fleet/rollout/commands.py sends this file, its comments and blank lines left out, as `( set -- ARGS...; <this file> )`;
 # by hand: sh stop_processes.sh TICK_S PID START TICKS [PID START TICKS]...
 #
 #   TICK_S             how often it looks whether they are gone (seconds)

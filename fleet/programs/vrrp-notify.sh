@@ -1,5 +1,5 @@
 #!/bin/sh
-# keepalived's notify script on a gateway of a group (fleet/floating.py NOTIFY): keepalived runs it at each
+# keepalived's notify script on a gateway of a group (fleet/gateway/floating.py NOTIFY): keepalived runs it at each
 # state change of a VRRP instance as `vrrp-notify INSTANCE NAME STATE PRIORITY`; it keeps the state and when
 # it came (seconds since the epoch) in /run/sglang-fleet/NAME.vrrp, which make status and the deploy read.
 set -eu

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from fleet import layout
+from fleet.core import layout
 from fleet.spec.combinations import refused
 from fleet.spec.engine import EngineSpec
 from fleet.spec.hub import HubModel, HubSpec
@@ -158,7 +158,7 @@ class ClassSpec(Strict):
         models = {self.target_path: self.service.model, self.draft_path: getattr(self.speculative, "draft_model", None)}
         return {path: m for path, m in models.items() if m is not None}
 
-    # Where the service's files and the deploy's state live on a host (fleet/layout.py)
+    # Where the service's files and the deploy's state live on a host (fleet/core/layout.py)
     @property
     def unit_file(self) -> str:
         return layout.unit_file(self.service.unit)

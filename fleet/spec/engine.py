@@ -12,7 +12,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from pydantic import AfterValidator, Field, field_validator
 
-from fleet import layout
+from fleet.core import layout
 from fleet.spec.names import http_url
 from fleet.spec.text import CommandPath, Int, Kind, Number, Strict, Text
 
@@ -66,7 +66,7 @@ WHEELS_MAX = 1024  # wheel files of one engine (a whole wheelhouse: torch and it
 
 class EngineSpec(Strict):
     """The SGLang a class runs, installed by the deploy (tasks/engine.py): each distinct engine in its
-    own venv (fleet/layout.py), named by what it installs, built beside the live one before anything
+    own venv (fleet/core/layout.py), named by what it installs, built beside the live one before anything
     stops and kept for a rollback."""
 
     sglang: Pinned = Field(description="SGLang as pip's requirement, pinned: `sglang==0.5.23`, extras allowed "

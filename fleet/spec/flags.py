@@ -15,7 +15,7 @@ from fleet.spec.text import Text
 # The server arguments the spec sets, each SGLang 0.5.23 option string (aliases too) -> the field
 # that sets it. SGLang's parser keeps the last value given: one of these in extra_args would run a
 # model, tp or draft preflight never checked. tests/unit/test_spec.py checks the table against the
-# real parser's (lab/doubles/sglang/flags.json); fleet/render.py writes no other flag.
+# real parser's (lab/doubles/sglang/flags.json); fleet/rollout/render.py writes no other flag.
 SPEC_FLAGS = {
     "--model-path": "service.model_path",
     "--model": "service.model_path",

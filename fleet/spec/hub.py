@@ -9,7 +9,7 @@ from typing import Annotated
 from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from fleet import layout
+from fleet.core import layout
 from fleet.spec.engine import _pinned, _requirement
 from fleet.spec.names import http_url
 from fleet.spec.secret import Source
@@ -127,6 +127,6 @@ class HubSpec(Strict):
         return v
 
     def revision_dir(self, model: HubModel) -> str:
-        if model.revision is None:  # ClassSpec.with_commits first (fleet.hub.pin_branches)
+        if model.revision is None:  # ClassSpec.with_commits first (fleet.weights.hub.pin_branches)
             raise ValueError(f"{model.repo}: branch {model.branch} is not resolved to a commit yet")
         return f"{self.models_dir}/{model.repo}/{model.revision}"

@@ -9,8 +9,8 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from pydantic import AfterValidator
 
-from fleet import layout
-from fleet.wire import clipped
+from fleet.core import layout
+from fleet.core.wire import clipped
 from fleet.spec.text import SEGMENT_BYTES, Kind
 
 # --- names: hosts, units, environment variables ----------------------------------------------
@@ -137,7 +137,7 @@ UNIT_NAME_MAX = 255
 UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
               "scope")
 UNIT_RULE = "ASCII letters, digits and : - _ . \\ only, not starting with - or ."
-# The deploy names files after a service's unit (fleet/layout.py): the longest, staged, must fit in
+# The deploy names files after a service's unit (fleet/core/layout.py): the longest, staged, must fit in
 # Linux's 255 bytes of a file name, or every rollout fails at its first upload (ASCII: a byte a character).
 SERVICE_UNIT_MAX = SEGMENT_BYTES - max(len(n) for n in layout.staged_names(""))
 

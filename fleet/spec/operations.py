@@ -149,7 +149,7 @@ class Tune(Strict):
     max_tokens: Int = Field(256, ge=1, le=8192, description="max_tokens of every request, 1..8192 (all run to it: "
                             "the figures compare like with like).")
     prompts: Annotated[list[Prompt], Field(min_length=1, max_length=256)] | None = Field(
-        None, description="The prompts, sent in turn; unset: the shipped set (fleet/tune.py PROMPTS: prose, code, "
+        None, description="The prompts, sent in turn; unset: the shipped set (fleet/tune/search.py PROMPTS: prose, code, "
         "reasoning, chat; accept lengths differ by kind).")
     level_timeout_s: Number = Field(600, ge=1, le=7200, description="The most one concurrency's requests may take, "
                                     "1..7200 s; past it the rest count as failed.")
@@ -179,7 +179,7 @@ class Tune(Strict):
 
 class Canary(Strict):
     """The canary analysis: after the canary's smoke test, and before any other host of its class takes its
-    turn, the canary serves a short measured load straight from its host (fleet/measure.py: make tune's
+    turn, the canary serves a short measured load straight from its host (fleet/tune/measure.py: make tune's
     routine), out of its gateway where one routes the class. Its output tokens/s and accept length are held
     against the class's baseline: the make tune record (tuning/<class>.json) for the new spec's block size
     (and tree budget) at this concurrency, else the same load measured on the canary just before its turn

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 @dataclass(frozen=True)
 class Kind:
-    """How docs/spec.md names a constrained type (fleet/docs.py); pydantic ignores it."""
+    """How docs/spec.md names a constrained type (fleet/spec/docs.py); pydantic ignores it."""
 
     name: str
 

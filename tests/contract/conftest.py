@@ -1,4 +1,4 @@
-"""Contract tests: what fleet/render.py writes is read by the REAL SGLang 0.5.23.
+"""Contract tests: what fleet/rollout/render.py writes is read by the REAL SGLang 0.5.23.
 
 The real SGLang lives in its own CPU-only venv (tools/sglang-venv.sh: built once, cached
 under ${SGLANG_FLEET_CACHE:-~/.cache/sglang-fleet}; a cold build takes a few minutes and

@@ -1,8 +1,8 @@
-"""The ExecStart fleet/render.py writes is what the REAL SGLang 0.5.23 accepts and means.
+"""The ExecStart fleet/rollout/render.py writes is what the REAL SGLang 0.5.23 accepts and means.
 
 For every GPU class of group_data (group_data/*.py but all.py and cpu_real) and every algorithm variant,
-`fleet.render.server_argv(spec)[3:]` (the flags after `-m sglang.launch_server`, its
-`--config` pointing at the 0600 YAML fleet.render.render_config writes, with dummy keys) is
+`fleet.rollout.render.server_argv(spec)[3:]` (the flags after `-m sglang.launch_server`, its
+`--config` pointing at the 0600 YAML fleet.rollout.render.render_config writes, with dummy keys) is
 parsed AND resolved by the real `prepare_server_args` + `ServerArgs.resolve_once()`
 (tests/contract/sglang_parse_helper.py, one process for all cases; how it runs without a
 GPU is said there). The resolved values must be the spec's, and the keys must reach the server from the file.
@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fleet.groupdata import load_group_data, spec_data
-from fleet.render import render_config, server_argv
-from fleet.secrets import Secrets
+from fleet.spec.load import load_group_data, spec_data
+from fleet.rollout.render import render_config, server_argv
+from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec
 from fleet.spec.combinations import KNOWN_BAD
 

@@ -13,9 +13,9 @@ import json
 import time
 from pathlib import Path
 
-from fleet import floating as floating_lib
-from fleet.gateway import READY
-from fleet.layout import LOCK_ROOT
+from fleet.gateway import floating as floating_lib
+from fleet.gateway.smg import READY
+from fleet.core.layout import LOCK_ROOT
 from ops.loadgen import Load, WorkersSampler
 from tests.lab.e2e import REPO, VRRP_ENV, deploy, floating, floating_address, mesh_pki, sh
 from tests.lab.e2e import workdir as _workdir

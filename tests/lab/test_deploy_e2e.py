@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from e2e import BIN, REPO, deploy, gpu_apps, health, host_json, main_pid, records, sh, summary_row, verify_checks
 
-from fleet.groupdata import load_class_specs
+from fleet.spec.load import load_class_specs
 from fleet.spec import SGLANG_0523_ALGORITHMS
 from lab import lab as labmod
 
@@ -102,7 +102,7 @@ def test_workloads_run_at_boot(booted):
 
 def test_preinstalled_service_serves_the_old_config(booted):
     lab = booted
-    from fleet.render import server_argv
+    from fleet.rollout.render import server_argv
 
     got = host_json(lab, "pro6000-1")
     argv = got["preinstalled_argv"]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.gateway import READY
-from fleet.groupdata import load_class_specs
-from fleet.layout import gateway_mesh_file
+from fleet.gateway.smg import READY
+from fleet.spec.load import load_class_specs
+from fleet.core.layout import gateway_mesh_file
 from lab import lab as labmod
 from lab import provision
 from ops.loadgen import Load, WorkersSampler, min_ready

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet import floating as floating_lib
-from fleet.layout import gateway_discovery_file
+from fleet.gateway import floating as floating_lib
+from fleet.core.layout import gateway_discovery_file
 from ops.loadgen import Load, WorkersSampler, min_ready
 from tests.lab.e2e import (BIN, FAILOVER_S, GATEWAY_FAULTS, Run, deploy, gateway_fault, health, main_pid, records, sh,
                            summary_row)

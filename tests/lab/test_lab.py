@@ -14,7 +14,7 @@ from lab import lab as labmod
 from lab import reset
 from tests.lab.e2e import deploy, health, host_json, summary_row, wait_for, workdir
 
-from fleet.groupdata import load_class_specs
+from fleet.spec.load import load_class_specs
 
 REPO = labmod.REPO
 SPECS = load_class_specs(REPO / "group_data")

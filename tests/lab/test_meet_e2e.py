@@ -13,7 +13,7 @@ Prometheus and Alertmanager, installed by the same deploy, scraping both classes
    silenced on mon-1, no notification reaches its webhook, and no silence is left active.
 3. One served model on both classes, one replica of it each (the others stopped), both changing in one run under
    load on that model through smg: the two canaries start together and each saw the other ready in smg; the
-   second finds its peer drained on gw-1 (fleet/drains.py) and waits for it, so the model always has a replica
+   second finds its peer drained on gw-1 (fleet/turns/drains.py) and waits for it, so the model always has a replica
    and not one request fails (it was: both left, smg answered 503 no_available_workers then 404).
 """
 
@@ -26,9 +26,9 @@ import pytest
 from e2e import deploy, health, monitoring_overrides, no_silence_left, notifications, prometheus, quiet_alerts, \
     quiet_since, sh, summary_row, wait_for, workdir
 
-from fleet import drains
-from fleet.gateway import parse_workers
-from fleet.layout import env_file, gateway_auth_header_file, gateway_discovery_file
+from fleet.turns import drains
+from fleet.gateway.smg import parse_workers
+from fleet.core.layout import env_file, gateway_auth_header_file, gateway_discovery_file
 from lab import hf
 from ops.loadgen import Load
 

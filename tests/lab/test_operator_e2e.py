@@ -262,7 +262,7 @@ def test_the_deploy_summary_has_a_row_for_a_host_it_could_not_reach(fleet):
 TRAINING = "dflash-train.service"  # pro6000's declared workload; the ops hosts have none until a test makes one
 STARTS_THE_TRAINING = f"""\
 # Another operator starts the training on the host between this run's preflight and its begin.
-from fleet import bounds
+from fleet.core import bounds
 from tasks import recovery
 from tasks.common import run
 

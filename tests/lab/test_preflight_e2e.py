@@ -8,7 +8,7 @@ import runpy
 import pytest
 from e2e import REPO, deploy, health, main_pid, sh, summary_row, workdir
 
-from fleet.groupdata import load_class_specs
+from fleet.spec.load import load_class_specs
 
 PRO = 'group = "pro6000"\ngpu_count = 1\ngpu_memory_mib = 97887\ndriver_version = "580.95.05"\n'
 PRO_NAME = 'gpu_model = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"\n'

@@ -1,4 +1,4 @@
-"""Host answers as the facts' commands frame them (fleet/wire.py), for parser tests."""
+"""Host answers as the facts' commands frame them (fleet/core/wire.py), for parser tests."""
 
 from __future__ import annotations
 

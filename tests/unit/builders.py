@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from fleet.lock import LockFacts
-from fleet.parse import (
+from fleet.rollout.lock import LockFacts
+from fleet.rollout.parse import (
     DeployState,
     FileState,
     Engine,
@@ -21,11 +21,11 @@ from fleet.parse import (
     parse_algorithms,
     parse_flags,
 )
-from fleet.plan import masked_argv
-from fleet.prerequisites import replica_programs
-from fleet.render import server_argv
-from fleet.rollout import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, sha1
-from fleet.secrets import Secrets
+from fleet.rollout.plan import masked_argv
+from fleet.rollout.prerequisites import replica_programs
+from fleet.rollout.render import server_argv
+from fleet.rollout.commands import DIR_MODE, OWNER, ManagedFile, desired_files, managed_dirs, sha1
+from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec
 
 HELP_0523 = (Path(__file__).resolve().parents[1] / "fixtures/sglang-0.5.23-help.txt").read_text()

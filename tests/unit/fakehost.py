@@ -138,7 +138,7 @@ def this_run():
 def fresh_run(monkeypatch):
     """A run of its own for each test (import it into a test module), whatever State its fake hosts
     belong to: an empty summary that prints nothing at exit, no host given up or begun, no class rolling."""
-    from fleet.report import RunReport
+    from fleet.core.report import RunReport
     from adapter import run as runs
 
     _Now.run = run = runs.Run(RunReport("test"))
@@ -150,9 +150,9 @@ def fresh_run(monkeypatch):
 
 
 def preflight_of(spec, facts, group: str = "pro6000", interrupted=None, rollback=None, stamp="20261130T120000Z"):
-    """The Preflight a host of `facts` gets for `spec` (fleet.plan.plan, as tasks/preflight makes it)."""
+    """The Preflight a host of `facts` gets for `spec` (fleet.rollout.plan.plan, as tasks/preflight makes it)."""
     from builders import secrets_of
-    from fleet.plan import declared_files, plan
+    from fleet.rollout.plan import declared_files, plan
     from tasks.preflight import Preflight
 
     secrets = secrets_of(spec)
@@ -165,8 +165,8 @@ def preflight_of(spec, facts, group: str = "pro6000", interrupted=None, rollback
 
 def observation(active: str = "active", sub: str = "running", pid: int = 4242, restarts: int = 0,
                 health: int = 200, result: str = "success") -> str:
-    """What fleet.gate.observe_command (or wait_command) prints."""
-    from fleet.gate import OBSERVATION_MARK
+    """What fleet.rollout.gate.observe_command (or wait_command) prints."""
+    from fleet.rollout.gate import OBSERVATION_MARK
 
     return (f"{OBSERVATION_MARK}\nActiveState={active}\nSubState={sub}\nMainPID={pid}\nNRestarts={restarts}\n"
             f"Result={result}\nhealth={health}\n")
@@ -174,7 +174,7 @@ def observation(active: str = "active", sub: str = "running", pid: int = 4242, r
 
 def smoke_answer(http: int = 200, text: str = "Paris", tokens: int = 8, seconds: float = 0.5,
                  accept: float | None = 3.25, verify_ct: int = 3) -> str:
-    """What fleet.gate.smoke_command prints: the chat completion's record (its meta_info saying the
+    """What fleet.rollout.gate.smoke_command prints: the chat completion's record (its meta_info saying the
     verify steps it took, as SGLang 0.5.23's does), then /server_info's."""
     import json
 

@@ -1,4 +1,4 @@
-"""fleet.activation: every branch of activate and roll back, against scripted steps (no hosts)."""
+"""fleet.rollout.activation: every branch of activate and roll back, against scripted steps (no hosts)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from fleet.activation import activate, roll_back
-from fleet.canary import Analysis
-from fleet.gate import SmokeResult, Verdict
-from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
+from fleet.rollout.activation import activate, roll_back
+from fleet.turns.canary import Analysis
+from fleet.rollout.gate import SmokeResult, Verdict
+from fleet.rollout.plan import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
 
 UNIT = "sglang.service"
 READY = Verdict(True, True, "/health 200 after 3.0s", 3.0)
@@ -285,7 +285,7 @@ def test_nothing_to_give_back_asks_nothing():
 
 
 def test_a_workload_declared_not_given_back_is_said_so_not_restarted():
-    from fleet.plan import FoundProcess, Held
+    from fleet.rollout.plan import FoundProcess, Held
 
     torch = Held(processes=(FoundProcess(77, 123, "torchrun train.py"),), given_back=False)
     before = replace(SERVING, workloads={**TRAIN, "torch": torch})

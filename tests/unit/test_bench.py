@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import gateway_files, load_class_specs
+from fleet.spec.load import gateway_files, load_class_specs
 from lab import labfile
 
 ROOT = Path(__file__).resolve().parents[2]

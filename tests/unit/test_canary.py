@@ -1,4 +1,4 @@
-"""fleet.canary: the canary's figures against its class's baseline, every verdict; the baseline from a make
+"""fleet.turns.canary: the canary's figures against its class's baseline, every verdict; the baseline from a make
 tune record or from the load on the old spec; which canaries are analysed."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import copy
 import pytest
 from builders import DRAFT, make_spec
 
-from fleet import canary
-from fleet.canary import Baseline, Figures, judge
-from fleet.render import server_argv
+from fleet.turns import canary
+from fleet.turns.canary import Baseline, Figures, judge
+from fleet.rollout.render import server_argv
 from fleet.spec import Canary
-from fleet.tune import level
+from fleet.tune.search import level
 
 C = Canary()
 BASE = Baseline(Figures(400.0, 4.0, 16), "the same load on the canary before its turn (the old spec)")

@@ -1,8 +1,8 @@
 """`make check` on broken group_data files and inventories, no hosts.
 
 Each broken case goes both ways an operator meets it:
-  - fleet.groupdata.load_class_specs(<tmp>/group_data), the library call deploy.py uses;
-  - `python -m fleet.check [inventory]` run in a tmp dir holding group_data/ (fleet.check
+  - fleet.spec.load.load_class_specs(<tmp>/group_data), the library call deploy.py uses;
+  - `python -m fleet.spec.check [inventory]` run in a tmp dir holding group_data/ (fleet.spec.check
     reads the relative path "group_data"), exit code 2 and the problem on stderr.
 Every message must name the group FILE, the FIELD, the VALUE and what is allowed, and
 never the API key.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import (
+from fleet.spec.load import (
     SpecError,
     check_inventory,
     check_or_exit,
@@ -69,7 +69,7 @@ def make_group_dir(root: Path, files: dict[str, str]) -> Path:
 def run_check(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "fleet.check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fleet.spec.check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
     )
 
 
@@ -439,14 +439,14 @@ def test_check_or_exit_silent_when_good(fleet_dir, capsys):
 
 
 INVENTORY_TWO_CLASSES = '''\
-from fleet.groupdata import check_or_exit
+from fleet.spec.load import check_or_exit
 pro6000 = [("gpu-1.fleet.example", {"ssh_user": "root"})]
 a6000 = ["gpu-1.fleet.example"]
 check_or_exit(globals())
 '''
 
 INVENTORY_NO_CLASS_AND_OVERRIDE = '''\
-from fleet.groupdata import check_or_exit
+from fleet.spec.load import check_or_exit
 pro6000 = [("gpu-1.fleet.example", {"service": {"port": 1}})]
 canary = ["gpu-9.fleet.example"]
 check_or_exit(globals())
@@ -471,7 +471,7 @@ def test_make_check_with_inventory_unfiled_host_and_override(fleet_dir):
 
 
 INVENTORY_GROUP_TUPLE = '''\
-from fleet.groupdata import check_or_exit
+from fleet.spec.load import check_or_exit
 pro6000 = (["gpu-1.fleet.example"], {"ssh_user": "root", "readiness": {"load_timeout_s": 1}})
 check_or_exit(globals())
 '''

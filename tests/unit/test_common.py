@@ -17,8 +17,8 @@ from fakehost import fresh_run, this_run  # noqa: F401
 from paramiko import SSHException
 from pyinfra.api import Config, Inventory, State
 
-from fleet import lock
-from fleet.bounds import Bound
+from fleet.rollout import lock
+from fleet.core.bounds import Bound
 from fleet.spec import ClassSpec
 from tasks import activate, common
 from tasks.common import HostLost, Lease, run

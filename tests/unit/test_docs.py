@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet import docs
-from fleet.docs import END, SPEC_MD, START, is_current, reference, rewrite
+from fleet.spec import docs
+from fleet.spec.docs import END, SPEC_MD, START, is_current, reference, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -20,7 +20,7 @@ def test_the_spec_reference_is_generated_from_the_models():
     assert SPEC_MD == ROOT / "docs" / "spec.md"
     text = SPEC_MD.read_text()
     assert text.count(START) == 1 and text.count(END) == 1
-    assert text.split(START, 1)[1].split(END, 1)[0] == "\n" + reference(), "run: python -m fleet.docs --write"
+    assert text.split(START, 1)[1].split(END, 1)[0] == "\n" + reference(), "run: python -m fleet.spec.docs --write"
     assert is_current()
 
 

@@ -1,4 +1,4 @@
-"""fleet/drains.py: a make tune's owner read from --data, the drains a host's file keeps now, the program's answers
+"""fleet/turns/drains.py: a make tune's owner read from --data, the drains a host's file keeps now, the program's answers
 read as untrusted input. The program itself runs in tests/unit/test_tasks_rolling.py (GatewayDisk)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import base64
 import json
 
 
-from fleet import drains
-from fleet.gateway import Replica, discovery_file
+from fleet.turns import drains
+from fleet.gateway.smg import Replica, discovery_file
 
 NOW = 1_796_040_000
 

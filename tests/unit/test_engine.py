@@ -1,4 +1,4 @@
-"""The declared engine (fleet/spec/engine.py EngineSpec, fleet/engine.py): its validation and name, and its
+"""The declared engine (fleet/spec/engine.py EngineSpec, fleet/engine/install.py): its validation and name, and its
 commands run for real here: a venv built by the controller's own pip from a package index on
 loopback, holding the SGLang double's wheels (lab/wheels.py), then checked as a host checks it."""
 
@@ -19,13 +19,13 @@ from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from facts.sglang import SglangEngine
-from fleet import engine as rules
-from fleet.engine import the_pip_wheel
-from fleet import layout
-from fleet.groupdata import SpecError, validate_class
-from fleet.guards import engine_violations
-from fleet.parse import parse_engine
-from fleet.render import server_argv
+from fleet.engine import install as rules
+from fleet.engine.install import the_pip_wheel
+from fleet.core import layout
+from fleet.spec.load import SpecError, validate_class
+from fleet.rollout.guards import engine_violations
+from fleet.rollout.parse import parse_engine
+from fleet.rollout.render import server_argv
 from fleet.spec import ClassSpec
 from lab import mirror
 from tasks.common import CACHE, downloaded
@@ -157,7 +157,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def engines(tmp_path, monkeypatch):
-    """fleet.layout's engine places under tmp_path; the host's lab config (no import cost)."""
+    """fleet.core.layout's engine places under tmp_path; the host's lab config (no import cost)."""
     root = tmp_path / "engines"
     monkeypatch.setattr(layout, "ENGINES_DIR", str(root))
     monkeypatch.setattr(layout, "ENGINE_INSTALL_LOCK", str(root / ".install.lock"))

@@ -23,10 +23,10 @@ from facts.programs import HostPrograms
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.service import RunningService
 from facts.sglang import SglangEngine
-from fleet.layout import ENGINE_CACHE_DIR
+from fleet.core.layout import ENGINE_CACHE_DIR
 from facts.systemd import SystemdVersion, UnitStates
-from fleet.lock import LockFacts
-from fleet.parse import (
+from fleet.rollout.lock import LockFacts
+from fleet.rollout.parse import (
     Engine,
     UNIT_PROPERTIES,
     parse_systemd_version,
@@ -40,7 +40,7 @@ from fleet.parse import (
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
-from fleet.wire import BLOCK_LIMIT
+from fleet.core.wire import BLOCK_LIMIT
 
 from answers import answer, record
 

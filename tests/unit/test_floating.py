@@ -1,4 +1,4 @@
-"""fleet/floating.py: the floating address's spec and what it refuses; the host's answers (interfaces,
+"""fleet/gateway/floating.py: the floating address's spec and what it refuses; the host's answers (interfaces,
 keepalived's state, the handoff's) read as untrusted text; keepalived's config; and a gateway's turn, run
 against a simulated group whose keepalived elects as VRRP does: every group of 2 and 3 gateways, every
 holder, with and without preempt, rolled through, must never restart the gateway holding the address, never
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from fleet import floating
-from fleet.floating import (Interface, Member, TurnError, Vrrp, connection_count, connections_command, gateway_turn,
+from fleet.gateway import floating
+from fleet.gateway.floating import (Interface, Member, TurnError, Vrrp, connection_count, connections_command, gateway_turn,
                             handoff_command, interface_for, parse_interfaces, parse_vrrp, password_problem, priority)
-from fleet.gateway import DRAINING, READY, Gateway, merged
-from fleet.groupdata import SpecError, validate_gateway
-from fleet.render import render_gateway_unit, render_keepalived, render_vrrp_auth
+from fleet.gateway.smg import DRAINING, READY, Gateway, merged
+from fleet.spec.load import SpecError, validate_gateway
+from fleet.rollout.render import render_gateway_unit, render_keepalived, render_vrrp_auth
 
 ROOT = Path(__file__).resolve().parents[2]
 VIP = "10.0.0.100"
@@ -506,7 +506,7 @@ def status_read(state: str, holds: bool, **more) -> dict[str, str]:
 
 
 def test_status_names_the_holder_and_what_keeps_a_gateway_out():
-    from fleet.status import OK, UNHEALTHY, judge_gateway, table, with_floating
+    from fleet.rollout.status import OK, UNHEALTHY, judge_gateway, table, with_floating
     gw = gateway()
     rows = with_floating([judge_gateway("gw-1", "gateway", gw, status_read("MASTER", True), []),
                           judge_gateway("gw-2", "gateway", gw, status_read("BACKUP", False), [])])
@@ -531,7 +531,7 @@ MESH_TLS = {"ca_cert": {"file": "/pki/ca.pem"}, "cert": {"file": "/pki/{host}.cr
 
 
 def test_each_gateway_joins_the_mesh_of_its_group():
-    from fleet.gateway import MeshNode, launch_args
+    from fleet.gateway.smg import MeshNode, launch_args
     gw = Gateway.model_validate({"routes": ["pro6000"], "mesh": {"tls": MESH_TLS}})
     args = launch_args(gw, MeshNode("10.0.0.11", ("10.0.0.12", "fd00::3")))
     assert args[args.index("--enable-mesh"):] == [
@@ -557,7 +557,7 @@ def test_what_the_mesh_spec_refuses(mesh, said):
 
 
 def test_a_pem_block_and_what_is_not_one():
-    from fleet.gateway import pem_problem
+    from fleet.gateway.smg import pem_problem
     block = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX2p0\n-----END CERTIFICATE-----\n"
     assert pem_problem(block) is None and pem_problem(block.strip()) is None
     assert pem_problem(block + block) is None  # a CA's chain

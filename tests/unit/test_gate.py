@@ -1,4 +1,4 @@
-"""fleet.gate: readiness verdicts and the smoke test, over what a host answered, no hosts.
+"""fleet.rollout.gate: readiness verdicts and the smoke test, over what a host answered, no hosts.
 
 The shell commands are also run for real with `sh` (what pyinfra runs them with) against
 fake `systemctl` and `curl` on PATH, so their output shape is the one the parsers read.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.gate import (
+from fleet.rollout.gate import (
     CURL,
     OBSERVATION_MARK,
     POLL,
@@ -33,8 +33,8 @@ from fleet.gate import (
     smoke_command,
     speculation_ran,
 )
-from fleet.render import render_auth_header
-from fleet.secrets import Secrets
+from fleet.rollout.render import render_auth_header
+from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec
 
 from answers import answer, record
@@ -516,7 +516,7 @@ def test_the_longest_prompt_of_quotes_reaches_the_server_whole_under_a_sudo_user
     from pyinfra.api import StringCommand
     from pyinfra.connectors.util import make_unix_command
 
-    from fleet import wire
+    from fleet.core import wire
     from fleet.spec.text import PROMPT_MAX
 
     prompt = "'" * (PROMPT_MAX // 2) + '"' * (PROMPT_MAX // 2)
@@ -643,7 +643,7 @@ def test_the_verify_reads_are_made_only_with_metrics_on():
 
 
 def test_the_gate_bound_holds_the_verify_reads():
-    from fleet import bounds
+    from fleet.core import bounds
 
     assert bounds.smoke(make_spec()).seconds == 120 + bounds.SERVER_INFO_S + 2 * 5 + bounds.MARGIN_S
     assert bounds.smoke(PLAIN).seconds == 120 + bounds.SERVER_INFO_S + bounds.MARGIN_S

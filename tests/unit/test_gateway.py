@@ -1,4 +1,4 @@
-"""The gateway's spec and the rolling rollout's decisions (fleet/gateway.py): no hosts."""
+"""The gateway's spec and the rolling rollout's decisions (fleet/gateway/smg.py): no hosts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.gateway import (
+from fleet.gateway.smg import (
     KEY_VARIABLE,
     LAUNCH_WITH_KEY,
     Gateway,
@@ -23,11 +23,11 @@ from fleet.gateway import (
     peer_problem,
     routed,
 )
-from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_gateways
-from fleet.render import render_gateway_unit
-from fleet.rollout import write_command
+from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_gateways
+from fleet.rollout.render import render_gateway_unit
+from fleet.rollout.commands import write_command
 from fleet.spec import ClassSpec
-from fleet.wire import Unreadable
+from fleet.core.wire import Unreadable
 
 from answers import answer, record
 
@@ -173,7 +173,7 @@ def test_a_gateway_hosts_answer_that_would_name_another_directory_is_refused(fie
 
 
 def test_status_row_of_the_gateway():
-    from fleet.status import DRIFT, OK, UNHEALTHY, judge_gateway
+    from fleet.rollout.status import DRIFT, OK, UNHEALTHY, judge_gateway
 
     gw = Gateway(routes=["pro6000"])
     workers = json.dumps({"workers": [{"url": R[0].url, "status": "ready"}, {"url": R[1].url, "status": "ready"}]})

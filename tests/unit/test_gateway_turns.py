@@ -9,9 +9,9 @@ import pytest
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
 from facts.gateway import host_command
-from fleet.floating import Member, TurnError, Turn, Vrrp, handoff_command, set_handoff
-from fleet.gateway import Gateway, workers_command
-from fleet.wire import MARK
+from fleet.gateway.floating import Member, TurnError, Turn, Vrrp, handoff_command, set_handoff
+from fleet.gateway.smg import Gateway, workers_command
+from fleet.core.wire import MARK
 from tasks import gateway_turns
 
 GW = Gateway.model_validate({"routes": ["pro6000"], "floating": {

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.gateway import Gateway, launch_args
-from fleet.groupdata import SpecError, validate_class, validate_gateway
-from fleet.render import render_env, render_gateway_unit, render_unit, server_argv
+from fleet.gateway.smg import Gateway, launch_args
+from fleet.spec.load import SpecError, validate_class, validate_gateway
+from fleet.rollout.render import render_env, render_gateway_unit, render_unit, server_argv
 from fleet.spec import ClassSpec
 from test_render import parse_env_file, systemd_split
 from test_spec import DEST_OF, OWNED_DESTS, argparse_reads

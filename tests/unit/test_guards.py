@@ -23,7 +23,7 @@ from builders import (
     unit,
 )
 
-from fleet.guards import (
+from fleet.rollout.guards import (
     Violation,
     busy_gpus,
     drain_warnings,
@@ -36,7 +36,7 @@ from fleet.guards import (
     trained_block_size,
     unit_violations,
 )
-from fleet.parse import Engine, GpuList, GpuProcessList, ModelDir, ServiceRuntime, UnitState
+from fleet.rollout.parse import Engine, GpuList, GpuProcessList, ModelDir, ServiceRuntime, UnitState
 from fleet.spec import ClassSpec
 
 

@@ -1,4 +1,4 @@
-"""fleet.history: deploy records and backup sets as the host prints them; which backup a
+"""fleet.rollout.history: deploy records and backup sets as the host prints them; which backup a
 rollback puts back, and how."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from builders import KEYED, converged, make_spec
 
-from fleet.history import (
+from fleet.rollout.history import (
     PREVIOUS,
     Backup,
     History,
@@ -22,10 +22,10 @@ from fleet.history import (
     rollback_files,
     spec_sha256,
 )
-from fleet.parse import FileState
-from fleet.plan import plan
-from fleet.render import server_argv
-from fleet.rollout import sha1, spec_record
+from fleet.rollout.parse import FileState
+from fleet.rollout.plan import plan
+from fleet.rollout.render import server_argv
+from fleet.rollout.commands import sha1, spec_record
 
 OLD = make_spec(speculative={"algorithm": "EAGLE3", "draft_model_path": "/root/models/E3", "num_steps": 3, "topk": 4,
                              "num_draft_tokens": 8})

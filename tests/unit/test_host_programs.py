@@ -1,6 +1,6 @@
 """The programs that run on the hosts are files of their own (fleet/programs/): the shell checked by
 Debian's shellcheck, the Python by ruff, and each run here as the file it is: fetch_revision.py
-(fleet.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.lock's commands), restore.sh (a rollback's
+(fleet.weights.hub.FETCH) against a stand-in huggingface_hub, lock.sh (fleet.rollout.lock's commands), restore.sh (a rollback's
 restore of the files), begin.sh (a rollout's beginning) and bundle.sh (the monitoring host's configuration) on a
 tmp dir, stop_processes.sh on
 processes of its own. How the deploy sends them is tested
@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet import controller, hub, layout, lock
+from fleet.core import controller, layout
+from fleet.rollout import lock
+from fleet.weights import hub
 from fleet.spec import ClassSpec
-from fleet.wire import frames
+from fleet.core.wire import frames
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "fleet" / "programs"
@@ -135,7 +137,7 @@ def client(tmp_path) -> Path:
 
 def run_fetch(tmp_path: Path, client: Path, files: dict = FILES, sha: str = REV,
               margin: int = 0) -> subprocess.CompletedProcess:
-    """python3 fetch_revision.py REPO REVISION FINAL MARGIN STAGING, as fleet.hub.fetch_command runs it."""
+    """python3 fetch_revision.py REPO REVISION FINAL MARGIN STAGING, as fleet.weights.hub.fetch_command runs it."""
     config = tmp_path / "hub.json"
     config.write_text(json.dumps({"sha": sha, "files": files}))
     final = tmp_path / "models" / "org" / "name" / REV
@@ -467,7 +469,7 @@ def gate_sh(tmp: Path, codes: list[str], *args: str, systemctl: str = "ActiveSta
 
 
 def test_the_gate_poll_run_as_a_file_observes_and_waits_for_a_change(tmp_path):
-    from fleet import gate
+    from fleet.rollout import gate
 
     url = "http://[::1]:30000/health"
     seen = gate_sh(tmp_path, ["000"], "observe", "sglang.service", url)

@@ -4,7 +4,7 @@ Each generated answer is what a real host's command prints (the records of that 
 order), with some of it made odd: a field replaced by a Unicode digit, a number beyond a float,
 NaN, a control character or a marker line; JSON of another shape, cut short or nested deep; a
 data line that is not base64, or missing; a record that should not be there. No reader may
-raise anything but its documented refusal (fleet.wire.Unreadable, or ValueError for the
+raise anything but its documented refusal (fleet.core.wire.Unreadable, or ValueError for the
 pending record), and nothing the deploy decides from a snapshot (guards, lock, plan, the
 summary's words, make status's row) may raise either: one host's answer never stops the run.
 """
@@ -22,12 +22,12 @@ from builders import SPEC, converged, secrets_of, wanted
 from facts.gateway import GatewayStatus
 from facts.preflight import SECTIONS, HostSnapshot
 from facts.status import StatusSnapshot
-from fleet import guards, lock
-from fleet.gate import parse_observation, parse_smoke
-from fleet.gateway import Gateway, parse_gateway_host, parse_workers
-from fleet.history import Backup, parse_history
-from fleet.prerequisites import parse_probe
-from fleet.parse import (
+from fleet.rollout import guards, lock
+from fleet.rollout.gate import parse_observation, parse_smoke
+from fleet.gateway.smg import Gateway, parse_gateway_host, parse_workers
+from fleet.rollout.history import Backup, parse_history
+from fleet.rollout.prerequisites import parse_probe
+from fleet.rollout.parse import (
     file_state,
     parse_config,
     parse_deploy_state,
@@ -39,10 +39,10 @@ from fleet.parse import (
     parse_systemd_version,
     parse_unit_states,
 )
-from fleet.plan import plan, read_pending
-from fleet.report import describe_gpu_list
-from fleet.status import judge, judge_gateway, parse_metrics
-from fleet.wire import frames, load_json, sections
+from fleet.rollout.plan import plan, read_pending
+from fleet.core.report import describe_gpu_list
+from fleet.rollout.status import judge, judge_gateway, parse_metrics
+from fleet.core.wire import frames, load_json, sections
 
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=200,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -256,7 +256,7 @@ REVIEWED = [
 
 @pytest.mark.parametrize("what, text", REVIEWED, ids=[w for w, _ in REVIEWED])
 def test_the_answers_a_review_found_stopping_the_run_are_read_or_refused(what, text):
-    from fleet.status import describe_record
+    from fleet.rollout.status import describe_record
 
     if what == "gate":
         assert parse_observation(text).main_pid == 0

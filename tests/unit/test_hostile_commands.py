@@ -29,13 +29,16 @@ from facts.history import DeployHistory
 from facts.models import ModelDirs
 from facts.preflight import HostSnapshot, snapshot_args
 from facts.status import StatusSnapshot
-from fleet import engine, gate, hub, layout, lock, rollout
-from fleet.floating import UNIT, set_handoff
-from fleet.gateway import Gateway, Replica, discovery_file, health_command, workers_command
-from fleet.groupdata import SpecError, validate_class
-from fleet.plan import Before, FoundProcess, Held, Pending, UnitBefore
+from fleet.core import layout
+from fleet.engine import install as engine
+from fleet.rollout import commands as rollout, gate, lock
+from fleet.weights import hub
+from fleet.gateway.floating import UNIT, set_handoff
+from fleet.gateway.smg import Gateway, Replica, discovery_file, health_command, workers_command
+from fleet.spec.load import SpecError, validate_class
+from fleet.rollout.plan import Before, FoundProcess, Held, Pending, UnitBefore
 from fleet.spec import ClassSpec, ScopeWorkload
-from fleet.wire import printable
+from fleet.core.wire import printable
 from tasks.gateway import install_command
 
 CANARY = "/tmp/sglang-fleet-canary"  # what every payload tries to create
@@ -194,7 +197,7 @@ def check(commands: list[str], path: Path, units: set[str]) -> None:
 
 @pytest.mark.parametrize("field", list(FIELDS))
 @PROFILE
-@given(value=hostile, lock_text=hostile.map(printable))  # a host's text arrives printable (fleet.wire)
+@given(value=hostile, lock_text=hostile.map(printable))  # a host's text arrives printable (fleet.core.wire)
 def test_no_group_data_value_or_lock_text_runs_a_command(field, value, lock_text, path):
     spec = spec_with(field, FIELDS[field](value))
     check(commands(spec, lock_text), path, units_of(spec))
@@ -265,10 +268,10 @@ def test_the_stubs_would_see_an_injection(path):
         check(["systemctl restart -- other.service"], path, {"sglang.service"})
 
 
-# --- models by repository (fleet/hub.py): the survey, the client's install, the fetch, the removal,
+# --- models by repository (fleet/weights/hub.py): the survey, the client's install, the fetch, the removal,
 # and the models fact over fetched revisions ---------------------------------------------------------
 
-# Where a group_data value reaches fleet/hub.py's commands (root: the test's directory, where the
+# Where a group_data value reaches fleet/weights/hub.py's commands (root: the test's directory, where the
 # commands find the directories a host would have: they get past their locks then, and run whole).
 HUB_FIELDS = {
     "hub.models_dir": lambda root, v: f"{root}/m/{v}", "hub.python": lambda root, v: f"/usr/{v}/python3",
@@ -298,7 +301,7 @@ def hub_spec_with(root: Path, field: str | None, value, target: str, draft: str)
 
 
 def hub_commands(spec: ClassSpec, root: Path, name: str) -> tuple[list[str], dict]:
-    """fleet/hub.py's commands for the spec, on a host (root) whose target revision is there with a
+    """fleet/weights/hub.py's commands for the spec, on a host (root) whose target revision is there with a
     manifest listing `name` (a host's text), whose draft's repository has no revision yet; and what
     each program they run must be given, token for token."""
     hub_, target_path = spec.hub, spec.target_path

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fleet.groupdata import MonitoringFile, SpecError, explain, validate_class, validate_gateway
-from fleet.monitoring import ALERTMANAGER_CONFIG, Monitoring, alertmanager_config, webhook_urls
-from fleet.secrets import SecretError, resolve
+from fleet.spec.load import MonitoringFile, SpecError, explain, validate_class, validate_gateway
+from fleet.monitoring.config import ALERTMANAGER_CONFIG, Monitoring, alertmanager_config, webhook_urls
+from fleet.spec.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, SecretSource
 from fleet.spec.names import path_secret
 from test_spec import SRC, data, svc

@@ -13,11 +13,14 @@ from pydantic.fields import FieldInfo
 from pydantic.types import Strict as StrictFlag
 
 from builders import SPEC, converged, secrets_of
-from fleet import gateway, layout, spec, tune
-from fleet.groupdata import SpecError, check_inventory, load_class_specs, validate_gateway
-from fleet.plan import declared_files, plan
+from fleet import spec
+from fleet.core import layout
+from fleet.gateway import smg as gateway
+from fleet.tune import search as tune
+from fleet.spec.load import SpecError, check_inventory, load_class_specs, validate_gateway
+from fleet.rollout.plan import declared_files, plan
 from fleet.spec import SERVICE_UNIT_MAX, ClassSpec
-from fleet.wire import BLOCK_LIMIT, JSON_DEPTH, Unreadable, load_json
+from fleet.core.wire import BLOCK_LIMIT, JSON_DEPTH, Unreadable, load_json
 from test_check import ROOT, class_file, make_group_dir
 from test_spec import KEY, SRC, data, one_problem, svc
 

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.gateway import Replica
-from fleet.history import BACKUPS_SHOWN, Backup, History, Record, describe_history
-from fleet.monitoring import MONITOR_LISTED, MonitoringHost, PACKAGES, UNITS, describe_monitor, firing
-from fleet.parse import FileState
-from fleet.plan import DIFF_SHOWN, describe_diff
-from fleet.status import REASONS_SHOWN, HostStatus, judge_gateway, judge_monitoring, table, with_alerts, \
+from fleet.gateway.smg import Replica
+from fleet.rollout.history import BACKUPS_SHOWN, Backup, History, Record, describe_history
+from fleet.monitoring.config import MONITOR_LISTED, MonitoringHost, PACKAGES, UNITS, describe_monitor, firing
+from fleet.rollout.parse import FileState
+from fleet.rollout.plan import DIFF_SHOWN, describe_diff
+from fleet.rollout.status import REASONS_SHOWN, HostStatus, judge_gateway, judge_monitoring, table, with_alerts, \
     with_floating
-from fleet.wire import BLOCK_LIMIT, CELL, LINE, Unreadable, capped, shown
+from fleet.core.wire import BLOCK_LIMIT, CELL, LINE, Unreadable, capped, shown
 from test_floating import gateway, status_read
 
 PROFILE = settings(derandomize=True, database=None, deadline=None, max_examples=100,

@@ -1,4 +1,4 @@
-"""Models by repository and commit: the spec, fleet/hub.py's readers and rules, and its fetch script
+"""Models by repository and commit: the spec, fleet/weights/hub.py's readers and rules, and its fetch script
 run for real: huggingface_hub (the client the deploy installs on hosts) against a real olah serving
 the lab's generated repositories on loopback."""
 
@@ -16,9 +16,10 @@ import time
 import pytest
 import requests
 
-from fleet import hub, layout
-from fleet.groupdata import SpecError, validate_class
-from fleet.parse import parse_model_dirs
+from fleet.core import layout
+from fleet.weights import hub
+from fleet.spec.load import SpecError, validate_class
+from fleet.rollout.parse import parse_model_dirs
 from facts.models import ModelDirs
 from lab import hf, mirror
 from tasks.hub import client_wheels
@@ -422,7 +423,7 @@ def test_the_real_endpoint_names_main_s_newest_commit(endpoint, run_resolved):
 
 
 def test_the_hub_token_for_status_and_verify_is_read_where_it_can_be():
-    from fleet.secrets import SecretError, Secrets, hub_token, resolve
+    from fleet.spec.secrets import SecretError, Secrets, hub_token, resolve
     spec = spec_of(hub={"token": {"env": "HF_TOKEN_TEST"}},
                    speculative={"algorithm": "DFLASH", "draft_model": {"repo": "z-lab/d", "branch": "main"}})
     assert hub_token(spec, {"HF_TOKEN_TEST": "hf_abc"}) == "hf_abc" and hub_token(spec, {}) is None

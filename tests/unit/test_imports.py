@@ -33,7 +33,7 @@ def imports(tree: ast.Module) -> set[str]:
             out |= {a.name for a in n.names}
         elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
             out.add(n.module)
-            out |= {f"{n.module}.{a.name}" for a in n.names}  # `from fleet import wire`: the module fleet.wire
+            out |= {f"{n.module}.{a.name}" for a in n.names}  # `from fleet import wire`: the module fleet.core.wire
     return out
 
 

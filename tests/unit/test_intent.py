@@ -1,4 +1,4 @@
-"""fleet.intent: a run's intent read from its --data (every refusal), its overlay laid over the spec, the return from
+"""fleet.rollout.intent: a run's intent read from its --data (every refusal), its overlay laid over the spec, the return from
 an overlay a host still serves; and the deploy's modules branch on no tune flag: the intent is data they take."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from builders import DRAFT, make_spec
 
-from fleet import intent, tune
-from fleet.intent import INTENT_DATA, PLAIN, Intent
+from fleet.rollout import intent
+from fleet.tune import search as tune
+from fleet.rollout.intent import INTENT_DATA, PLAIN, Intent
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = make_spec()  # DFLASH, block size 16
@@ -97,7 +98,7 @@ def test_a_run_without_an_overlay_on_a_host_that_serves_one_returns_it_keeping_t
 
 # --- no branch on a tune flag -------------------------------------------------------------------------------------
 
-DEPLOY_MODULES = ("fleet/plan.py", "fleet/rollout.py", "fleet/rolling.py", "fleet/activation.py", "tasks/preflight.py",
+DEPLOY_MODULES = ("fleet/rollout/plan.py", "fleet/rollout/commands.py", "fleet/turns/rolling.py", "fleet/rollout/activation.py", "tasks/preflight.py",
                   "tasks/activate.py", "tasks/rolling.py", "tasks/recovery.py")
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fleet.groupdata import load_class_specs
+from fleet.spec.load import load_class_specs
 from lab import base, inotify, labfile, provision
 from lab import lab as labmod
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import gateway_files, load_class_specs, load_group_data, spec_data
+from fleet.spec.load import gateway_files, load_class_specs, load_group_data, spec_data
 from fleet.spec import ClassSpec
 from lab import hf, labfile, mirror, provision, realsglang, wheels
 from lab import lab as labmod

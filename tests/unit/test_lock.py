@@ -1,4 +1,4 @@
-"""fleet.lock: who holds a host's deploy lock, whether that deploy still runs, its lease, and taking,
+"""fleet.rollout.lock: who holds a host's deploy lock, whether that deploy still runs, its lease, and taking,
 renewing and releasing it (no hosts).
 
 The commands run for real under sh in a tmp dir (/run/ moved there). The "SSH session" a
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.layout import lease_file
-from fleet.lock import (
+from fleet.core.layout import lease_file
+from fleet.rollout.lock import (
     LEASE_RAN_OUT,
     NOT_OURS_MARK,
     REFUSED_EXIT,
@@ -35,9 +35,9 @@ from fleet.lock import (
     stale_after,
     take_command,
 )
-from fleet.parse import parse_deploy_state
+from fleet.rollout.parse import parse_deploy_state
 from fleet.spec import ClassSpec
-from fleet.wire import frames
+from fleet.core.wire import frames
 
 SPEC = ClassSpec.model_validate({
     "gpu_class": {"accepted_models": ["NVIDIA H200"], "gpu_count": 1, "min_memory_mib": 1},

@@ -1,4 +1,4 @@
-"""The one measured load (fleet/measure.py): its program run here as the host runs it, against a small
+"""The one measured load (fleet/tune/measure.py): its program run here as the host runs it, against a small
 OpenAI-shaped streaming server with SGLang's counters, and its answer read back; a hostile answer is
 refused, never taken for figures."""
 
@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import builders
 
-from fleet import measure
-from fleet.wire import Unreadable
+from fleet.tune import measure
+from fleet.core.wire import Unreadable
 
 
 class Server:

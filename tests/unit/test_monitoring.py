@@ -1,4 +1,4 @@
-"""The monitoring spec and what it generates (fleet/monitoring.py), no hosts: every generated file through
+"""The monitoring spec and what it generates (fleet/monitoring/config.py), no hosts: every generated file through
 Debian's promtool and amtool (tools/debs.sh takes them out of the packages, once, into the cache), and
 `promtool test rules` for every alert: it fires on its input series, and stays quiet on a normal one,
 including a replica that restarts (a rollout's turn) inside the alert's `for:`."""
@@ -15,8 +15,8 @@ import bcrypt
 import pytest
 from pydantic import ValidationError
 
-from fleet.groupdata import SpecError, check_inventory, load_class_specs, load_monitoring
-from fleet.monitoring import (
+from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_monitoring
+from fleet.monitoring.config import (
     ACCEPT_LENGTH,
     CONFIG,
     DASHBOARD,
@@ -44,8 +44,8 @@ from fleet.monitoring import (
     secret_files,
     tuned_accept_length,
 )
-from fleet.status import HostStatus, judge_monitoring, table, with_alerts
-from fleet.wire import Unreadable
+from fleet.rollout.status import HostStatus, judge_monitoring, table, with_alerts
+from fleet.core.wire import Unreadable
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_DATA = REPO / "group_data"

@@ -21,12 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet import floating
-from fleet.floating import parse_interfaces
-from fleet.gateway import Gateway
-from fleet.groupdata import SpecError, check_inventory, check_or_exit
-from fleet.render import render_keepalived
-from fleet.secrets import SecretError, for_host
+from fleet.gateway import floating
+from fleet.gateway.floating import parse_interfaces
+from fleet.gateway.smg import Gateway
+from fleet.spec.load import SpecError, check_inventory, check_or_exit
+from fleet.rollout.render import render_keepalived
+from fleet.spec.secrets import SecretError, for_host
 from fleet.spec import HOST_RULE, SecretSource, host_name_problem, shown_name
 from test_check import GOOD, ROOT, class_file, make_group_dir
 
@@ -108,7 +108,7 @@ def test_make_check_refuses_the_issues_gateway_name(tmp_path):
     (tmp_path / "inv.py").write_text("from tasks.inventory import checked\n"
                                      f"good = ['gpu-1']\ngateway = [({STARTUP!r}, {{'ssh_hostname': '10.0.0.2'}}), "
                                      "('gw-2', {'ssh_hostname': '10.0.0.3'})]\nchecked(globals())\n")
-    r = subprocess.run([sys.executable, "-m", "fleet.check", "inv.py"], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "fleet.spec.check", "inv.py"], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
     assert f"  - inv.py: host {STARTUP!r}: its name: expected {HOST_RULE}, found {STARTUP!r}\n" in r.stderr, r.stderr

@@ -1,5 +1,5 @@
-"""Outcomes are types (fleet/outcome.py): what steers a rollout is a HostVerdict, never its words; so are a record's
-kind and result (RecordKind, RecordResult), a drain's answer (DrainResult) and what a fact came to (fleet/parse.py's
+"""Outcomes are types (fleet/core/outcome.py): what steers a rollout is a HostVerdict, never its words; so are a record's
+kind and result (RecordKind, RecordResult), a drain's answer (DrainResult) and what a fact came to (fleet/rollout/parse.py's
 statuses): neither compared with nor assigned as the words they stand for."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import ast
 import pytest
 from test_run import PRODUCT, ROOT
 
-from fleet.activation import Outcome
-from fleet.drains import Answer, DrainResult
-from fleet.outcome import HostVerdict, RecordKind, RecordResult
-from fleet.parse import Engine, EngineStatus, GpuList, ModelDir, ModelStatus, NvidiaSmiStatus
+from fleet.rollout.activation import Outcome
+from fleet.turns.drains import Answer, DrainResult
+from fleet.core.outcome import HostVerdict, RecordKind, RecordResult
+from fleet.rollout.parse import Engine, EngineStatus, GpuList, ModelDir, ModelStatus, NvidiaSmiStatus
 
 
 def test_what_serves_and_what_says_why_is_decided_by_the_verdict():

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.groupdata import load_class_specs
-from fleet.guards import rendered_flags
-from fleet.parse import (
+from fleet.spec.load import load_class_specs
+from fleet.rollout.guards import rendered_flags
+from fleet.rollout.parse import (
     COMMAND_LINE_LIMIT,
     Gpu,
     GpuList,
@@ -31,7 +31,7 @@ from fleet.parse import (
     unit_of_cgroup,
 )
 from fleet.spec import SGLANG_0523_ALGORITHMS
-from fleet.wire import sections
+from fleet.core.wire import sections
 
 from answers import answer, record
 

@@ -1,4 +1,4 @@
-"""fleet.plan: what a run does on a host, for every kind of difference from the spec (no hosts)."""
+"""fleet.rollout.plan: what a run does on a host, for every kind of difference from the spec (no hosts)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 
-from fleet.parse import FileState, GpuProcess, GpuProcessList, ServiceRuntime
-from fleet.plan import (
+from fleet.rollout.parse import FileState, GpuProcess, GpuProcessList, ServiceRuntime
+from fleet.rollout.plan import (
     ROLLING_BACK,
     BEGUN,
     ROLLING_OUT,
@@ -28,7 +28,7 @@ from fleet.plan import (
     units_as_read,
     workload_of,
 )
-from fleet.rollout import UnitSeen, managed_paths, sha1
+from fleet.rollout.commands import UnitSeen, managed_paths, sha1
 
 UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file
 RECORD = "/var/lib/sglang-fleet/sglang/spec.json"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from builders import SPEC, good_facts, make_spec
 
-from fleet.guards import preflight
-from fleet.parse import NO_ANSWER
-from fleet.prerequisites import (
+from fleet.rollout.guards import preflight
+from fleet.rollout.parse import NO_ANSWER
+from fleet.rollout.prerequisites import (
     CURL,
     FLOCK,
     IP,

@@ -1,4 +1,4 @@
-"""fleet.render: the unit, the environment file and the secret files, compared exactly.
+"""fleet.rollout.render: the unit, the environment file and the secret files, compared exactly.
 
 Golden unit files live in tests/unit/golden/<ALGORITHM>.service. They were written
 once from the renderer and then read line by line against SGLang 0.5.23's --help
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.groupdata import load_class_specs
-from fleet.render import (
+from fleet.spec.load import load_class_specs
+from fleet.rollout.render import (
     env_quote,
     render_auth_header,
     render_config,
@@ -32,7 +32,7 @@ from fleet.render import (
     server_argv,
     systemd_quote,
 )
-from fleet.secrets import Secrets
+from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec, SecretSource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -401,7 +401,7 @@ def test_no_secret_declared_no_secret_file():
 
 def test_a_key_with_a_final_newline_never_reaches_the_config_file():
     """A variable set with `$(cat key)` or echo keeps its newline: in the YAML it would become a space."""
-    from fleet.secrets import SecretError, read_key
+    from fleet.spec.secrets import SecretError, read_key
 
     with pytest.raises(SecretError, match="is not a usable key"):
         read_key(FROM_ENV_SOURCE, "group_data/x.py", "service.api_key", {"SGLANG_API_KEY_LAB": KEY + "\n"})

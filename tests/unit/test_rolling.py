@@ -1,7 +1,7 @@
 """A class's rollout in turns (tasks/rolling.take_turn, with greenlets as pyinfra runs its hosts,
 the per-host work faked), with or without a gateway: the canary alone first, then at most
 rolling.max_unavailable at once, and the first failure stops the hosts whose turn has not come;
-no wait for a turn outlasts what the class's turns can take (fleet.bounds.turn_s).
+no wait for a turn outlasts what the class's turns can take (fleet.core.bounds.turn_s).
 And a replica's way out of the gateway and back (fleet/rolling.through_gateway) against a
 scripted gateway and clock."""
 
@@ -14,13 +14,13 @@ import gevent
 import pytest
 from builders import make_spec
 
-from fleet import bounds
-from fleet.activation import Outcome
-from fleet.gateway import GatewayRolling, Replica
-from fleet.monitoring import Monitoring
-from fleet.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
-from fleet.drains import Answer, Drain
-from fleet.rolling import GatewayError, Turns, through_gateway, turns
+from fleet.core import bounds
+from fleet.rollout.activation import Outcome
+from fleet.gateway.smg import GatewayRolling, Replica
+from fleet.monitoring.config import Monitoring
+from fleet.rollout.plan import BEGUN, ROLLING_BACK, ROLLING_OUT
+from fleet.turns.drains import Answer, Drain
+from fleet.turns.rolling import GatewayError, Turns, through_gateway, turns
 from fleet.spec import Canary, ClassSpec, Rolling
 from tasks import rolling
 from adapter import run as runs

@@ -1,5 +1,5 @@
-"""fleet.rollout's shell (begin, apply, restore, finish, backups, records, the workloads' stop and
-give-back) and fleet.report, no hosts; the workloads' tasks (tasks/workloads.py, HostSteps.give_back)
+"""fleet.rollout.commands's shell (begin, apply, restore, finish, backups, records, the workloads' stop and
+give-back) and fleet.core.report, no hosts; the workloads' tasks (tasks/workloads.py, HostSteps.give_back)
 over a scripted host.
 
 The commands are run for real with `sh` (pyinfra's shell; dash on Debian) and bash in a tmp
@@ -24,11 +24,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleet import lock
-from fleet.plan import RUNNING_STATES, SERVING_STATES
-from fleet.report import HostReport, RunReport, describe_gpus, table
-from fleet.layout import staged_path
-from fleet.rollout import (
+from fleet.rollout import lock
+from fleet.rollout.plan import RUNNING_STATES, SERVING_STATES
+from fleet.core.report import HostReport, RunReport, describe_gpus, table
+from fleet.core.layout import staged_path
+from fleet.rollout.commands import (
     BEGUN_MARK,
     KEEP_BACKUPS,
     RESTORED,
@@ -52,11 +52,11 @@ from fleet.rollout import (
     stop_workloads_command,
     watched_files,
 )
-from fleet.parse import start_of_stat
-from fleet.plan import Before, FoundProcess, Held, UnitBefore
-from fleet.secrets import Secrets
+from fleet.rollout.parse import start_of_stat
+from fleet.rollout.plan import Before, FoundProcess, Held, UnitBefore
+from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec
-from fleet.wire import frames
+from fleet.core.wire import frames
 from tasks import activate as tasks_activate
 from tasks import workloads as tasks_workloads
 
@@ -319,7 +319,7 @@ def test_begin_refuses_a_workload_started_since_preflight_and_changes_nothing(ho
     assert not list(host.path("/etc/systemd/system").glob(".*"))  # nothing staged
 
 
-# What counts as the same: the question the plan and the rollback ask of the state (fleet.plan.units_as_read).
+# What counts as the same: the question the plan and the rollback ask of the state (fleet.rollout.plan.units_as_read).
 @pytest.mark.parametrize("unit, alike, then, now, changed", [
     (TRAIN, RUNNING_STATES, ("activating", "enabled"), ("active", "enabled"), None),  # still starting then: running
     (TRAIN, RUNNING_STATES, ("inactive", "disabled"), ("failed", "disabled"), None),  # stopped either way
@@ -345,7 +345,7 @@ def test_begin_compares_unit_states_as_the_rollback_reads_them(host, unit, alike
 
 
 def test_a_failure_after_the_backup_removes_the_set_it_took(host):
-    """A set without its pending record would pass for an interrupted rollout's (fleet.history)."""
+    """A set without its pending record would pass for an interrupted rollout's (fleet.rollout.history)."""
     host.write(UNIT, "unit\n")
     host.path(SPEC.pending_file + ".tmp").mkdir(parents=True)  # the pending record cannot be written
     r = begin(host, check=False)

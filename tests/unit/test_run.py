@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleet.outcome import HostVerdict
+from fleet.core.outcome import HostVerdict
 from adapter import run as runs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""fleet.secrets: read where the deploy runs, for the class deployed; never shown, not when refused."""
+"""fleet.spec.secrets: read where the deploy runs, for the class deployed; never shown, not when refused."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from builders import make_spec
 
-from fleet.gateway import Gateway
-from fleet.render import auth_header, gateway_secrets, render_config, render_secret_env, render_vrrp_auth, \
+from fleet.gateway.smg import Gateway
+from fleet.rollout.render import auth_header, gateway_secrets, render_config, render_secret_env, render_vrrp_auth, \
     service_secrets
-from fleet.secrets import ARGUMENTS, SecretError, Secrets, parse_arguments, resolve, secrets_in_arguments, unread
+from fleet.spec.secrets import ARGUMENTS, SecretError, Secrets, parse_arguments, resolve, secrets_in_arguments, unread
 
 KEY, ADMIN = "sk-Fleet0123456789abcdef", "adm-Fleet0123456789"
 WHERE = "group_data/pro6000.py"

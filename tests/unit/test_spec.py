@@ -1,4 +1,4 @@
-"""fleet.spec and fleet.groupdata on good and bad data, no hosts.
+"""fleet.spec and fleet.spec.load on good and bad data, no hosts.
 
 The shipped group_data must validate and express the seed case; every refusal must
 name the field, the value and what is allowed; the API key must never be printed.
@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 from pydantic_core import PydanticUndefined
 
-from fleet.groupdata import SpecError, explain, load_class_specs, spec_data, validate_class
+from fleet.spec.load import SpecError, explain, load_class_specs, spec_data, validate_class
 from fleet.spec import (
     ALGORITHM_TAGS,
     CONFIG_FLAG,
@@ -77,7 +77,7 @@ def shipped() -> dict[str, ClassSpec]:
 
 
 def test_shipped_group_data_validates(shipped):
-    # every file but all.py is a class, or a gateway (fleet.gateway, tested in test_gateway.py)
+    # every file but all.py is a class, or a gateway (fleet.gateway.smg, tested in test_gateway.py)
     assert set(shipped) == {p.stem for p in GROUP_DATA.glob("*.py")} - {"all", "gateway", "monitoring"}
     assert shipped, "group_data/ declares no GPU class"
 
@@ -723,7 +723,7 @@ def test_every_workload_name_once_whatever_its_kind():
 
 
 def test_the_workload_fields_hold_no_name_that_masks_a_secret():
-    from fleet.groupdata import may_hold_a_secret
+    from fleet.spec.load import may_hold_a_secret
 
     names = set(ScopeWorkload.model_fields) | set(ProcessWorkload.model_fields)
     assert not {n for n in names if may_hold_a_secret(n)}
@@ -767,7 +767,7 @@ def test_the_prompt_keeps_ordinary_unicode(prompt):
 def test_the_longest_prompt_and_name_keep_the_smoke_request_inside_one_argument():
     """The smoke command is one `sh -c` argument (128 KiB at most) carrying the JSON body, which
     escapes a character outside the BMP as two \\uXXXX (12 bytes)."""
-    from fleet.gate import smoke_command
+    from fleet.rollout.gate import smoke_command
 
     spec = validate_class(SRC, data(service=svc(served_model_name="😀" * NAME_MAX),
                                     smoke={"prompt": "😀" * PROMPT_MAX}))
@@ -807,7 +807,7 @@ def test_a_served_name_may_not_look_like_a_flag():
 # --- numbers: finite, bounded, each bound in its description -----------------------------------
 
 def _numeric_fields():
-    from fleet.docs import SECTIONS
+    from fleet.spec.docs import SECTIONS
 
     for title, model in SECTIONS:
         for name, field in model.model_fields.items():
@@ -912,8 +912,8 @@ def test_extra_args_in_a_refusal_show_a_secret_flags_value_masked():
 def test_only_the_secret_fields_of_the_spec_are_masked_by_name():
     """A message masks the value of a key that may hold a secret: the spec's own fields must not
     look like one (max_tokens, num_draft_tokens stay visible)."""
-    from fleet.docs import SECTIONS
-    from fleet.groupdata import may_hold_a_secret
+    from fleet.spec.docs import SECTIONS
+    from fleet.spec.load import may_hold_a_secret
 
     names = {n for _, model in SECTIONS for n in model.model_fields} | set(SPEC_KEYS)
     assert {n for n in names if may_hold_a_secret(n)} == {"api_key", "admin_api_key", "secret_environment",

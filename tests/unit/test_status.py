@@ -1,4 +1,4 @@
-"""fleet.status: a host's row from one round trip's facts; drift in make dry's words."""
+"""fleet.rollout.status: a host's row from one round trip's facts; drift in make dry's words."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from builders import KEYED, PRO, SPEC, converged, gpu, make_spec, secrets_of, unit
 
-from fleet.history import History, Record
-from fleet.parse import FileState, GpuList, ServiceRuntime
-from fleet.status import (
+from fleet.rollout.history import History, Record
+from fleet.rollout.parse import FileState, GpuList, ServiceRuntime
+from fleet.rollout.status import (
     DRIFT,
     OK,
     REFUSED,

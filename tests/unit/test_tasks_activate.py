@@ -15,8 +15,8 @@ from builders import SPEC, converged, make_spec, process, unit
 from fakehost import Clock, Script, fake_host, fresh_run, this_run, observation, preflight_of, smi, smoke_answer  # noqa: F401
 
 from facts.gpu import GpuProcesses
-from fleet import gate, rollout
-from fleet.parse import GpuProcessList
+from fleet.rollout import commands as rollout, gate
+from fleet.rollout.parse import GpuProcessList
 from tasks import activate, workloads
 from tasks.common import Begun
 

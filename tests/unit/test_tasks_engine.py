@@ -18,9 +18,9 @@ from fakehost import Call, Clock, Script, fake_host, fresh_run, this_run, prefli
 from pyinfra.context import ctx_host, ctx_state
 
 from facts.sglang import SglangEngine
-from fleet import bounds, layout
-from fleet import engine as rules
-from fleet.parse import Engine, parse_algorithms
+from fleet.core import bounds, layout
+from fleet.engine import install as rules
+from fleet.rollout.parse import Engine, parse_algorithms
 from fleet.spec import ClassSpec
 from tasks import engine, preflight
 from tasks.common import CACHE, WheelError
@@ -48,7 +48,7 @@ WHEEL = str(CACHE / "wheels" / "pip-24.3.1" / "pip-24.3.1-py3-none-any.whl")  # 
 ON_HOST = rules.pip_wheel_path("pip-24.3.1-py3-none-any.whl")
 UPLOADS = [(WHEEL, ON_HOST)]  # pip's wheel first, then engine.wheels (none here)
 
-# --- what the host answers, framed as fleet/engine.py's commands and the engine fact print it --------
+# --- what the host answers, framed as fleet/engine/install.py's commands and the engine fact print it --------
 
 # 0.5.23's --help with upstream PR 29907 (DDTree): the algorithm among the builtins, and its flag
 HELP_DDTREE = HELP_0523.replace("DFLASH, DSPARK, UNO.", "DFLASH, DSPARK, UNO, DDTREE.").replace(

@@ -18,15 +18,15 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Sha1File
 
 from facts.gateway import GatewayFacts
-from fleet import drains
-from fleet import floating
-from fleet.floating import Interface, Vrrp
-from fleet.gateway import GatewayHost, Replica, discovery_file, generation, health_command
-from fleet.groupdata import load_class_specs, load_gateways
-from fleet.layout import staged_path
-from fleet.render import render_gateway_secret, render_gateway_sysctl, render_gateway_unit, render_keepalived, \
+from fleet.turns import drains
+from fleet.gateway import floating
+from fleet.gateway.floating import Interface, Vrrp
+from fleet.gateway.smg import GatewayHost, Replica, discovery_file, generation, health_command
+from fleet.spec.load import load_class_specs, load_gateways
+from fleet.core.layout import staged_path
+from fleet.rollout.render import render_gateway_secret, render_gateway_sysctl, render_gateway_unit, render_keepalived, \
     render_keepalived_dropin, render_vrrp_auth
-from fleet.rollout import sha1, write_command
+from fleet.rollout.commands import sha1, write_command
 from tasks import common, gateway, gateway_turns, preflight
 
 SPEC = make_spec(service={"host": "0.0.0.0"})

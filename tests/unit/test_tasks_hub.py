@@ -26,9 +26,9 @@ from paramiko import SSHException
 from pyinfra.context import ctx_host, ctx_state
 
 from facts.models import ModelDirs
-from fleet import bounds, layout
-from fleet import hub as rules
-from fleet.parse import HostFacts, ModelDir
+from fleet.core import bounds, layout
+from fleet.weights import hub as rules
+from fleet.rollout.parse import HostFacts, ModelDir
 from fleet.spec import ClassSpec
 from tasks import engine, hub, preflight
 from tasks.common import CACHE, WheelError
@@ -73,7 +73,7 @@ CLIENT_WHEELS = [CACHE / "wheels" / "huggingface_hub-2.4.0-py3.11" / name for na
     "huggingface_hub-2.4.0-py3-none-any.whl", "requests-2.32.3-py3-none-any.whl")]
 UPLOADS = [(str(PIP), PIP_ON_HOST), *((str(w), f"{layout.hub_client_wheels(CLIENT)}/{w.name}") for w in CLIENT_WHEELS)]
 
-# --- what the host answers, framed as fleet/hub.py's commands and the models fact print them -----------
+# --- what the host answers, framed as fleet/weights/hub.py's commands and the models fact print them -----------
 
 MIB = 1 << 20
 

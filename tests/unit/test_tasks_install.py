@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fakehost import fake_host
 
-from fleet.layout import staged_path
+from fleet.core.layout import staged_path
 from tasks.install import PRIVATE_DROP, upload
 
 UNIT, SECRET = "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.yaml"

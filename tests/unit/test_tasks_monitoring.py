@@ -19,8 +19,8 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import Command
 
 from facts.monitoring import MonitoringFacts, MonitoringStatus, MonitorView
-from fleet.gate import CURL
-from fleet.monitoring import (
+from fleet.rollout.gate import CURL
+from fleet.monitoring.config import (
     AUTH_CURL,
     BUNDLES,
     CONFIG,
@@ -44,9 +44,9 @@ from fleet.monitoring import (
     silence_command,
     silences_command,
 )
-from fleet.layout import staged_path
-from fleet import hosts
-from fleet.rollout import sha1
+from fleet.core.layout import staged_path
+from fleet.core import hosts
+from fleet.rollout.commands import sha1
 from tasks import monitoring, preflight
 
 SPEC = make_spec(service={"host": "0.0.0.0"})

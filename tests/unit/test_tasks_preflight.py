@@ -17,12 +17,13 @@ from pyinfra.context import ctx_host, ctx_state
 
 from facts.history import DeployHistory
 from facts.preflight import HostSnapshot, snapshot_args
-from fleet import intent, tune
-from fleet import bounds
-from fleet.history import Backup, History
-from fleet.lock import LockFacts
-from fleet.parse import GpuList
-from fleet.rollout import spec_record
+from fleet.rollout import intent
+from fleet.tune import search as tune
+from fleet.core import bounds
+from fleet.rollout.history import Backup, History
+from fleet.rollout.lock import LockFacts
+from fleet.rollout.parse import GpuList
+from fleet.rollout.commands import spec_record
 from tasks import preflight
 
 NEW = make_spec(speculative={"algorithm": "DFLASH", "draft_model_path": "/root/models/Qwen3.6-27B-DFlash",
@@ -195,7 +196,7 @@ COMMIT = "e" * 40
 
 
 def test_a_branch_is_pinned_to_the_commit_its_endpoint_names_before_the_host_is_read(checking, monkeypatch):
-    monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (200, ('{"sha": "%s"}' % COMMIT).encode()))
+    monkeypatch.setattr("fleet.weights.hub.http_get", lambda url, token: (200, ('{"sha": "%s"}' % COMMIT).encode()))
     pinned = BY_BRANCH.with_commits({("z-lab/d", "main"): COMMIT})
     facts = converged(pinned)
     facts = replace(facts, models={**facts.models, pinned.draft_path: facts.models[DRAFT]})
@@ -207,7 +208,7 @@ def test_a_branch_is_pinned_to_the_commit_its_endpoint_names_before_the_host_is_
 
 
 def test_a_branch_without_a_commit_refuses_the_host_before_it_is_read(checking, monkeypatch):
-    monkeypatch.setattr("fleet.hub.http_get", lambda url, token: (404, b"Repository not found"))
+    monkeypatch.setattr("fleet.weights.hub.http_get", lambda url, token: (404, b"Repository not found"))
     pf, row, queued, _, asked = checking(converged(SPEC), data=data_of(BY_BRANCH))
     assert pf is None and row.verdict == "REFUSED" and asked == []
     assert row.reasons == ["h: z-lab/d: branch main: expected its commit from https://huggingface.co, found HTTP 404: "

@@ -14,10 +14,11 @@ from answers import answer, record
 from builders import SPEC, converged, make_spec
 from fakehost import Script, fake_host, fresh_run, this_run, preflight_of  # noqa: F401
 
-from fleet import bounds, layout, lock, rollout
-from fleet.history import Backup, rollback_files
-from fleet.parse import FileState
-from fleet.plan import units_as_read
+from fleet.core import bounds, layout
+from fleet.rollout import commands as rollout, lock
+from fleet.rollout.history import Backup, rollback_files
+from fleet.rollout.parse import FileState
+from fleet.rollout.plan import units_as_read
 from tasks import recovery
 from tasks.common import Begun
 from tasks.preflight import Rollback

@@ -18,14 +18,17 @@ import pytest
 from builders import make_spec
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
-from fleet import bounds, canary, drains, gate, measure
-from fleet.activation import Outcome
-from fleet.gateway import Replica, discovery_file, workers_command
-from fleet.groupdata import load_gateways, load_class_specs
-from fleet.hosts import replicas
-from fleet.intent import PLAIN
-from fleet.render import server_argv
-from fleet.rolling import GatewayError
+from fleet.core import bounds
+from fleet.rollout import gate
+from fleet.tune import measure
+from fleet.turns import canary, drains
+from fleet.rollout.activation import Outcome
+from fleet.gateway.smg import Replica, discovery_file, workers_command
+from fleet.spec.load import load_gateways, load_class_specs
+from fleet.core.hosts import replicas
+from fleet.rollout.intent import PLAIN
+from fleet.rollout.render import server_argv
+from fleet.turns.rolling import GatewayError
 from tasks import rolling
 
 SPEC = make_spec(service={"host": "0.0.0.0"})  # smg on another host reaches it
@@ -282,7 +285,7 @@ def loaded(tokens_per_s: float, accept: float, failed: int = 0, requests: int = 
 
 
 def canary_through(fleet, loads: list[str], spec=SPEC, serving=True):
-    """r1, the canary of two behind smg, its activation a fake that runs its analysis as fleet.activation does."""
+    """r1, the canary of two behind smg, its activation a fake that runs its analysis as fleet.rollout.activation does."""
     hosts, gw = fleet({"smg": GatewayDisk(fleet.root / "smg", [workers(R1, R2), workers(R2), workers(R1, R2)]),
                        "r1": Script({"@@measure": loads,
                                      "/metrics": "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"})})
@@ -309,7 +312,7 @@ def test_the_canary_is_measured_out_of_its_gateway_before_and_after_and_judged_a
     outcome, hosts, roll, steps, (analysis,) = canary_through(fleet, [loaded(400, 2.5), loaded(380, 4.7)])
     assert outcome.ok and analysis.passed and not roll.stopped
     assert steps.ops_at_go == [("out", "r1")] and measures(hosts) == 2  # both loads while out of routing
-    # make tune's routine (fleet.measure), the analysis's load: the very command, on the replica itself
+    # make tune's routine (fleet.tune.measure), the analysis's load: the very command, on the replica itself
     shared = measure.command(SPEC, canary.load(SPEC.canary, SPEC))
     assert [c for c in hosts["r1"].commands() if "@@measure" in c] == [shared, shared]
     assert hosts["smg"].answer.ops(hosts["smg"]) == [("out", "r1"), ("in", "r1")]

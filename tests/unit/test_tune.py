@@ -1,4 +1,4 @@
-"""make tune: fleet/tune.py's decisions (candidates, refusals, the figures of a level, the winners, the
+"""make tune: fleet/tune/search.py's decisions (candidates, refusals, the figures of a level, the winners, the
 record, the group_data change), the tune section of a class spec, and what the deploy does for a tune
 (the plan of a candidate and of the return, the tune mark read, written and removed on a real shell,
 the backup set dropped, the replica kept out of its gateway, the record's kind); then ops/tune.py's
@@ -25,23 +25,24 @@ from types import SimpleNamespace
 
 import pytest
 import builders
-from fleet import bounds
+from fleet.core import bounds
 from builders import KEYED, converged, secrets_of
 from test_rolling import Through  # the gateway scripted, as test_rolling.py scripts it
 from test_rollout import Host as Root  # a tmp root the rollout's commands run in, as test_rollout.py's
 
 from facts.deploy import DeployedFiles
-from fleet import intent, lock, measure, rollout, tune
-from fleet.activation import Outcome
-from fleet.gateway import GatewayRolling, Replica
-from fleet.groupdata import load_class_specs, load_gateways, read_group_file, validate_class
-from fleet.history import PREVIOUS, Backup, History, Record, before_last_change, choose_backup, spec_sha256
-from fleet.parse import parse_deploy_state
-from fleet.plan import declared_files, plan
-from fleet.rolling import through_gateway
+from fleet.rollout import commands as rollout, intent, lock
+from fleet.tune import measure, search as tune
+from fleet.rollout.activation import Outcome
+from fleet.gateway.smg import GatewayRolling, Replica
+from fleet.spec.load import load_class_specs, load_gateways, read_group_file, validate_class
+from fleet.rollout.history import PREVIOUS, Backup, History, Record, before_last_change, choose_backup, spec_sha256
+from fleet.rollout.parse import parse_deploy_state
+from fleet.rollout.plan import declared_files, plan
+from fleet.turns.rolling import through_gateway
 from fleet.spec import TUNE_BLOCK_SIZES, ClassSpec, Tune
-from fleet.status import DRIFT, OK, HostStatus, judge
-from fleet.tune import Candidate, Level, Result
+from fleet.rollout.status import DRIFT, OK, HostStatus, judge
+from fleet.tune.search import Candidate, Level, Result
 from ops import tune as ops_tune
 
 REPO = Path(__file__).resolve().parents[2]
@@ -629,7 +630,7 @@ def test_a_path_with_a_space_is_quoted(tmp_path, bin_dir):
 
 
 def test_parse_deploy_state_takes_only_a_present_tune_block():
-    from fleet.wire import block
+    from fleet.core.wire import block
 
     def text(command: str) -> list[str]:
         return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True).stdout.splitlines()
@@ -1341,7 +1342,7 @@ def test_measure_runs_the_shared_load_on_the_host_at_each_concurrency(capsys):
     assert [(x.concurrency, x.requests, x.failed, x.output_tokens) for x in levels] == [(1, 5, 1, 200), (4, 12, 1, 550)]
     assert levels[0].accept_length == 4.0 and levels[0].gen_throughput == 77.0 and levels[1].accept_length is None
     assert levels[0].ttft_p50_s == pytest.approx(0.2) and levels[0].errors == ["HTTP 500"]
-    # the deploy's canary analysis runs this very command (fleet.measure): the tune's load, the same program
+    # the deploy's canary analysis runs this very command (fleet.tune.measure): the tune's load, the same program
     load = measure.Load(5, 1, 64, tuple(tune.PROMPTS), 30.0)
     assert t.fleet.ran[0] == ("h1", measure.command(t.spec, load), measure.bound(load, "x").seconds)
     assert t.fleet.closed == 1
@@ -1435,7 +1436,7 @@ def inventory_host(name, *groups, **data):
 
 
 def made(monkeypatch, hosts, **kw):
-    from fleet.groupdata import validate_host
+    from fleet.spec.load import validate_host
 
     def spec_of(host):
         cls = next(g for g in host.groups if g != "gateway")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from pyinfra.api import Config, Inventory, State
 
-from fleet.render import BEARER, auth_header
-from fleet.secrets import HostSecret
+from fleet.rollout.render import BEARER, auth_header
+from fleet.spec.secrets import HostSecret
 from ops.verify_backend import CommandDidNotRun, as_node, secrets_shown
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from fleet.gateway import Gateway, Replica
+from fleet.gateway.smg import Gateway, Replica
 from fleet.spec import ClassSpec
 from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
-from fleet.hosts import replicas, scrape_targets
-from fleet.monitoring import Monitoring, Scraped
+from fleet.core.hosts import replicas, scrape_targets
+from fleet.monitoring.config import Monitoring, Scraped
 
 
 @dataclass

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 import shlex
 
-from fleet import floating, hosts
-from fleet.gate import CURL
-from fleet.gateway import mesh_file
+from fleet.core import hosts
+from fleet.gateway import floating
+from fleet.rollout.gate import CURL
+from fleet.gateway.smg import mesh_file
 
 
 def test_keepalived_enabled_and_running_on_each(floating_nodes):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from fleet.gate import CURL
-from fleet.gateway import READY, parse_workers
-from fleet.render import gateway_secrets
+from fleet.rollout.gate import CURL
+from fleet.gateway.smg import READY, parse_workers
+from fleet.rollout.render import gateway_secrets
 from ops.verify_backend import secrets_shown
 
 

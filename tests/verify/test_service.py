@@ -9,15 +9,16 @@ from packaging.utils import canonicalize_name
 
 from facts.gpu import GpuInventory, GpuProcesses
 from facts.systemd import SystemdVersion
-from fleet import guards, layout
-from fleet.engine import FREEZE
-from fleet.hub import MANIFEST, verify_command
-from fleet.gate import CURL, auth_option, url
-from fleet.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
-from fleet.plan import workload_of
-from fleet.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv, service_secrets
-from fleet.rollout import OWNER, desired_files
-from fleet.secrets import unread
+from fleet.core import layout
+from fleet.rollout import guards
+from fleet.engine.install import FREEZE
+from fleet.weights.hub import MANIFEST, verify_command
+from fleet.rollout.gate import CURL, auth_option, url
+from fleet.rollout.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
+from fleet.rollout.plan import workload_of
+from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv, service_secrets
+from fleet.rollout.commands import OWNER, desired_files
+from fleet.spec.secrets import unread
 from fleet.spec import SECRET_FLAGS
 from ops.verify_backend import secrets_shown
 

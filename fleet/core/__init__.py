@@ -1,0 +1,1 @@
+"""The small core every concern uses: how a host's answer is framed (wire), every wait's bound (bounds), where things live on a host (layout), what became of a host (outcome), the run's summary (report), inventory lookups (hosts), and the controller-side boundary (controller): what fleet reads of the machine the deploy runs on."""

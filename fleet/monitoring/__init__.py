@@ -1,0 +1,1 @@
+"""Prometheus and Alertmanager on the monitoring host: the spec, the generated bundle, the silences."""

@@ -1,0 +1,1 @@
+"""A replica's rollout on its host: its facts (parse), the plan and its pending record (plan), the checks (guards, prerequisites), the gate, activation and rollback (gate, activation), the deploy lock (lock), the commands that begin, apply, restore and finish it (commands), its history, the files it renders (render), make status's view of it (status)."""

@@ -1,0 +1,1 @@
+"""A model declared by Hugging Face repository and commit: fetched, checked, found again."""
