@@ -1,4 +1,5 @@
-"""Thin pyinfra facts: one command each, parsed by fleet/rollout/parse.py.
+"""Thin pyinfra facts: one command each, parsed by fleet/rollout/parse.py (and gpus.py, fleet/engine/parse.py,
+fleet/weights/parse.py).
 
 Every command exits 0 and reports outcomes in records (fleet/core/wire.py: a marker line
 `@@key=value`, then the host's bytes for it as one base64 line): pyinfra turns a fact's

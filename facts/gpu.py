@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 from facts import captured_apart, quiet
-from fleet.rollout.parse import GpuList, GpuProcessList, parse_gpu_inventory, parse_gpu_processes
+from fleet.rollout.gpus import GpuList, GpuProcessList, parse_gpu_inventory, parse_gpu_processes
 from fleet.core.wire import data, mark
 
 GPU_QUERY = ("--query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current "

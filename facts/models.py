@@ -9,7 +9,7 @@ from pyinfra.api import FactBase
 
 from facts import BLOCK_LIMIT, captured, quiet
 from fleet.weights.hub import MANIFEST, damaged_files
-from fleet.rollout.parse import ModelDir, parse_model_dirs
+from fleet.weights.parse import ModelDir, parse_model_dirs
 from fleet.core.wire import block, mark
 
 

@@ -16,12 +16,12 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import captured, quiet
-from fleet.rollout.parse import Engine, parse_engine
+from fleet.engine.parse import Engine, parse_engine
 from fleet.core.wire import MARK, block, mark
 
 KEEP = 10  # cache files kept (one per engine and environment seen)
 # --help is the engine's own list of algorithms and flags: of its 190 kB only the option lines and
-# the speculative algorithm's help are read (fleet.rollout.parse), so only they are kept and sent, on every
+# the speculative algorithm's help are read (fleet.engine.parse), so only they are kept and sent, on every
 # run of every host (the cache hit sends them too).
 OPTIONS = "awk '/^  -/ { keep = /^  --speculative-algorithm/; print; next } keep'"
 FORMAT = 3  # of a cache file (its answer's framing): another format is another file, never misread

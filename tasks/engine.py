@@ -25,7 +25,7 @@ from fleet.core import bounds, layout
 from fleet.rollout import guards
 from fleet.engine import install as rules
 from fleet.core.outcome import HostVerdict
-from fleet.rollout.parse import EngineStatus, parse_engine
+from fleet.engine.parse import EngineStatus, parse_engine
 from fleet.core.wire import excerpt
 from adapter import run as runs
 from tasks.common import CACHE, HostLost, WheelError, downloaded, fail, run, uploaded

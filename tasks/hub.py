@@ -29,7 +29,7 @@ from fleet.core import bounds, layout
 from fleet.rollout import guards
 from fleet.weights import hub as rules
 from fleet.core.outcome import HostVerdict
-from fleet.rollout.parse import parse_model_dirs
+from fleet.weights.parse import parse_model_dirs
 from fleet.core.wire import ascii_int, excerpt, frames
 from adapter import run as runs
 from tasks.common import (CACHE, HostLost, WheelError, asked, downloaded, fail, give_up, given_up, run,

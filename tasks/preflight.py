@@ -19,7 +19,8 @@ from fleet.tune import search as tune
 from fleet.spec.load import SpecError, validate_host
 from fleet.rollout.history import choose_backup, rollback_files
 from fleet.weights.hub import pin_branches
-from fleet.rollout.parse import HostFacts, NvidiaSmiStatus
+from fleet.rollout.parse import HostFacts
+from fleet.rollout.gpus import NvidiaSmiStatus
 from fleet.rollout.plan import Plan, declared_files, describe_diff, plan, read_pending
 from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.core.outcome import HostVerdict

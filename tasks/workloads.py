@@ -13,7 +13,7 @@ import time
 from facts.gpu import GpuProcesses
 from fleet.core import bounds
 from fleet.rollout import commands as rollout, guards
-from fleet.rollout.parse import GpuProcessList, parse_gpu_processes
+from fleet.rollout.gpus import GpuProcessList, parse_gpu_processes
 from fleet.rollout.plan import workload_of
 from fleet.spec import ClassSpec
 from tasks.common import run

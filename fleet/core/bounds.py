@@ -143,5 +143,5 @@ def turn_s(spec: ClassSpec, through: GatewayRolling | None = None) -> float:
 
 def bounded(command: str, timeout_s: float) -> str:
     """`command` killed after timeout_s (a GPU fallen off the bus makes nvidia-smi hang for good):
-    it exits 124 then (coreutils timeout; fleet.rollout.parse.TIMED_OUT), and the fact still answers."""
+    it exits 124 then (coreutils timeout; fleet.core.wire.TIMED_OUT), and the fact still answers."""
     return f"timeout -k 5 {max(1, int(timeout_s + 0.999))} {command}" if timeout_s else command

@@ -42,7 +42,7 @@ def describe_gpus(names: list[str]) -> str:
 
 
 def describe_gpu_list(gpus) -> str:
-    """GPUs (fleet.rollout.parse.Gpu) by model, then their PCI bus ids: which boards, on a box with several."""
+    """GPUs (fleet.rollout.gpus.Gpu) by model, then their PCI bus ids: which boards, on a box with several."""
     buses = [g.bus_id[9:] if g.bus_id.startswith("00000000:") else g.bus_id for g in gpus]
     return describe_gpus([g.name for g in gpus]) + (f" at {', '.join(buses)}" if buses else "")
 

@@ -42,6 +42,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 CELL = 100  # characters of a view's cell: a value a host or server said
 LINE = 300  # characters of a view's line of its own: a reason, an alert, a diff's line
+NO_ANSWER = "no answer from the host"  # a section or marker the command never printed
+TIMED_OUT = "124"  # coreutils timeout's exit status (facts.bounded)
+FIELD_LIMIT = 256  # characters of one value nvidia-smi or systemctl reports (a GPU name, a state)
 _STRING = re.compile(r'"[^"]*"?')  # escapes removed first: a string ends at its next quote, or the text's end
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # an opening bracket +1, a closing one -1 (signed bytes)
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[{]}")))
@@ -123,6 +126,10 @@ def capped(items: list, most: int, line: Callable[[Any], str] = str) -> list[str
 def excerpt(text: str, limit: int = 120) -> str:
     """A bounded, printable quotation of host text for a message."""
     return repr(clipped(text, limit))
+
+
+def _words(text: str | None) -> str:
+    return clipped(" ".join((text or "").split()), 300)
 
 
 def decode(line: str) -> str | None:

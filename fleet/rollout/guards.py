@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.weights.hub import to_fetch
-from fleet.rollout.parse import Engine, EngineStatus, GpuList, GpuProcess, GpuProcessList, HostFacts, ModelDir, ModelStatus, NO_ANSWER, NvidiaSmiStatus, UnitState
+from fleet.engine.parse import Engine, EngineStatus
+from fleet.rollout.gpus import GpuList, GpuProcess, GpuProcessList, NvidiaSmiStatus
+from fleet.rollout.parse import HostFacts, UnitState
+from fleet.weights.parse import ModelDir, ModelStatus
+from fleet.core.wire import NO_ANSWER
 from fleet.rollout.plan import read_pending, workload_of
 from fleet.rollout.prerequisites import Program, missing, replica_programs
 from fleet.rollout.render import MODULE, server_argv

@@ -27,7 +27,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from fleet.rollout.gate import base_url
 from fleet.weights.hub import to_fetch
-from fleet.rollout.parse import COMMAND_LINE_LIMIT, EngineStatus, GpuProcess, GpuProcessList, HostFacts, UnitState
+from fleet.rollout.gpus import COMMAND_LINE_LIMIT, GpuProcess, GpuProcessList
+from fleet.engine.parse import EngineStatus
+from fleet.rollout.parse import HostFacts, UnitState
 from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, server_argv
 from fleet.rollout.commands import DIR_MODE, OWNER, ManagedFile, UnitSeen, desired_files, managed_dirs, managed_paths
 from fleet.spec.secrets import Secrets

@@ -12,9 +12,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from fleet.rollout.parse import NO_ANSWER
 from fleet.spec import ClassSpec
-from fleet.core.wire import data, frames, mark
+from fleet.core.wire import NO_ANSWER, data, frames, mark
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from fleet.rollout.gate import parse_metrics
 from fleet.gateway.smg import READY, SMG_RELEASE, Gateway, Replica, parse_workers
 from fleet.rollout.history import History, Record, describe_record, describe_serving, when
 from fleet.monitoring.config import UNIT_STATE, MonitoringHost, firing, is_ready
-from fleet.rollout.parse import HostFacts, NvidiaSmiStatus
+from fleet.rollout.parse import HostFacts
+from fleet.rollout.gpus import NvidiaSmiStatus
 from fleet.rollout.plan import declared_files, plan, read_pending
 from fleet.core.report import describe_gpu_list
 from fleet.rollout.commands import ManagedFile

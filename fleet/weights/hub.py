@@ -23,7 +23,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from fleet.core import controller, layout
-from fleet.rollout.parse import NOT_FETCHED, ModelDir
+from fleet.weights.parse import NOT_FETCHED, ModelDir
 from fleet.spec import COMMIT, ClassSpec, HubModel, HubSpec
 from fleet.core.wire import Unreadable, ascii_int, block, excerpt, frames, lines_of, load_json, mark
 

@@ -6,21 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from fleet.rollout.lock import LockFacts
-from fleet.rollout.parse import (
-    DeployState,
-    FileState,
-    Engine,
-    Gpu,
-    GpuList,
-    GpuProcess,
-    GpuProcessList,
-    HostFacts,
-    ModelDir,
-    ServiceRuntime,
-    UnitState,
-    parse_algorithms,
-    parse_flags,
-)
+from fleet.rollout.parse import DeployState, FileState, HostFacts, ServiceRuntime, UnitState
+from fleet.engine.parse import Engine, parse_algorithms, parse_flags
+from fleet.rollout.gpus import Gpu, GpuList, GpuProcess, GpuProcessList
+from fleet.weights.parse import ModelDir
 from fleet.rollout.plan import masked_argv
 from fleet.rollout.prerequisites import replica_programs
 from fleet.rollout.render import server_argv

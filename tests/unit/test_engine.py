@@ -24,7 +24,7 @@ from fleet.engine.install import the_pip_wheel
 from fleet.core import layout
 from fleet.spec.load import SpecError, validate_class
 from fleet.rollout.guards import engine_violations
-from fleet.rollout.parse import parse_engine
+from fleet.engine.parse import parse_engine
 from fleet.rollout.render import server_argv
 from fleet.spec import ClassSpec
 from lab import mirror

@@ -26,19 +26,16 @@ from facts.sglang import SglangEngine
 from fleet.core.layout import ENGINE_CACHE_DIR
 from facts.systemd import SystemdVersion, UnitStates
 from fleet.rollout.lock import LockFacts
+from fleet.engine.parse import Engine, parse_flags
 from fleet.rollout.parse import (
-    Engine,
     UNIT_PROPERTIES,
     parse_systemd_version,
     DeployState,
     FileState,
-    Gpu,
-    GpuList,
     HostFacts,
     ServiceRuntime,
-    parse_flags,
-    unit_of_cgroup,
 )
+from fleet.rollout.gpus import Gpu, GpuList, unit_of_cgroup
 from fleet.spec import SGLANG_0523_ALGORITHMS
 from fleet.core.wire import BLOCK_LIMIT
 

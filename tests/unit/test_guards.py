@@ -36,7 +36,10 @@ from fleet.rollout.guards import (
     trained_block_size,
     unit_violations,
 )
-from fleet.rollout.parse import Engine, GpuList, GpuProcessList, ModelDir, ServiceRuntime, UnitState
+from fleet.engine.parse import Engine
+from fleet.rollout.gpus import GpuList, GpuProcessList
+from fleet.weights.parse import ModelDir
+from fleet.rollout.parse import ServiceRuntime, UnitState
 from fleet.spec import ClassSpec
 
 

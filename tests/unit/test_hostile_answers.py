@@ -29,16 +29,14 @@ from fleet.rollout.history import Backup, parse_history
 from fleet.rollout.prerequisites import parse_probe
 from fleet.rollout.parse import (
     file_state,
-    parse_config,
     parse_deploy_state,
-    parse_engine,
-    parse_gpu_inventory,
-    parse_gpu_processes,
-    parse_model_dirs,
     parse_service_runtime,
     parse_systemd_version,
     parse_unit_states,
 )
+from fleet.weights.parse import parse_config, parse_model_dirs
+from fleet.engine.parse import parse_engine
+from fleet.rollout.gpus import parse_gpu_inventory, parse_gpu_processes
 from fleet.rollout.plan import plan, read_pending
 from fleet.core.report import describe_gpu_list
 from fleet.rollout.status import judge, judge_gateway, parse_metrics

@@ -19,7 +19,7 @@ import requests
 from fleet.core import layout
 from fleet.weights import hub
 from fleet.spec.load import SpecError, validate_class
-from fleet.rollout.parse import parse_model_dirs
+from fleet.weights.parse import parse_model_dirs
 from facts.models import ModelDirs
 from lab import hf, mirror
 from tasks.hub import client_wheels

@@ -1,6 +1,6 @@
 """Outcomes are types (fleet/core/outcome.py): what steers a rollout is a HostVerdict, never its words; so are a record's
-kind and result (RecordKind, RecordResult), a drain's answer (DrainResult) and what a fact came to (fleet/rollout/parse.py's
-statuses): neither compared with nor assigned as the words they stand for."""
+kind and result (RecordKind, RecordResult), a drain's answer (DrainResult) and what a fact came to (fleet/rollout/gpus.py's,
+fleet/engine/parse.py's and fleet/weights/parse.py's statuses): neither compared with nor assigned as the words they stand for."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from test_run import PRODUCT, ROOT
 from fleet.rollout.activation import Outcome
 from fleet.turns.drains import Answer, DrainResult
 from fleet.core.outcome import HostVerdict, RecordKind, RecordResult
-from fleet.rollout.parse import Engine, EngineStatus, GpuList, ModelDir, ModelStatus, NvidiaSmiStatus
+from fleet.engine.parse import Engine, EngineStatus
+from fleet.rollout.gpus import GpuList, NvidiaSmiStatus
+from fleet.weights.parse import ModelDir, ModelStatus
 
 
 def test_what_serves_and_what_says_why_is_decided_by_the_verdict():

@@ -12,24 +12,20 @@ from hypothesis import strategies as st
 
 from fleet.spec.load import load_class_specs
 from fleet.rollout.guards import rendered_flags
-from fleet.rollout.parse import (
+from fleet.rollout.gpus import (
     COMMAND_LINE_LIMIT,
     Gpu,
     GpuList,
     GpuProcess,
-    ModelDir,
     command_line_of,
-    parse_algorithms,
-    parse_config,
-    parse_engine,
-    parse_flags,
     parse_gpu_inventory,
     parse_gpu_processes,
-    parse_model_dirs,
-    parse_unit_states,
     start_of_stat,
     unit_of_cgroup,
 )
+from fleet.weights.parse import ModelDir, parse_config, parse_model_dirs
+from fleet.engine.parse import parse_algorithms, parse_engine, parse_flags
+from fleet.rollout.parse import parse_unit_states
 from fleet.spec import SGLANG_0523_ALGORITHMS
 from fleet.core.wire import sections
 

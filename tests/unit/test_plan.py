@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 
-from fleet.rollout.parse import FileState, GpuProcess, GpuProcessList, ServiceRuntime
+from fleet.rollout.parse import FileState, ServiceRuntime
+from fleet.rollout.gpus import GpuProcess, GpuProcessList
 from fleet.rollout.plan import (
     ROLLING_BACK,
     BEGUN,

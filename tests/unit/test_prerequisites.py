@@ -9,7 +9,7 @@ from pathlib import Path
 from builders import SPEC, good_facts, make_spec
 
 from fleet.rollout.guards import preflight
-from fleet.rollout.parse import NO_ANSWER
+from fleet.core.wire import NO_ANSWER
 from fleet.rollout.prerequisites import (
     CURL,
     FLOCK,

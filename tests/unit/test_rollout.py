@@ -52,7 +52,7 @@ from fleet.rollout.commands import (
     stop_workloads_command,
     watched_files,
 )
-from fleet.rollout.parse import start_of_stat
+from fleet.rollout.gpus import start_of_stat
 from fleet.rollout.plan import Before, FoundProcess, Held, UnitBefore
 from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec

@@ -8,7 +8,8 @@ from dataclasses import replace
 from builders import KEYED, PRO, SPEC, converged, gpu, make_spec, secrets_of, unit
 
 from fleet.rollout.history import History, Record
-from fleet.rollout.parse import FileState, GpuList, ServiceRuntime
+from fleet.rollout.parse import FileState, ServiceRuntime
+from fleet.rollout.gpus import GpuList
 from fleet.rollout.status import (
     DRIFT,
     OK,

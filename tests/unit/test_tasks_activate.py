@@ -16,7 +16,7 @@ from fakehost import Clock, Script, fake_host, fresh_run, this_run, observation,
 
 from facts.gpu import GpuProcesses
 from fleet.rollout import commands as rollout, gate
-from fleet.rollout.parse import GpuProcessList
+from fleet.rollout.gpus import GpuProcessList
 from tasks import activate, workloads
 from tasks.common import Begun
 

@@ -20,7 +20,7 @@ from pyinfra.context import ctx_host, ctx_state
 from facts.sglang import SglangEngine
 from fleet.core import bounds, layout
 from fleet.engine import install as rules
-from fleet.rollout.parse import Engine, parse_algorithms
+from fleet.engine.parse import Engine, parse_algorithms
 from fleet.spec import ClassSpec
 from tasks import engine, preflight
 from tasks.common import CACHE, WheelError

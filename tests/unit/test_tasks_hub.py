@@ -28,7 +28,8 @@ from pyinfra.context import ctx_host, ctx_state
 from facts.models import ModelDirs
 from fleet.core import bounds, layout
 from fleet.weights import hub as rules
-from fleet.rollout.parse import HostFacts, ModelDir
+from fleet.rollout.parse import HostFacts
+from fleet.weights.parse import ModelDir
 from fleet.spec import ClassSpec
 from tasks import engine, hub, preflight
 from tasks.common import CACHE, WheelError

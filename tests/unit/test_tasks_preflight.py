@@ -22,7 +22,7 @@ from fleet.tune import search as tune
 from fleet.core import bounds
 from fleet.rollout.history import Backup, History
 from fleet.rollout.lock import LockFacts
-from fleet.rollout.parse import GpuList
+from fleet.rollout.gpus import GpuList
 from fleet.rollout.commands import spec_record
 from tasks import preflight
 

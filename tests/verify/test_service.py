@@ -14,7 +14,8 @@ from fleet.rollout import guards
 from fleet.engine.install import FREEZE
 from fleet.weights.hub import MANIFEST, verify_command
 from fleet.rollout.gate import CURL, auth_option, url
-from fleet.rollout.parse import parse_gpu_inventory, parse_gpu_processes, parse_systemd_version
+from fleet.rollout.gpus import parse_gpu_inventory, parse_gpu_processes
+from fleet.rollout.parse import parse_systemd_version
 from fleet.rollout.plan import workload_of
 from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, render_env, render_unit, server_argv, service_secrets
 from fleet.rollout.commands import OWNER, desired_files
