@@ -17,7 +17,8 @@ from fleet.rollout import activation, commands as rollout, gate, lock
 from fleet.turns.canary import Analysis
 from fleet.rollout.history import new_record
 from fleet.core.outcome import HostVerdict, RecordKind, RecordResult
-from fleet.rollout.plan import RUNNING_STATES, workload_of
+from fleet.rollout.pending import RUNNING_STATES
+from fleet.rollout.plan import workload_of
 from fleet.spec import ClassSpec
 from tasks import rolling, workloads
 from adapter import run as runs

@@ -21,7 +21,8 @@ from fleet.rollout.history import choose_backup, rollback_files
 from fleet.weights.hub import pin_branches
 from fleet.rollout.parse import HostFacts
 from fleet.rollout.gpus import NvidiaSmiStatus
-from fleet.rollout.plan import Plan, declared_files, describe_diff, plan, read_pending
+from fleet.rollout.plan import Plan, declared_files, describe_diff, plan
+from fleet.rollout.pending import read_pending
 from fleet.rollout.render import JOURNAL_FILTER_SYSTEMD, SERVER_ARGS_LINE
 from fleet.core.outcome import HostVerdict
 from fleet.core.report import describe_gpu_list

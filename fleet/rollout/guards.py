@@ -14,7 +14,8 @@ from fleet.rollout.gpus import GpuList, GpuProcess, GpuProcessList, NvidiaSmiSta
 from fleet.rollout.parse import HostFacts, UnitState
 from fleet.weights.parse import ModelDir, ModelStatus
 from fleet.core.wire import NO_ANSWER
-from fleet.rollout.plan import read_pending, workload_of
+from fleet.rollout.pending import read_pending
+from fleet.rollout.plan import workload_of
 from fleet.rollout.prerequisites import Program, missing, replica_programs
 from fleet.rollout.render import MODULE, server_argv
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, HeldWorkload, ScopeWorkload

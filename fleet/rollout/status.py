@@ -19,7 +19,8 @@ from fleet.rollout.history import History, Record, describe_record, describe_ser
 from fleet.monitoring.config import UNIT_STATE, MonitoringHost, firing, is_ready
 from fleet.rollout.parse import HostFacts
 from fleet.rollout.gpus import NvidiaSmiStatus
-from fleet.rollout.plan import declared_files, plan, read_pending
+from fleet.rollout.plan import declared_files, plan
+from fleet.rollout.pending import read_pending
 from fleet.core.report import describe_gpu_list
 from fleet.rollout.commands import ManagedFile
 from fleet.spec.secrets import Secrets, unread

@@ -38,7 +38,7 @@ class Turns:
 def turns(hosts: list[tuple[str, bool]]) -> Turns:
     """hosts: (name, mid_change) for each of the class's hosts whose service restarts this run (or that
     takes over an interrupted rollout), in inventory order. mid_change: its interrupted rollout's turn had
-    come (fleet.rollout.plan.Pending.mid_change): it may be down now, so it goes first, at once, and stands for the
+    come (fleet.rollout.pending.Pending.mid_change): it may be down now, so it goes first, at once, and stands for the
     canary; a host whose interrupted rollout had only begun waits for its turn like any other, so a run
     killed during the canary does not restart the rest of the class together."""
     mid = tuple(name for name, mid_change in hosts if mid_change)

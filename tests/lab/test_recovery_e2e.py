@@ -83,7 +83,7 @@ def recovered(lab_manager, tmp_path_factory):
 
 
 def phase_left(first: dict, host: str) -> str:
-    """The phase the interrupted run's pending record says (fleet.rollout.plan): begun, rolling-out or rolling-back."""
+    """The phase the interrupted run's pending record says (fleet.rollout.pending): begun, rolling-out or rolling-back."""
     return json.loads(first[host][1].split("\n", 1)[0])["phase"]
 
 

@@ -9,7 +9,8 @@ import pytest
 from fleet.rollout.activation import activate, roll_back
 from fleet.turns.canary import Analysis
 from fleet.rollout.gate import SmokeResult, Verdict
-from fleet.rollout.plan import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, Plan, UnitBefore
+from fleet.rollout.pending import BEGUN, ROLLING_BACK, ROLLING_OUT, Before, Pending, UnitBefore
+from fleet.rollout.plan import Plan
 
 UNIT = "sglang.service"
 READY = Verdict(True, True, "/health 200 after 3.0s", 3.0)
@@ -285,7 +286,7 @@ def test_nothing_to_give_back_asks_nothing():
 
 
 def test_a_workload_declared_not_given_back_is_said_so_not_restarted():
-    from fleet.rollout.plan import FoundProcess, Held
+    from fleet.rollout.pending import FoundProcess, Held
 
     torch = Held(processes=(FoundProcess(77, 123, "torchrun train.py"),), given_back=False)
     before = replace(SERVING, workloads={**TRAIN, "torch": torch})

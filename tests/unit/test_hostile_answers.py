@@ -37,7 +37,8 @@ from fleet.rollout.parse import (
 from fleet.weights.parse import parse_config, parse_model_dirs
 from fleet.engine.parse import parse_engine
 from fleet.rollout.gpus import parse_gpu_inventory, parse_gpu_processes
-from fleet.rollout.plan import plan, read_pending
+from fleet.rollout.plan import plan
+from fleet.rollout.pending import read_pending
 from fleet.core.report import describe_gpu_list
 from fleet.rollout.status import judge, judge_gateway, parse_metrics
 from fleet.core.wire import frames, load_json, sections

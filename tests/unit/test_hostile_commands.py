@@ -36,7 +36,7 @@ from fleet.weights import hub
 from fleet.gateway.floating import UNIT, set_handoff
 from fleet.gateway.smg import Gateway, Replica, discovery_file, health_command, workers_command
 from fleet.spec.load import SpecError, validate_class
-from fleet.rollout.plan import Before, FoundProcess, Held, Pending, UnitBefore
+from fleet.rollout.pending import Before, FoundProcess, Held, Pending, UnitBefore
 from fleet.spec import ClassSpec, ScopeWorkload
 from fleet.core.wire import printable
 from tasks.gateway import install_command

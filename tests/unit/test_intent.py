@@ -98,8 +98,8 @@ def test_a_run_without_an_overlay_on_a_host_that_serves_one_returns_it_keeping_t
 
 # --- no branch on a tune flag -------------------------------------------------------------------------------------
 
-DEPLOY_MODULES = ("fleet/rollout/plan.py", "fleet/rollout/commands.py", "fleet/turns/rolling.py", "fleet/rollout/activation.py", "tasks/preflight.py",
-                  "tasks/activate.py", "tasks/rolling.py", "tasks/recovery.py")
+DEPLOY_MODULES = ("fleet/rollout/plan.py", "fleet/rollout/pending.py", "fleet/rollout/commands.py", "fleet/turns/rolling.py",
+                  "fleet/rollout/activation.py", "tasks/preflight.py", "tasks/activate.py", "tasks/rolling.py", "tasks/recovery.py")
 
 
 def _mentions_tune(node: ast.AST) -> list[str]:

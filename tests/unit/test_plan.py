@@ -10,7 +10,7 @@ from builders import KEYED, SPEC, converged, make_spec, secrets_of, unit, wanted
 
 from fleet.rollout.parse import FileState, ServiceRuntime
 from fleet.rollout.gpus import GpuProcess, GpuProcessList
-from fleet.rollout.plan import (
+from fleet.rollout.pending import (
     ROLLING_BACK,
     BEGUN,
     ROLLING_OUT,
@@ -21,14 +21,10 @@ from fleet.rollout.plan import (
     Held,
     Pending,
     UnitBefore,
-    declared_files,
-    masked_argv,
-    plan,
     read_pending,
     target_of,
-    units_as_read,
-    workload_of,
 )
+from fleet.rollout.plan import declared_files, masked_argv, plan, units_as_read, workload_of
 from fleet.rollout.commands import UnitSeen, managed_paths, sha1
 
 UNIT, ENV, SECRET = SPEC.unit_file, SPEC.env_file, SPEC.secret_file

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 
 from fleet.rollout import lock
-from fleet.rollout.plan import RUNNING_STATES, SERVING_STATES
+from fleet.rollout.pending import RUNNING_STATES, SERVING_STATES
 from fleet.core.report import HostReport, RunReport, describe_gpus, table
 from fleet.core.layout import staged_path
 from fleet.rollout.commands import (
@@ -53,7 +53,7 @@ from fleet.rollout.commands import (
     watched_files,
 )
 from fleet.rollout.gpus import start_of_stat
-from fleet.rollout.plan import Before, FoundProcess, Held, UnitBefore
+from fleet.rollout.pending import Before, FoundProcess, Held, UnitBefore
 from fleet.spec.secrets import Secrets
 from fleet.spec import ClassSpec
 from fleet.core.wire import frames
