@@ -16,7 +16,7 @@ from fleet.gateway.floating import Vrrp, parse_vrrp
 from fleet.rollout.gate import parse_metrics
 from fleet.gateway.smg import READY, SMG_RELEASE, Gateway, Replica, parse_workers
 from fleet.rollout.history import History, Record, describe_record, describe_serving, when
-from fleet.monitoring.config import UNIT_STATE, MonitoringHost, firing, is_ready
+from fleet.monitoring.host import UNIT_STATE, MonitoringHost, firing, is_ready
 from fleet.rollout.parse import HostFacts, NvidiaSmiStatus
 from fleet.rollout.plan import declared_files, plan, read_pending
 from fleet.core.report import describe_gpu_list

@@ -18,7 +18,8 @@ from fleet.spec import ClassSpec
 from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
 from fleet.core.hosts import replicas, scrape_targets
-from fleet.monitoring.config import Monitoring, Scraped
+from fleet.monitoring.models import Monitoring
+from fleet.monitoring.rules import Scraped
 
 
 @dataclass
