@@ -19,7 +19,8 @@ from facts.gateway import host_command
 from fleet.gateway import floating
 from fleet.core.bounds import MARGIN_S, Bound
 from fleet.gateway.floating import Member, TurnError, gateway_turn, handoff_command, interface_for, priority, set_handoff
-from fleet.gateway.smg import READY, Gateway, parse_gateway_host, parse_workers, workers_command
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import READY, parse_gateway_host, parse_workers, workers_command
 from fleet.core.outcome import HostVerdict
 from fleet.turns.rolling import PROGRESS_EVERY_S
 from fleet.core.wire import Unreadable, excerpt

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from fleet.core import controller
 from fleet.gateway import floating
-from fleet.gateway.smg import Gateway, check_routes, key_problems
+from fleet.gateway.models import Gateway, check_routes, key_problems
 from fleet.monitoring.config import Monitoring, floor_problems, scrape_problems
 from fleet.spec import ALGORITHM_TAGS, SPEC_KEYS, SPECULATIVE_MODELS, ClassSpec, SecretSource, Strict, \
     host_name_problem, masked_args, names_a_secret, shown_name

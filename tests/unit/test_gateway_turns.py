@@ -10,7 +10,8 @@ from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F40
 
 from facts.gateway import host_command
 from fleet.gateway.floating import Member, TurnError, Turn, Vrrp, handoff_command, set_handoff
-from fleet.gateway.smg import Gateway, workers_command
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import workers_command
 from fleet.core.wire import MARK
 from tasks import gateway_turns
 

@@ -15,7 +15,7 @@ from pydantic.types import Strict as StrictFlag
 from builders import SPEC, converged, secrets_of
 from fleet import spec
 from fleet.core import layout
-from fleet.gateway import smg as gateway
+from fleet.gateway import models as gateway
 from fleet.tune import search as tune
 from fleet.spec.load import SpecError, check_inventory, load_class_specs, validate_gateway
 from fleet.rollout.plan import declared_files, plan
