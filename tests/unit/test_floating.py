@@ -1,4 +1,4 @@
-"""fleet/gateway/floating.py: the floating address's spec and what it refuses; the host's answers (interfaces,
+"""fleet/gateway/floating.py and fleet/gateway/group_turn.py: the floating address's spec and what it refuses; the host's answers (interfaces,
 keepalived's state, the handoff's) read as untrusted text; keepalived's config; and a gateway's turn, run
 against a simulated group whose keepalived elects as VRRP does: every group of 2 and 3 gateways, every
 holder, with and without preempt, rolled through, must never restart the gateway holding the address, never
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from fleet.gateway import floating
-from fleet.gateway.floating import (Interface, Member, TurnError, Vrrp, connection_count, connections_command, gateway_turn,
-                            handoff_command, interface_for, parse_interfaces, parse_vrrp, password_problem, priority)
+from fleet.gateway.floating import (
+    Interface, Vrrp, connection_count, connections_command, handoff_command, interface_for, parse_interfaces,
+    parse_vrrp, password_problem, priority)
+from fleet.gateway.group_turn import Member, TurnError, gateway_turn
 from fleet.gateway.models import Gateway
 from fleet.gateway.smg import DRAINING, READY, merged
 from fleet.spec.load import SpecError, validate_gateway
