@@ -15,7 +15,8 @@ import bcrypt
 import pytest
 from pydantic import ValidationError
 
-from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_monitoring
+from fleet.spec.inventory import check_inventory
+from fleet.spec.load import SpecError, load_class_specs, load_monitoring
 from fleet.monitoring.config import (
     ACCEPT_LENGTH,
     CONFIG,
