@@ -20,7 +20,7 @@ from facts.gateway import GatewayStatus
 from facts.monitoring import MonitoringStatus
 from adapter.connection import watched
 from fleet.core import hosts
-from fleet.gateway.smg import Gateway
+from fleet.gateway.models import Gateway
 from fleet.spec.load import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
     validate_host
 from fleet.rollout import status

@@ -15,7 +15,8 @@ import bcrypt
 import pytest
 from pydantic import ValidationError
 
-from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_monitoring
+from fleet.spec.inventory import check_inventory
+from fleet.spec.load import SpecError, load_class_specs, load_monitoring
 from fleet.monitoring.config import bundle, bundle_id, dashboard_queries
 from fleet.monitoring.host import CURL_CONFIG, PACKAGES, PASSWORD_FILE, UNITS, WEB_CONFIG, MonitoringHost, \
     bundle_changes, defaults_files, firing, secret_files

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from fleet.gateway.smg import Gateway, Replica
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import Replica
 from fleet.spec import ClassSpec
 from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
