@@ -11,7 +11,8 @@ from facts import quiet
 from fleet.gateway import floating
 from fleet.turns import drains
 from fleet.rollout.gate import CURL
-from fleet.gateway.smg import Gateway, GatewayHost, parse_gateway_host
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import GatewayHost, parse_gateway_host
 from fleet.rollout.prerequisites import gateway_programs, probe_command
 from fleet.core.wire import block, frames
 

@@ -7,14 +7,14 @@ import shlex
 from pyinfra.api import FactBase
 
 from facts import quiet
-from fleet.monitoring.config import AUTH_CURL, DEFAULTS, LIVE, PACKAGES, SECRET_OWNERS, UNITS, WEB_CONFIG, MonitoringHost, \
-    parse_monitoring_host
+from fleet.monitoring.host import AUTH_CURL, DEFAULTS, LIVE, PACKAGES, SECRET_OWNERS, UNITS, WEB_CONFIG, \
+    MonitoringHost, parse_monitoring_host
 from fleet.core.wire import block, frames
 
 
 class MonitoringFacts(FactBase[MonitoringHost]):
     def command(self, ready: str) -> str:
-        """ready: fleet.monitoring.config.ready_command's, so a converged host is read, ready or not, in one command."""
+        """ready: fleet.monitoring.host.ready_command's, so a converged host is read, ready or not, in one command."""
         q = shlex.quote
         return quiet("; ".join([
             block("ready", ready),

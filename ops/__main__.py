@@ -33,7 +33,7 @@ from fleet.core import hosts
 from fleet.rollout import status
 from fleet.rollout.gate import base_url, url_host
 from fleet.rollout.history import describe_history
-from fleet.monitoring.config import describe_monitor
+from fleet.monitoring.views import describe_monitor
 from fleet.spec.secrets import SecretError, resolve
 from fleet.core.wire import excerpt
 from ops import tune

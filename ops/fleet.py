@@ -20,11 +20,13 @@ from facts.gateway import GatewayStatus
 from facts.monitoring import MonitoringStatus
 from adapter.connection import watched
 from fleet.core import hosts
-from fleet.gateway.smg import Gateway
+from fleet.gateway.models import Gateway
 from fleet.spec.load import SpecError, load_class_specs, load_gateways, load_monitoring, monitoring_files, \
     validate_host
 from fleet.rollout import status
-from fleet.monitoring.config import Monitoring, bundle_id, ready_command, webhook_urls
+from fleet.monitoring.config import bundle_id, webhook_urls
+from fleet.monitoring.host import ready_command
+from fleet.monitoring.models import Monitoring
 from fleet.weights.hub import pin_branches
 from fleet.spec.secrets import SecretError, hub_token
 from fleet.spec import ClassSpec

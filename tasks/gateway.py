@@ -33,8 +33,8 @@ from fleet.core import bounds, hosts
 from fleet.gateway import floating
 from fleet.turns import drains
 from fleet.gateway.floating import interface_for
-from fleet.gateway.smg import Gateway, GatewayHost, MeshNode, discovery_file, generation, health_command, mesh_file, \
-    pem_problem, read_pem_file
+from fleet.gateway.models import Gateway, pem_problem, read_pem_file
+from fleet.gateway.smg import GatewayHost, MeshNode, discovery_file, generation, health_command, mesh_file
 from fleet.spec.load import SpecError, gateway_files, load_class_specs, load_gateways, monitoring_files
 from fleet.core.layout import staged_path
 from fleet.core.outcome import HostVerdict

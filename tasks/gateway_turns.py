@@ -1,5 +1,5 @@
 """A gateway group's turns: its gateways restarted one at a time (inventory order), each handing the floating
-address over first where it holds it (fleet.gateway.floating.gateway_turn decides; Ssh here does the talking to the
+address over first where it holds it (fleet.gateway.group_turn.gateway_turn decides; Ssh here does the talking to the
 group's hosts), so a change to smg fails no request. One turn at a time: a turn waits for the turns before
 it to end; the first that fails stops the group's roll, and the gateways after it keep serving as they are.
 
@@ -18,8 +18,10 @@ from adapter import run as runs
 from facts.gateway import host_command
 from fleet.gateway import floating
 from fleet.core.bounds import MARGIN_S, Bound
-from fleet.gateway.floating import Member, TurnError, gateway_turn, handoff_command, interface_for, priority, set_handoff
-from fleet.gateway.smg import READY, Gateway, parse_gateway_host, parse_workers, workers_command
+from fleet.gateway.floating import handoff_command, interface_for, priority, set_handoff
+from fleet.gateway.group_turn import Member, TurnError, gateway_turn
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import READY, parse_gateway_host, parse_workers, workers_command
 from fleet.core.outcome import HostVerdict
 from fleet.turns.rolling import PROGRESS_EVERY_S
 from fleet.core.wire import Unreadable, excerpt
@@ -107,7 +109,7 @@ def take_turn(state, host, gw: Gateway, group: str, restart: bool) -> bool:
 
 
 class Ssh:
-    """fleet.gateway.floating.Group over SSH: every command on the group's hosts through on_peer (the turn's own host
+    """fleet.gateway.group_turn.Group over SSH: every command on the group's hosts through on_peer (the turn's own host
     too), each within its bound; the waits poll with their own bounds."""
 
     def __init__(self, gw: Gateway, group: str, hosts: list, me, connect_lock: Semaphore):

@@ -18,7 +18,7 @@ from pyinfra.context import ctx_state
 
 from adapter import run as runs
 from adapter.connection import Keepalive, UnreachableInSummary
-from fleet.spec.load import check_or_exit
+from fleet.spec.inventory import check_or_exit
 
 
 def checked(namespace: dict[str, Any], group_dir: Path = Path("group_data")) -> None:

@@ -27,9 +27,11 @@ from adapter import run as runs
 from facts.monitoring import MonitoringFacts
 from fleet.core import bounds, hosts
 from fleet.spec.load import SpecError, load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring.config import OWNER, PACKAGES, SECRET_OWNERS, UNITS, Monitoring, bundle_changes, bundle_id, \
-    bundle_staging, defaults_files, install_bundle_command, is_ready, live_files_command, ready_command, secret_files, \
-    stage_bundle_command, webhook_urls
+from fleet.monitoring.config import bundle_id, webhook_urls
+from fleet.monitoring.host import OWNER, PACKAGES, SECRET_OWNERS, UNITS, bundle_changes, bundle_staging, \
+    defaults_files, install_bundle_command, is_ready, live_files_command, ready_command, secret_files, \
+    stage_bundle_command
+from fleet.monitoring.models import Monitoring
 from fleet.core.outcome import HostVerdict
 from fleet.rollout.commands import sha1, write_command
 from fleet.spec.secrets import SecretError, read_key

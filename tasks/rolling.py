@@ -27,7 +27,7 @@ from fleet.rollout import activation, gate
 from fleet.tune import measure, search as tune
 from fleet.turns import canary, drains
 from fleet.turns.canary import Baseline, Figures
-from fleet.gateway.smg import Gateway as GatewaySpec
+from fleet.gateway.models import Gateway as GatewaySpec
 from fleet.gateway.smg import Replica, merged, parse_workers, workers_command
 from fleet.core.hosts import group_name, routing
 from fleet.core.outcome import HostVerdict

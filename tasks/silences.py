@@ -21,7 +21,8 @@ from gevent.lock import Semaphore
 
 from adapter import run as runs
 from fleet.spec.load import load_class_specs, load_monitoring, monitoring_files
-from fleet.monitoring.config import Monitoring, Silence, ours, silence_command, silence_id, silences_command, turn_ended
+from fleet.monitoring.models import Monitoring
+from fleet.monitoring.silences import Silence, ours, silence_command, silence_id, silences_command, turn_ended
 from fleet.core.wire import Unreadable
 from tasks.common import PeerError, on_peer
 
@@ -78,7 +79,7 @@ def silenced(host, monitor: Monitor | None, gpu_class: str, turn_s: float, steps
 
 def turn_over(host, monitor: Monitor, gpu_class: str, steps, own: Silence | None = None) -> None:
     """Every silence of the host's turns, this one's (`own`) and any a killed run left (found in Alertmanager by
-    fleet.monitoring.config.ours), ends once the alerts it covers have resolved (Monitoring.resolve_s from now): not at
+    fleet.monitoring.silences.ours), ends once the alerts it covers have resolved (Monitoring.resolve_s from now): not at
     once (Prometheus would still have the replica down until its next scrape and evaluation), nor at the turn
     bound. A silence that cannot be changed ends by itself when it was made to."""
     report = runs.of(host.state).report.host(host.name)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from fleet.rollout.gate import METRICS_TIMEOUT_S, speculative
-from fleet.gateway.smg import GatewayRolling
+from fleet.gateway.models import GatewayRolling
 from fleet.rollout.lock import FLOCK_WAIT_S
 from fleet.spec import ClassSpec, ProcessWorkload
 

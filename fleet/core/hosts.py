@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Mapping
 
 from fleet.rollout.gate import url_host
-from fleet.gateway.smg import Gateway, Replica
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import Replica
 from fleet.spec.load import SpecError, class_files, gateway_files, load_class_specs, load_gateways, validate_host
-from fleet.monitoring.config import TUNING, Monitoring, Scraped, bundle, floors, gateway_target, replica_target
+from fleet.monitoring.config import bundle
+from fleet.monitoring.models import Monitoring
+from fleet.monitoring.rules import TUNING, Scraped, floors, gateway_target, replica_target
 
 
 def address(host) -> str:

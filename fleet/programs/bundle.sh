@@ -1,7 +1,7 @@
 #!/bin/sh
 # The monitoring host's configuration (fleet/monitoring/config.py): each bundle a directory under BUNDLES named by its
 # content, made live by an atomic swap of the symlink LIVE (a reader sees the old bundle or the new one).
-# fleet/monitoring/config.py sends this file, its comments and blank lines left out, as `( set -- ACTION ARGS...; <this
+# fleet/monitoring/host.py sends this file, its comments and blank lines left out, as `( set -- ACTION ARGS...; <this
 # file> )`; by hand: sh bundle.sh ACTION ARGS...
 #
 #   stage   BUNDLES STAGING OWNER DIR...

@@ -14,7 +14,8 @@ from pathlib import Path
 import jinja2
 
 from fleet.gateway import floating
-from fleet.gateway.smg import KEY_VARIABLE, Gateway, MeshNode, launch_args
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import KEY_VARIABLE, MeshNode, launch_args
 from fleet.spec.secrets import HostSecret, Secrets, server_field
 from fleet.spec import ClassSpec, DDTree, DFlash, EagleFamily, Ngram, host_name_problem
 

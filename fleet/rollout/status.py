@@ -14,9 +14,10 @@ from fleet.engine.install import running_engine
 from fleet.weights.hub import served_weights
 from fleet.gateway.floating import Vrrp, parse_vrrp
 from fleet.rollout.gate import parse_metrics
-from fleet.gateway.smg import READY, SMG_RELEASE, Gateway, Replica, parse_workers
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import READY, SMG_RELEASE, Replica, parse_workers
 from fleet.rollout.history import History, Record, describe_record, describe_serving, when
-from fleet.monitoring.config import UNIT_STATE, MonitoringHost, firing, is_ready
+from fleet.monitoring.host import UNIT_STATE, MonitoringHost, firing, is_ready
 from fleet.rollout.parse import HostFacts
 from fleet.rollout.gpus import NvidiaSmiStatus
 from fleet.rollout.plan import declared_files, plan

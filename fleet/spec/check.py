@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleet.spec.load import SpecError, class_files, gateway_files, load_class_specs, load_gateways, load_monitoring, \
     read_group_file, validate_gateway
-from fleet.monitoring.config import floors
+from fleet.monitoring.rules import floors
 
 
 def _gateway_tables(group_dir: Path) -> list[str]:

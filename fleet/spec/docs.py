@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleet.gateway.floating import Floating
-from fleet.gateway.smg import Gateway, GatewayRolling, Mesh, MeshTls
-from fleet.monitoring.config import AlertBounds, Monitoring, Receiver
+from fleet.gateway.models import Gateway, GatewayRolling, Mesh, MeshTls
+from fleet.monitoring.models import AlertBounds, Monitoring, Receiver
 from fleet.spec.combinations import KNOWN_BAD
 from fleet.spec import (
     Canary,

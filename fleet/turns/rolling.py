@@ -22,7 +22,8 @@ from typing import Callable, Protocol
 
 from fleet.rollout.activation import Outcome
 from fleet.turns.drains import Answer, DrainResult
-from fleet.gateway.smg import READY, GatewayRolling, Replica, peer_problem, ready_peers, routed
+from fleet.gateway.models import GatewayRolling
+from fleet.gateway.smg import READY, Replica, peer_problem, ready_peers, routed
 from fleet.core.outcome import HostVerdict
 
 

@@ -299,7 +299,7 @@ MON_CURL = "curl -K /etc/prometheus/sglang-fleet-curl"
 
 def lab_monitoring():
     """The lab's monitoring spec as monitoring_overrides() declares it (its bounds: delivery_bound_s)."""
-    from fleet.monitoring.config import Monitoring
+    from fleet.monitoring.models import Monitoring
     return Monitoring(scrape_interval_s=SCRAPE_S, evaluation_interval_s=EVAL_S, rate_window_s=WINDOW_S,
                       group_wait_s=GROUP_WAIT_S, group_interval_s=1)
 

@@ -25,7 +25,9 @@ from e2e import BIN, DOWN_FOR_S, FOR_S, MON_CURL, MONITORING_ENV, REPO, at_on, d
     monitoring_overrides, no_silence_left, notifications, prometheus, quiet_alerts, quiet_since, sh, silences, \
     summary_row, wait_for, workdir
 
-from fleet.monitoring.config import ALERTMANAGER_CONFIG, DASHBOARD, LIVE, SECRET_OWNERS, dashboard_queries
+from fleet.monitoring.config import dashboard_queries
+from fleet.monitoring.host import LIVE, SECRET_OWNERS
+from fleet.monitoring.models import ALERTMANAGER_CONFIG, DASHBOARD
 from ops.loadgen import Load
 
 KEY = "mon-e2e-key-0123456789"

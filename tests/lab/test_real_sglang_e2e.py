@@ -41,7 +41,8 @@ LOOK_S = 180
 # What Prometheus 2.42 (Debian 12's, the deploy's) sends for a scrape.
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-READERS = ("fleet/monitoring/config.py", "fleet/rollout/status.py", "fleet/tune/search.py", "tasks/rolling.py", "ops/tune.py")
+READERS = ("fleet/monitoring/models.py", "fleet/monitoring/rules.py", "fleet/monitoring/config.py", "fleet/rollout/status.py",
+           "fleet/tune/search.py", "tasks/rolling.py", "ops/tune.py")
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.spec.load import (
-    SpecError,
-    check_inventory,
-    check_or_exit,
-    class_files,
-    inventory_groups,
-    load_gateways,
-    load_class_specs,
-    read_group_file,
-    validate_host,
-)
+from fleet.spec.inventory import check_inventory, check_or_exit, inventory_groups
+from fleet.spec.load import SpecError, class_files, load_gateways, load_class_specs, read_group_file, validate_host
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-Fleet0123456789abcdef"
@@ -439,14 +430,14 @@ def test_check_or_exit_silent_when_good(fleet_dir, capsys):
 
 
 INVENTORY_TWO_CLASSES = '''\
-from fleet.spec.load import check_or_exit
+from fleet.spec.inventory import check_or_exit
 pro6000 = [("gpu-1.fleet.example", {"ssh_user": "root"})]
 a6000 = ["gpu-1.fleet.example"]
 check_or_exit(globals())
 '''
 
 INVENTORY_NO_CLASS_AND_OVERRIDE = '''\
-from fleet.spec.load import check_or_exit
+from fleet.spec.inventory import check_or_exit
 pro6000 = [("gpu-1.fleet.example", {"service": {"port": 1}})]
 canary = ["gpu-9.fleet.example"]
 check_or_exit(globals())
@@ -471,7 +462,7 @@ def test_make_check_with_inventory_unfiled_host_and_override(fleet_dir):
 
 
 INVENTORY_GROUP_TUPLE = '''\
-from fleet.spec.load import check_or_exit
+from fleet.spec.inventory import check_or_exit
 pro6000 = (["gpu-1.fleet.example"], {"ssh_user": "root", "readiness": {"load_timeout_s": 1}})
 check_or_exit(globals())
 '''

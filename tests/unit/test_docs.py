@@ -11,9 +11,14 @@ from fleet.spec.docs import END, SPEC_MD, START, is_current, reference, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-# docs/ARCHITECTURE.md is left out of the line rule until it is rewritten (one table row per module today)
+# docs/ARCHITECTURE.md is left out of the line rule: its map is a table, a row per package of fleet/ on one line
 WRAPPED = [README, *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "ARCHITECTURE.md")]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+MAP_ROW = re.compile(r"\| `([^`]+)` \| (.*) \|")
+# a fleet path written out (a directory ends in /), and a file named bare in its package's row
+FLEET_PATH = re.compile(r"(?<![\w/.])fleet/(?:[\w-]+/)*(?:[\w-]+\.(?:py|sh))?")
+FILE_NAME = re.compile(r"`([\w-]+\.(?:py|sh))`")
 
 
 def test_the_spec_reference_is_generated_from_the_models():
@@ -100,3 +105,33 @@ def test_relative_links_lead_to_files_and_headings(path):
 def _slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to '-'."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _named_in_the_map() -> set[str]:
+    """The fleet paths docs/ARCHITECTURE.md's map (its table `| path | what it is |`) names: a package's row (its
+    directory, which stands for its __init__.py) with the files it lists by name, and every fleet path written out."""
+    lines = ARCHITECTURE.read_text().splitlines()
+    named = set()
+    for line in lines[lines.index("| path | what it is |") + 2:]:
+        if not line.startswith("|"):
+            break
+        path, said = MAP_ROW.fullmatch(line).groups()
+        if path.startswith("fleet/"):
+            named.add(path)
+            named.update(path + name for name in FILE_NAME.findall(said))
+        named.update(FLEET_PATH.findall(said))
+    return named
+
+
+def test_the_architecture_map_names_every_file_of_fleet():
+    named = _named_in_the_map()
+    files = [p.relative_to(ROOT) for p in sorted((ROOT / "fleet").rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.parent.name == "programs")]
+    unnamed = [str(f) for f in files
+               if str(f) not in named and not (f.name == "__init__.py" and f"{f.parent}/" in named)]
+    assert not unnamed, "docs/ARCHITECTURE.md's map: name each in its package's row"
+
+
+def test_every_fleet_path_the_architecture_map_names_exists():
+    missing = sorted(path for path in _named_in_the_map() if not (ROOT / path).exists())
+    assert not missing, "docs/ARCHITECTURE.md's map names them; they are not in fleet/"

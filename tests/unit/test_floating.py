@@ -1,4 +1,4 @@
-"""fleet/gateway/floating.py: the floating address's spec and what it refuses; the host's answers (interfaces,
+"""fleet/gateway/floating.py and fleet/gateway/group_turn.py: the floating address's spec and what it refuses; the host's answers (interfaces,
 keepalived's state, the handoff's) read as untrusted text; keepalived's config; and a gateway's turn, run
 against a simulated group whose keepalived elects as VRRP does: every group of 2 and 3 gateways, every
 holder, with and without preempt, rolled through, must never restart the gateway holding the address, never
@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from fleet.gateway import floating
-from fleet.gateway.floating import (Interface, Member, TurnError, Vrrp, connection_count, connections_command, gateway_turn,
-                            handoff_command, interface_for, parse_interfaces, parse_vrrp, password_problem, priority)
-from fleet.gateway.smg import DRAINING, READY, Gateway, merged
+from fleet.gateway.floating import (
+    Interface, Vrrp, connection_count, connections_command, handoff_command, interface_for, parse_interfaces,
+    parse_vrrp, password_problem, priority)
+from fleet.gateway.group_turn import Member, TurnError, gateway_turn
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import DRAINING, READY, merged
 from fleet.spec.load import SpecError, validate_gateway
 from fleet.rollout.render import render_gateway_unit, render_keepalived, render_vrrp_auth
 
@@ -557,7 +560,7 @@ def test_what_the_mesh_spec_refuses(mesh, said):
 
 
 def test_a_pem_block_and_what_is_not_one():
-    from fleet.gateway.smg import pem_problem
+    from fleet.gateway.models import pem_problem
     block = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX2p0\n-----END CERTIFICATE-----\n"
     assert pem_problem(block) is None and pem_problem(block.strip()) is None
     assert pem_problem(block + block) is None  # a CA's chain

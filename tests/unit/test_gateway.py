@@ -1,4 +1,4 @@
-"""The gateway's spec and the rolling rollout's decisions (fleet/gateway/smg.py): no hosts."""
+"""The gateway's spec and the rolling rollout's decisions (fleet/gateway/models.py, fleet/gateway/smg.py): no hosts."""
 
 from __future__ import annotations
 
@@ -9,21 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from fleet.gateway.models import Gateway, check_routes, key_problems
 from fleet.gateway.smg import (
-    KEY_VARIABLE,
-    LAUNCH_WITH_KEY,
-    Gateway,
-    Replica,
-    check_routes,
-    discovery_file,
-    key_problems,
-    launch_args,
-    parse_gateway_host,
-    parse_workers,
-    peer_problem,
-    routed,
-)
-from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_gateways
+    KEY_VARIABLE, LAUNCH_WITH_KEY, Replica, discovery_file, launch_args, parse_gateway_host, parse_workers,
+    peer_problem, routed)
+from fleet.spec.inventory import check_inventory
+from fleet.spec.load import SpecError, load_class_specs, load_gateways
 from fleet.rollout.render import render_gateway_unit
 from fleet.rollout.commands import write_command
 from fleet.spec import ClassSpec

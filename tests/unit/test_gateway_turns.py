@@ -9,8 +9,10 @@ import pytest
 from fakehost import Clock, Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
 from facts.gateway import host_command
-from fleet.gateway.floating import Member, TurnError, Turn, Vrrp, handoff_command, set_handoff
-from fleet.gateway.smg import Gateway, workers_command
+from fleet.gateway.floating import Vrrp, handoff_command, set_handoff
+from fleet.gateway.group_turn import Member, TurnError, Turn
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import workers_command
 from fleet.core.wire import MARK
 from tasks import gateway_turns
 

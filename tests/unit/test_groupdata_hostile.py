@@ -25,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.gateway.smg import Gateway, launch_args
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import launch_args
 from fleet.spec.load import SpecError, validate_class, validate_gateway
 from fleet.rollout.render import render_env, render_gateway_unit, render_unit, server_argv
 from fleet.spec import ClassSpec

@@ -24,7 +24,8 @@ from facts.preflight import SECTIONS, HostSnapshot
 from facts.status import StatusSnapshot
 from fleet.rollout import guards, lock
 from fleet.rollout.gate import parse_observation, parse_smoke
-from fleet.gateway.smg import Gateway, parse_gateway_host, parse_workers
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import parse_gateway_host, parse_workers
 from fleet.rollout.history import Backup, parse_history
 from fleet.rollout.prerequisites import parse_probe
 from fleet.rollout.parse import (

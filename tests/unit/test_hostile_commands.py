@@ -34,7 +34,8 @@ from fleet.engine import install as engine
 from fleet.rollout import commands as rollout, gate, lock
 from fleet.weights import hub
 from fleet.gateway.floating import UNIT, set_handoff
-from fleet.gateway.smg import Gateway, Replica, discovery_file, health_command, workers_command
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import Replica, discovery_file, health_command, workers_command
 from fleet.spec.load import SpecError, validate_class
 from fleet.rollout.pending import Before, FoundProcess, Held, Pending, UnitBefore
 from fleet.spec import ClassSpec, ScopeWorkload

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fleet.spec.load import MonitoringFile, SpecError, explain, validate_class, validate_gateway
-from fleet.monitoring.config import ALERTMANAGER_CONFIG, Monitoring, alertmanager_config, webhook_urls
+from fleet.monitoring.config import alertmanager_config, webhook_urls
+from fleet.monitoring.models import ALERTMANAGER_CONFIG, Monitoring
 from fleet.spec.secrets import SecretError, resolve
 from fleet.spec import ClassSpec, SecretSource
 from fleet.spec.names import path_secret

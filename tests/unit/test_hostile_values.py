@@ -15,9 +15,10 @@ from pydantic.types import Strict as StrictFlag
 from builders import SPEC, converged, secrets_of
 from fleet import spec
 from fleet.core import layout
-from fleet.gateway import smg as gateway
+from fleet.gateway import models as gateway
 from fleet.tune import search as tune
-from fleet.spec.load import SpecError, check_inventory, load_class_specs, validate_gateway
+from fleet.spec.inventory import check_inventory
+from fleet.spec.load import SpecError, load_class_specs, validate_gateway
 from fleet.rollout.plan import declared_files, plan
 from fleet.spec import SERVICE_UNIT_MAX, ClassSpec
 from fleet.core.wire import BLOCK_LIMIT, JSON_DEPTH, Unreadable, load_json

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from fleet.gateway.smg import Replica
 from fleet.rollout.history import BACKUPS_SHOWN, Backup, History, Record, describe_history
-from fleet.monitoring.config import MONITOR_LISTED, MonitoringHost, PACKAGES, UNITS, describe_monitor, firing
+from fleet.monitoring.host import PACKAGES, UNITS, MonitoringHost, firing
+from fleet.monitoring.views import MONITOR_LISTED, describe_monitor
 from fleet.rollout.parse import FileState
 from fleet.rollout.plan import DIFF_SHOWN, describe_diff
 from fleet.rollout.status import REASONS_SHOWN, HostStatus, judge_gateway, judge_monitoring, table, with_alerts, \

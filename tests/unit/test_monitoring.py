@@ -15,35 +15,15 @@ import bcrypt
 import pytest
 from pydantic import ValidationError
 
-from fleet.spec.load import SpecError, check_inventory, load_class_specs, load_monitoring
-from fleet.monitoring.config import (
-    ACCEPT_LENGTH,
-    CONFIG,
-    DASHBOARD,
-    PACKAGES,
-    UNITS,
-    Monitoring,
-    Receiver,
-    MonitoringHost,
-    firing,
-    floor_problems,
-    accept_length_floor,
-    accept_length_max,
-    bundle,
-    bundle_changes,
-    CURL_CONFIG,
-    PASSWORD_FILE,
-    WEB_CONFIG,
-    bundle_id,
-    dashboard_queries,
-    defaults_files,
-    describe_monitor,
-    floors,
-    gateway_target,
-    replica_target,
-    secret_files,
-    tuned_accept_length,
-)
+from fleet.spec.inventory import check_inventory
+from fleet.spec.load import SpecError, load_class_specs, load_monitoring
+from fleet.monitoring.config import bundle, bundle_id, dashboard_queries
+from fleet.monitoring.host import CURL_CONFIG, PACKAGES, PASSWORD_FILE, UNITS, WEB_CONFIG, MonitoringHost, \
+    bundle_changes, defaults_files, firing, secret_files
+from fleet.monitoring.models import CONFIG, DASHBOARD, Monitoring, Receiver
+from fleet.monitoring.rules import ACCEPT_LENGTH, accept_length_floor, accept_length_max, floor_problems, floors, \
+    gateway_target, replica_target, tuned_accept_length
+from fleet.monitoring.views import describe_monitor
 from fleet.rollout.status import HostStatus, judge_monitoring, table, with_alerts
 from fleet.core.wire import Unreadable
 

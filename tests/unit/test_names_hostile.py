@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from fleet.gateway import floating
 from fleet.gateway.floating import parse_interfaces
-from fleet.gateway.smg import Gateway
-from fleet.spec.load import SpecError, check_inventory, check_or_exit
+from fleet.gateway.models import Gateway
+from fleet.spec.inventory import check_inventory, check_or_exit
+from fleet.spec.load import SpecError
 from fleet.rollout.render import render_keepalived
 from fleet.spec.secrets import SecretError, for_host
 from fleet.spec import HOST_RULE, SecretSource, host_name_problem, shown_name

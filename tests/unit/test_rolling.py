@@ -16,8 +16,9 @@ from builders import make_spec
 
 from fleet.core import bounds
 from fleet.rollout.activation import Outcome
-from fleet.gateway.smg import GatewayRolling, Replica
-from fleet.monitoring.config import Monitoring
+from fleet.gateway.models import GatewayRolling
+from fleet.gateway.smg import Replica
+from fleet.monitoring.models import Monitoring
 from fleet.rollout.pending import BEGUN, ROLLING_BACK, ROLLING_OUT
 from fleet.turns.drains import Answer, Drain
 from fleet.turns.rolling import GatewayError, Turns, through_gateway, turns

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from builders import make_spec
 
-from fleet.gateway.smg import Gateway
+from fleet.gateway.models import Gateway
 from fleet.rollout.render import auth_header, gateway_secrets, render_config, render_secret_env, render_vrrp_auth, \
     service_secrets
 from fleet.spec.secrets import ARGUMENTS, SecretError, Secrets, parse_arguments, resolve, secrets_in_arguments, unread

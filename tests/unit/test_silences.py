@@ -1,7 +1,7 @@
 """tasks/silences: a host's turn is silenced in the monitoring host's Alertmanager before it, and the silence ends
 once its alerts have resolved after it (Monitoring.resolve_s), whatever the turn's end; a run that takes a turn over
 ends the silence a killed run left the same way; an Alertmanager that does not answer holds no rollout back, and
-the summary says what was silenced and what was not. The commands (fleet.monitoring.config) are Alertmanager's v2 API."""
+the summary says what was silenced and what was not. The commands (fleet.monitoring.silences) are Alertmanager's v2 API."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from fakehost import Script, fake_hosts, fresh_run, this_run  # noqa: F401
 
 from fleet.spec.load import load_class_specs, load_monitoring
-from fleet.monitoring.config import Monitoring, Silence, ours, silence_command, silence_id, silences_command, turn_ended
+from fleet.monitoring.models import Monitoring
+from fleet.monitoring.silences import Silence, ours, silence_command, silence_id, silences_command, turn_ended
 from fleet.core.wire import Unreadable
 from tasks import silences
 from tasks.silences import Monitor, monitor_of, silenced

@@ -20,30 +20,12 @@ from pyinfra.facts.server import Command
 
 from facts.monitoring import MonitoringFacts, MonitoringStatus, MonitorView
 from fleet.rollout.gate import CURL
-from fleet.monitoring.config import (
-    AUTH_CURL,
-    BUNDLES,
-    CONFIG,
-    CURL_CONFIG,
-    DEFAULTS,
-    LIVE,
-    PACKAGES,
-    PASSWORD_FILE,
-    SECRET_OWNERS,
-    UNITS,
-    WEB_CONFIG,
-    Monitoring,
-    MonitoringHost,
-    bundle,
-    bundle_id,
-    bundle_staging,
-    defaults_files,
-    parse_monitoring_host,
-    ready_command,
-    secret_files,
-    silence_command,
-    silences_command,
-)
+from fleet.monitoring.config import bundle, bundle_id
+from fleet.monitoring.host import AUTH_CURL, BUNDLES, CURL_CONFIG, DEFAULTS, LIVE, PACKAGES, PASSWORD_FILE, \
+    SECRET_OWNERS, UNITS, WEB_CONFIG, MonitoringHost, bundle_staging, defaults_files, parse_monitoring_host, \
+    ready_command, secret_files
+from fleet.monitoring.models import CONFIG, Monitoring
+from fleet.monitoring.silences import silence_command, silences_command
 from fleet.core.layout import staged_path
 from fleet.core import hosts
 from fleet.rollout.commands import sha1

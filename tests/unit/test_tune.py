@@ -34,7 +34,8 @@ from facts.deploy import DeployedFiles
 from fleet.rollout import commands as rollout, intent, lock
 from fleet.tune import measure, search as tune
 from fleet.rollout.activation import Outcome
-from fleet.gateway.smg import GatewayRolling, Replica
+from fleet.gateway.models import GatewayRolling
+from fleet.gateway.smg import Replica
 from fleet.spec.load import load_class_specs, load_gateways, read_group_file, validate_class
 from fleet.rollout.history import PREVIOUS, Backup, History, Record, before_last_change, choose_backup, spec_sha256
 from fleet.rollout.parse import parse_deploy_state

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from fleet.gateway.smg import Gateway, Replica
+from fleet.gateway.models import Gateway
+from fleet.gateway.smg import Replica
 from fleet.spec import ClassSpec
 from ops.fleet import GROUP_DIR, Fleet
 from ops.verify_backend import as_node
 from fleet.core.hosts import replicas, scrape_targets
-from fleet.monitoring.config import Monitoring, Scraped
+from fleet.monitoring.models import Monitoring
+from fleet.monitoring.rules import Scraped
 
 
 @dataclass

@@ -7,7 +7,7 @@ import json
 import shlex
 import time
 
-from fleet.monitoring.config import AUTH_CURL, PASSWORD_FILE, SECRET_OWNERS, UNITS, is_ready, ready_command
+from fleet.monitoring.host import AUTH_CURL, PASSWORD_FILE, SECRET_OWNERS, UNITS, is_ready, ready_command
 from fleet.spec.secrets import HostSecret
 from ops.verify_backend import secrets_shown
 
