@@ -14,8 +14,8 @@ PROCESS_QUERY = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid --fo
 
 # For each pid nvidia-smi listed ($out): its cgroup file (which systemd service or scope it runs in),
 # its command line and its stat (its start time): what a workload is matched by, and what tells the
-# process from a later one given the same pid. A process may end in between: its records stay empty,
-# and the fact must still exit 0.
+# process from a later one given the same pid. A process may end in between: its records stay empty (the
+# parser drops it: it holds no GPU now), and the fact must still exit 0.
 CGROUPS = (
     "printf '%s\\n' \"$out\" | while IFS=', ' read -r pid rest; do "
     "case \"$pid\" in ''|*[!0-9]*) continue;; esac; "

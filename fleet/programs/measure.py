@@ -40,7 +40,8 @@ def headers(config):
 
 
 def metrics(config):
-    """The counters this load is judged by, summed over the server's samples of each (one per model)."""
+    """The figures this load is judged by: a counter (`_total`) summed over its samples (SGLang 0.5.23 keeps one
+    child per is_streaming value: a streamed request's tokens are not in the "false" one), a gauge's first."""
     try:
         with opener().open(config["url"] + "/metrics", timeout=10) as r:
             text = r.read(METRICS_BYTES).decode("utf-8", "replace")
@@ -49,11 +50,13 @@ def metrics(config):
     found = {}
     for line in text.split("\n"):
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in COUNTERS and name not in found:
-            try:
-                found[name] = float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
+        if name not in COUNTERS or (name in found and not name.endswith("_total")):
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        found[name] = found.get(name, 0.0) + value
     return found
 
 

@@ -164,6 +164,8 @@ def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
     units = {f.value: unit_of_cgroup((f.text or "").split("\n")) for f in rest if f.key == "cgroup"}
     command_lines = {f.value: command_line_of(f.text) for f in rest if f.key == "cmdline"}
     starts = {f.value: start_of_stat(f.text) for f in rest if f.key == "stat"}
+    # nvidia-smi listed it, and it ended before its /proc was read (a crash loop's scheduler): it holds no GPU now
+    ended = {f.value for f in rest if f.key == "stat" and not (f.text or "").strip()}
     processes = []
     for line in rows:
         try:
@@ -174,6 +176,8 @@ def parse_gpu_processes(answer: str | list[str]) -> GpuProcessList:
         if name is None or memory is None or uuid is None:
             return GpuProcessList(NvidiaSmiStatus.FAILED, message=f"unexpected line {excerpt(line)}")
         pid = pid.strip()
+        if pid in ended:
+            continue
         processes.append(GpuProcess(ascii_int(pid, 1, 1 << 32), name, ascii_int(memory, 0, 1 << 40), uuid,
                                     units.get(pid), command_lines.get(pid), starts.get(pid)))
     return GpuProcessList(NvidiaSmiStatus.OK, tuple(processes))

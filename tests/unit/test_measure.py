@@ -35,7 +35,9 @@ class Server:
                 pass
 
             def do_GET(self):
-                body = (f'sglang:generation_tokens_total{{model_name="m"}} {outer.made}\n'
+                # as SGLang 0.5.23 counts: one child per is_streaming value, the streamed tokens in "true"'s
+                body = (f'sglang:generation_tokens_total{{is_streaming="false",model_name="m"}} 0\n'
+                        f'sglang:generation_tokens_total{{is_streaming="true",model_name="m"}} {outer.made}\n'
                         f'sglang:spec_verify_calls_total{{model_name="m"}} {outer.steps}\n').encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))

@@ -158,7 +158,7 @@ def test_processes_with_their_command_lines_and_start_times():
 @pytest.mark.parametrize("stat, start", [
     ("9 (a b) c) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 1", 77),  # a name with spaces and parentheses
     ("9 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 \u0667\u0667", None),  # Unicode digits
-    ("9 (x) S 1 1", None), ("", None), ("garbage", None),
+    ("9 (x) S 1 1", None), ("garbage", None),
 ])
 def test_a_start_time_is_read_after_the_name_or_not_at_all(stat, start):
     text = smi(0, "9, x, 1, GPU-a") + answer(record("stat", stat, value="9"))
@@ -199,6 +199,17 @@ def test_unavailable_fields_parse(field):
 def test_process_whose_cgroup_could_not_be_read_has_no_unit():
     # the process ended between nvidia-smi and cat: an empty block
     assert parse_gpu_processes(smi(0, "9, x, 1, GPU-a") + answer(record("cgroup", "", value="9"))).processes[0].unit is None
+
+
+def test_a_process_that_ended_before_its_proc_was_read_holds_no_gpu():
+    """nvidia-smi listed it, and its /proc was gone by the read (a crash loop's scheduler): not a process on the GPU,
+    so never "outside any unit" (a host refused for a process that is no more)."""
+    text = smi(0, "9, sglang::scheduler_TP0, 45762, GPU-a", "10, python, 1, GPU-a") + answer(
+        record("cgroup", "", value="9"), record("cmdline", "", value="9"), record("stat", "", value="9"),
+        record("cgroup", "0::/system.slice/dflash-train.service\n", value="10"),
+        record("stat", "10 (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 1\n", value="10"))
+    assert [(p.pid, p.unit, p.start) for p in parse_gpu_processes(text).processes] == [
+        (10, "dflash-train.service", 77)]
 
 
 def test_process_failures_are_answers():
